@@ -1,0 +1,31 @@
+"""d1queue: a durable job queue for Cloudflare Python Workers, in D1.
+
+Importable under plain CPython: nothing here imports the `workers` SDK or
+`js`; the driver adapts to whatever D1 binding it is handed.
+"""
+
+from .config import Config, ConfigError
+from .job import Backoff, Fail, JobContext, JobSpec, QueuedJob, Registry, Retry
+from .queue import D1Queue, DuplicateJobId, FailedJob, Outcome
+from .worker import DrainReport, drain
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Backoff",
+    "Config",
+    "ConfigError",
+    "D1Queue",
+    "DrainReport",
+    "DuplicateJobId",
+    "Fail",
+    "FailedJob",
+    "JobContext",
+    "JobSpec",
+    "Outcome",
+    "QueuedJob",
+    "Registry",
+    "Retry",
+    "__version__",
+    "drain",
+]

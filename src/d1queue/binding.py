@@ -1,0 +1,152 @@
+"""The one place that calls a D1 binding.
+
+The same driver code meets three kinds of binding: the `workers` SDK's
+wrapper (Python lists and dicts, None sent as null), a raw binding seen
+through Pyodide (JsProxy objects, None sent as `undefined`, which D1
+rejects), and SqliteD1 in CPython tests. Everything above this module sees
+plain `Result`s. It also counts what was sent, for the drain's query budget
+and for the benchmarks, and caps D1 calls in flight at the platform's six.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Statement = tuple[str, Sequence[Any]]
+
+MAX_IN_FLIGHT = 6
+"""D1 allows six simultaneous connections per invocation; more are queued by
+the platform, where they still count against the wall-time budget unseen."""
+
+
+@dataclass
+class Result:
+    """One statement's outcome, as plain Python."""
+
+    rows: list[dict[str, Any]]
+    changes: int = 0
+    last_row_id: int | None = None
+    rows_read: int = 0
+    rows_written: int = 0
+
+
+@dataclass
+class Usage:
+    """What a binding has been sent so far. `queries` counts round trips (a
+    batch is one); `statements` counts every statement, batched or not, since
+    D1 does not document which of the two its per-invocation cap counts."""
+
+    queries: int = 0
+    statements: int = 0
+    rows_read: int = 0
+    rows_written: int = 0
+    seconds: float = 0.0
+    by_sql: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "queries": self.queries,
+            "statements": self.statements,
+            "rows_read": self.rows_read,
+            "rows_written": self.rows_written,
+        }
+
+
+def _pyodide_ffi() -> Any:
+    """pyodide.ffi inside Pyodide; None under CPython, where it does not exist."""
+    if sys.platform == "emscripten":
+        return importlib.import_module("pyodide.ffi")
+    return None
+
+
+def _is_js(value: Any) -> bool:
+    ffi = _pyodide_ffi()
+    return ffi is not None and isinstance(value, ffi.JsProxy)
+
+
+def _field(obj: Any, key: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def _plain(value: Any) -> Any:
+    """A JS value (JsProxy) converted to Python; anything else unchanged."""
+    to_py = getattr(value, "to_py", None) if _is_js(value) else None
+    return to_py() if to_py is not None else value
+
+
+def _result(raw: Any) -> Result:
+    raw = _plain(raw)
+    meta = _plain(_field(raw, "meta")) or {}
+    rows = [dict(_plain(r)) for r in (_plain(_field(raw, "results")) or [])]
+    return Result(
+        rows=rows,
+        changes=int(_field(meta, "changes") or 0),
+        last_row_id=_field(meta, "last_row_id"),
+        rows_read=int(_field(meta, "rows_read") or 0),
+        rows_written=int(_field(meta, "rows_written") or 0),
+    )
+
+
+class Binding:
+    """A D1 binding behind a small, counted, plain-Python interface."""
+
+    def __init__(self, db: Any, *, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+        self.db = db
+        self.usage = Usage()
+        self._raw = _is_js(db)
+        self._null: Any = None
+        if self._raw:
+            # A raw binding turns Python None into JS undefined, which D1
+            # rejects (D1_TYPE_ERROR); JS null is what it stores as NULL.
+            self._null = _pyodide_ffi().jsnull
+        self._slots = asyncio.Semaphore(max_in_flight)
+
+    def _prepare(self, sql: str, params: Sequence[Any]) -> Any:
+        stmt = self.db.prepare(sql)
+        if not params:
+            return stmt
+        return stmt.bind(*(self._null if v is None else v for v in params))
+
+    def _count(self, statements: Sequence[Statement], results: list[Result], t0: float) -> None:
+        u = self.usage
+        u.queries += 1
+        u.statements += len(statements)
+        u.seconds += time.perf_counter() - t0
+        for (sql, _), r in zip(statements, results, strict=True):
+            u.rows_read += r.rows_read
+            u.rows_written += r.rows_written
+            u.by_sql[sql] = u.by_sql.get(sql, 0) + 1
+
+    async def run(self, sql: str, *params: Any) -> Result:
+        """One statement, one round trip."""
+        async with self._slots:
+            t0 = time.perf_counter()
+            result = _result(await self._prepare(sql, params).all())
+            self._count([(sql, params)], [result], t0)
+            return result
+
+    async def batch(self, statements: Sequence[Statement]) -> list[Result]:
+        """Several statements in one round trip and one transaction: all apply
+        or none do."""
+        if not statements:
+            return []
+        prepared = [self._prepare(sql, params) for sql, params in statements]
+        async with self._slots:
+            t0 = time.perf_counter()
+            if self._raw:
+                # A Python list reaches JS as a proxy, not an Array, and
+                # D1's batch() wants an Array.
+                raw = await self.db.batch(_pyodide_ffi().to_js(prepared))
+            else:
+                raw = await self.db.batch(prepared)
+            results = [_result(r) for r in _plain(raw)]
+            self._count(statements, results, t0)
+            return results

@@ -1,0 +1,111 @@
+"""The drain's configuration, from the Worker's `[vars]`.
+
+Every setting is a `D1QUEUE_*` var with a default that suits a per-minute
+cron on the free plan. Values are validated when read, and an unknown
+`D1QUEUE_*` name is an error: a typo must not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from .job import check_name
+
+
+class ConfigError(ValueError):
+    """A `D1QUEUE_*` var is unknown or has an invalid value."""
+
+
+@dataclass(frozen=True)
+class Config:
+    queues: tuple[str, ...] = ("default",)
+    """D1QUEUE_QUEUES: comma-separated queues to drain, in priority order."""
+    time_budget_s: float = 20.0
+    """D1QUEUE_TIME_BUDGET_S: stop claiming new batches after this long. A
+    per-minute cron may run about 30 s; the rest is left for settling."""
+    query_budget: int = 45
+    """D1QUEUE_QUERY_BUDGET: D1 queries one drain may send, every query
+    counted, stopping before the cap so no batch is claimed that cannot be
+    settled. The free plan allows 50 per invocation (paid: 1,000)."""
+    batch_counts_as: Literal["query", "statements"] = "query"
+    """D1QUEUE_BATCH_COUNTS_AS: whether a db.batch costs one query of the
+    budget or one per statement. D1 does not document which its cap counts;
+    "statements" is the safe reading, "query" drains ~10x more per run."""
+    batch_size: int = 25
+    """D1QUEUE_BATCH_SIZE: jobs claimed per round (one SELECT + one batch)."""
+    concurrency: int = 10
+    """D1QUEUE_CONCURRENCY: handlers running at once (D1 calls in flight are
+    capped at 6 separately, the platform's connection limit)."""
+    reservation_s: float = 90.0
+    """D1QUEUE_RESERVATION_S: a claim's lease; must outlast the time budget
+    plus the longest handler timeout, or a running job could be reclaimed."""
+    drain_on_push: bool = False
+    """D1QUEUE_DRAIN_ON_PUSH: start a short drain after a push (API issue)."""
+
+    def __post_init__(self) -> None:
+        if not self.queues:
+            raise ConfigError("D1QUEUE_QUEUES names no queue")
+        for q in self.queues:
+            try:
+                check_name("queue", q)
+            except ValueError as exc:
+                raise ConfigError(f"D1QUEUE_QUEUES: {exc}") from None
+        checks = [
+            (self.time_budget_s > 0, "D1QUEUE_TIME_BUDGET_S must be > 0"),
+            (self.query_budget >= 3, "D1QUEUE_QUERY_BUDGET must be >= 3"),
+            (self.query_budget <= 1000, "D1QUEUE_QUERY_BUDGET must be <= 1000 (D1's cap)"),
+            (1 <= self.batch_size <= 100, "D1QUEUE_BATCH_SIZE must be 1..100"),
+            (1 <= self.concurrency <= 100, "D1QUEUE_CONCURRENCY must be 1..100"),
+            (
+                self.reservation_s > self.time_budget_s,
+                "D1QUEUE_RESERVATION_S must exceed D1QUEUE_TIME_BUDGET_S",
+            ),
+            (
+                self.batch_counts_as in ("query", "statements"),
+                "D1QUEUE_BATCH_COUNTS_AS must be 'query' or 'statements'",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+    @classmethod
+    def from_vars(cls, env: Mapping[str, Any]) -> Config:
+        """Build from the Worker's vars (only `D1QUEUE_*` names are read)."""
+        known = {f"D1QUEUE_{f.name.upper()}": f for f in fields(cls)}
+        unknown = sorted(k for k in env if k.startswith("D1QUEUE_") and k not in known)
+        # Secrets share the prefix but are not drain settings.
+        unknown = [k for k in unknown if k not in ("D1QUEUE_TOKEN",)]
+        if unknown:
+            raise ConfigError(
+                f"unknown setting {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        values: dict[str, Any] = {}
+        for var, f in known.items():
+            if var not in env:
+                continue
+            raw = str(env[var]).strip()
+            try:
+                values[f.name] = _parse(f.name, raw)
+            except ValueError:
+                raise ConfigError(f"{var}={raw!r} is not a valid value") from None
+        return cls(**values)
+
+
+def _parse(name: str, raw: str) -> Any:
+    if name == "queues":
+        return tuple(q.strip() for q in raw.split(",") if q.strip())
+    if name in ("query_budget", "batch_size", "concurrency"):
+        return int(raw)
+    if name in ("time_budget_s", "reservation_s"):
+        value = float(raw)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(raw)
+        return value
+    if name == "drain_on_push":
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(raw)
+        return raw.lower() in ("true", "1")
+    return raw

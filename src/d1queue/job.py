@@ -1,0 +1,326 @@
+"""Jobs: the queued row as Python sees it, the registry of handlers, and the
+small policy objects a handler's outcome is decided with."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+"""Queue names and job names: short, URL-safe, no surprises in logs or SQL."""
+
+MAX_SAFE_INT = 2**53 - 1
+"""D1 receives numbers as JavaScript doubles: a larger int cannot be bound."""
+
+
+def now_ms() -> int:
+    """Wall-clock epoch milliseconds: the one timestamp format in the tables."""
+    return time.time_ns() // 1_000_000
+
+
+def new_id(at_ms: int | None = None) -> str:
+    """A 32-hex-digit id that sorts by creation time (48-bit ms, 80 random bits),
+    so ids double as a stable tie-breaker and a pagination cursor."""
+    ms = now_ms() if at_ms is None else at_ms
+    return f"{ms:012x}{int.from_bytes(os.urandom(10), 'big'):020x}"
+
+
+def check_name(kind: str, value: object) -> str:
+    """Raise ValueError unless `value` is a well-formed queue or job name."""
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
+        raise ValueError(f"{kind} must match [A-Za-z0-9._:-]{{1,64}}, got {value!r}")
+    return value
+
+
+@dataclass
+class QueuedJob:
+    """One job on a queue: the seed's fields plus priority, the lease's fencing
+    token and the last error. `payload` is the decoded JSON value."""
+
+    name: str
+    payload: Any = None
+    queue: str = "default"
+    id: str = ""
+    attempts: int = 0
+    max_attempts: int = 3
+    priority: int = 0
+    available_at: int = 0
+    created_at: int = 0
+    unique_key: str | None = None
+    reservation: str | None = None
+    reserved_until: int | None = None
+    last_error: str | None = None
+    payload_error: str | None = field(default=None, compare=False)
+    """Why the stored payload could not be decoded, if it could not: such a job
+    is failed by the drain rather than run with a wrong payload."""
+
+    @classmethod
+    def new(
+        cls,
+        name: str,
+        payload: Any = None,
+        *,
+        queue: str = "default",
+        delay_s: float = 0,
+        max_attempts: int = 3,
+        priority: int = 0,
+        unique_key: str | None = None,
+        at_ms: int | None = None,
+    ) -> QueuedJob:
+        """A job ready to push, validated; `at_ms` is the clock's now."""
+        now = now_ms() if at_ms is None else at_ms
+        if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or delay_s < 0:
+            raise ValueError(f"delay_s must be a number >= 0, got {delay_s!r}")
+        job = cls(
+            id=new_id(now),
+            name=name,
+            payload=payload,
+            queue=queue,
+            max_attempts=max_attempts,
+            priority=priority,
+            available_at=now + round(delay_s * 1000),
+            created_at=now,
+            unique_key=unique_key,
+        )
+        job.validate()
+        return job
+
+    def validate(self) -> None:
+        """Raise ValueError for anything the table or D1 would refuse or misread."""
+        check_name("queue", self.queue)
+        check_name("job name", self.name)
+        for label, value in (
+            ("max_attempts", self.max_attempts),
+            ("priority", self.priority),
+            ("available_at", self.available_at),
+            ("attempts", self.attempts),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{label} must be an integer, got {value!r}")
+            if abs(value) > MAX_SAFE_INT:
+                raise ValueError(f"{label} is out of range: {value}")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if self.unique_key is not None and (
+            not isinstance(self.unique_key, str) or not 0 < len(self.unique_key) <= 255
+        ):
+            raise ValueError("unique_key must be a non-empty string of at most 255 characters")
+
+    def payload_json(self) -> str:
+        """The payload as stored: compact JSON; NaN and Infinity are refused
+        because no other JSON reader accepts them."""
+        try:
+            return json.dumps(self.payload, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"payload is not JSON-serialisable: {exc}") from exc
+
+    @property
+    def exhausted(self) -> bool:
+        """Claimed with its attempts already spent: its worker died (or its lease
+        lapsed) on the last attempt. Never run again, so a job that kills its
+        worker cannot loop forever."""
+        return self.attempts > self.max_attempts
+
+
+class Retry(Exception):
+    """Raised by a handler to be run again after `delay_s` seconds (None: the
+    job's backoff decides). Counts as an attempt."""
+
+    def __init__(self, reason: str = "retry requested", *, delay_s: float | None = None):
+        super().__init__(reason)
+        self.delay_s = delay_s
+
+
+class Fail(Exception):
+    """Raised by a handler to fail the job now, whatever attempts remain: the
+    input is wrong and running it again cannot help."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with jitter: attempt n waits about base * factor**(n-1)
+    seconds, capped; with jitter the wait is drawn from [d/2, d] so retries of
+    many jobs that failed together spread out instead of stampeding."""
+
+    base_s: float = 5.0
+    factor: float = 2.0
+    max_s: float = 3600.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.base_s < 0 or self.factor < 1 or self.max_s < self.base_s:
+            raise ValueError(f"invalid backoff {self!r}")
+
+    def delay_s(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        exponent = max(attempt - 1, 0)
+        # Cap the exponent first: factor ** 1000 would overflow a float.
+        d = self.max_s if exponent > 64 else min(self.max_s, self.base_s * self.factor**exponent)
+        if self.jitter:
+            d = d / 2 + (rng or random).uniform(0, d / 2)
+        return d
+
+
+Handler = Callable[..., Awaitable[Any]]
+
+
+@dataclass
+class JobContext:
+    """What a handler may use besides its payload."""
+
+    job: QueuedJob
+    queue: Any  # the D1Queue, to dispatch follow-up jobs (typed Any: no import cycle)
+    env: Any = None  # the Worker's env, when run by a Worker
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt this is, from 1."""
+        return self.job.attempts
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A registered handler and its defaults."""
+
+    name: str
+    handler: Handler
+    max_attempts: int = 3
+    timeout_s: float = 30.0
+    backoff: Backoff = field(default_factory=Backoff)
+    queue: str = "default"
+    wants_context: bool = True
+
+    async def call(self, payload: Any, ctx: JobContext) -> Any:
+        if self.wants_context:
+            return await self.handler(payload, ctx)
+        return await self.handler(payload)
+
+
+class Registry:
+    """Handlers by job name. One per Worker, built at import time (imports are
+    snapshotted at deploy, so registering costs nothing per request) and passed
+    explicitly to `drain` — there is no global registry."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, JobSpec] = {}
+
+    def job(
+        self,
+        name: str | None = None,
+        *,
+        max_attempts: int = 3,
+        timeout_s: float = 30.0,
+        backoff: Backoff | None = None,
+        queue: str = "default",
+    ) -> Callable[[Handler], Handler]:
+        """Decorator: register `async def handler(payload[, ctx])` under `name`
+        (default: the function's name)."""
+
+        def register(fn: Handler) -> Handler:
+            self.register(
+                name or fn.__name__,
+                fn,
+                max_attempts=max_attempts,
+                timeout_s=timeout_s,
+                backoff=backoff,
+                queue=queue,
+            )
+            return fn
+
+        return register
+
+    def register(
+        self,
+        name: str,
+        handler: Handler,
+        *,
+        max_attempts: int = 3,
+        timeout_s: float = 30.0,
+        backoff: Backoff | None = None,
+        queue: str = "default",
+    ) -> JobSpec:
+        check_name("job name", name)
+        check_name("queue", queue)
+        if name in self._specs:
+            raise ValueError(f"job {name!r} is already registered")
+        if not inspect.iscoroutinefunction(handler):
+            raise TypeError(f"job {name!r}: the handler must be an async function")
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"job {name!r}: max_attempts must be an integer >= 1")
+        if not timeout_s > 0:
+            raise ValueError(f"job {name!r}: timeout_s must be > 0")
+        params = [
+            p
+            for p in inspect.signature(handler).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        if len(params) not in (1, 2):
+            raise TypeError(f"job {name!r}: the handler must take (payload) or (payload, ctx)")
+        spec = JobSpec(
+            name=name,
+            handler=handler,
+            max_attempts=max_attempts,
+            timeout_s=float(timeout_s),
+            backoff=backoff or Backoff(),
+            queue=queue,
+            wants_context=len(params) == 2,
+        )
+        self._specs[name] = spec
+        return spec
+
+    def get(self, name: str) -> JobSpec | None:
+        return self._specs.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def max_timeout_s(self) -> float:
+        """The longest any handler may run: the lease must outlast it."""
+        return max((s.timeout_s for s in self._specs.values()), default=0.0)
+
+    def new_job(self, name: str, payload: Any = None, **options: Any) -> QueuedJob:
+        """A job for a registered name, with that job's registered queue and
+        max_attempts unless `options` override them. KeyError for an
+        unregistered name: a typo should not sit in the queue until it fails."""
+        spec = self._specs.get(name)
+        if spec is None:
+            raise KeyError(f"no job is registered under the name {name!r}")
+        options.setdefault("queue", spec.queue)
+        options.setdefault("max_attempts", spec.max_attempts)
+        return QueuedJob.new(name, payload, **options)
+
+
+def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
+    """A d1queue_jobs row as a QueuedJob; an undecodable payload is kept as
+    text and explained in `payload_error` instead of raising mid-claim."""
+    payload_error = None
+    try:
+        payload = json.loads(row["payload"])
+    except (TypeError, ValueError) as exc:
+        payload, payload_error = row["payload"], f"undecodable payload: {exc}"
+    return QueuedJob(
+        id=row["id"],
+        name=row["name"],
+        payload=payload,
+        queue=row["queue"],
+        attempts=int(row["attempts"]),
+        max_attempts=int(row["max_attempts"]),
+        priority=int(row["priority"]),
+        available_at=int(row["available_at"]),
+        created_at=int(row["created_at"]),
+        unique_key=row.get("unique_key"),
+        reservation=row.get("reservation"),
+        reserved_until=row.get("reserved_until"),
+        last_error=row.get("last_error"),
+        payload_error=payload_error,
+    )

@@ -1,0 +1,320 @@
+"""D1Queue: the driver. Every read and write of the queue tables is here.
+
+A port of the seed's `DatabaseQueue` (optimistic claims by conditional
+UPDATE), with what D1 makes worth having: claims in batches of one SELECT and
+one `db.batch`, a fencing token on every lease, failing as one transaction,
+and jobs that exhausted their attempts in a crash failed instead of re-run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from . import sql
+from .binding import Binding, Statement
+from .job import QueuedJob, check_name, new_id, now_ms, row_to_job
+
+
+class DuplicateJobId(Exception):
+    """push() was given a job whose id is already queued."""
+
+
+@dataclass
+class FailedJob:
+    """A row of d1queue_failed_jobs. `payload` is the stored JSON text: it may
+    be the very thing that made the job fail."""
+
+    id: str
+    queue: str
+    name: str
+    payload: str
+    error: str
+    attempts: int
+    max_attempts: int
+    priority: int
+    created_at: int
+    failed_at: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one reserved job ends this attempt; settled in batches."""
+
+    job: QueuedJob
+    action: Literal["ack", "release", "fail"]
+    delay_s: float = 0.0
+    error: str | None = None
+
+
+def _token() -> str:
+    return os.urandom(8).hex()
+
+
+class D1Queue:
+    """A job queue in a D1 database (or anything shaped like a D1 binding).
+
+    `reservation_s` is how long a claim lasts before `reclaim_expired` may hand
+    the job to another worker: it must exceed the longest a handler runs, or a
+    slow job could be run twice. `clock` returns epoch milliseconds (tests move
+    time with it).
+    """
+
+    def __init__(
+        self,
+        db: Any,
+        *,
+        reservation_s: float = 90,
+        max_claim_attempts: int = 5,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        if not reservation_s > 0:
+            raise ValueError(f"reservation_s must be > 0, got {reservation_s!r}")
+        if not isinstance(max_claim_attempts, int) or max_claim_attempts < 1:
+            raise ValueError(
+                f"max_claim_attempts must be an integer >= 1, got {max_claim_attempts!r}"
+            )
+        self.binding = db if isinstance(db, Binding) else Binding(db)
+        self.reservation_s = reservation_s
+        self.max_claim_attempts = max_claim_attempts
+        self.clock = clock
+
+    # -- pushing ---------------------------------------------------------
+
+    async def push(self, job: QueuedJob) -> str:
+        """Store `job`; returns its id, or, when its unique_key is already held
+        by a queued job, that job's id and stores nothing."""
+        job.validate()
+        params = (
+            job.id or new_id(self.clock()),
+            job.queue,
+            job.name,
+            job.payload_json(),
+            job.attempts,
+            job.max_attempts,
+            job.priority,
+            job.available_at or self.clock(),
+            job.created_at or self.clock(),
+            job.unique_key,
+        )
+        if job.unique_key is None:
+            (inserted,) = await self.binding.batch([(sql.INSERT_JOB, params)])
+            if inserted.changes != 1:
+                raise DuplicateJobId(f"a job with id {params[0]!r} is already queued")
+            return params[0]
+        # Insert and read the key's holder in one round trip: the holder is
+        # this job if the insert won, else the job that already had the key.
+        inserted, holder = await self.binding.batch(
+            [(sql.INSERT_JOB, params), (sql.SELECT_UNIQUE_HOLDER, (job.unique_key,))]
+        )
+        if inserted.changes == 1 or not holder.rows:
+            if not holder.rows:  # the conflict was on the id, not the key
+                raise DuplicateJobId(f"a job with id {params[0]!r} is already queued")
+            return params[0]
+        return str(holder.rows[0]["id"])
+
+    async def dispatch(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        queue: str = "default",
+        delay_s: float = 0,
+        max_attempts: int = 3,
+        priority: int = 0,
+        unique_key: str | None = None,
+    ) -> str:
+        """Queue job `name` with `payload`; returns the new job's id, or the id
+        of the queued job already holding `unique_key`. Any well-formed name
+        is accepted: the queue does not know the registry."""
+        job = QueuedJob.new(
+            name,
+            payload,
+            queue=queue,
+            delay_s=delay_s,
+            max_attempts=max_attempts,
+            priority=priority,
+            unique_key=unique_key,
+            at_ms=self.clock(),
+        )
+        return await self.push(job)
+
+    # -- claiming --------------------------------------------------------
+
+    async def claim(self, queue: str, n: int) -> list[QueuedJob]:
+        """One claim round: SELECT up to `n` candidates, then one batch of
+        conditional UPDATEs; returns the jobs whose UPDATE changed a row.
+        Exhausted jobs are included (see `QueuedJob.exhausted`): the caller
+        fails them. At most two queries."""
+        won, _ = await self._claim_round(queue, n)
+        return won
+
+    async def _claim_round(self, queue: str, n: int) -> tuple[list[QueuedJob], int]:
+        check_name("queue", queue)
+        now = self.clock()
+        found = await self.binding.run(sql.SELECT_CANDIDATES, queue, now, n)
+        if not found.rows:
+            return [], 0
+        until = now + round(self.reservation_s * 1000)
+        candidates = [row_to_job(r) for r in found.rows]
+        for job in candidates:
+            job.reservation = _token()
+        results = await self.binding.batch(
+            [(sql.CLAIM, (now, until, job.reservation, job.id, job.attempts)) for job in candidates]
+        )
+        won = []
+        for job, result in zip(candidates, results, strict=True):
+            if result.changes == 1:
+                # The UPDATE incremented the stored count; mirror it so the
+                # attempt number the worker sees matches the row's.
+                job.attempts += 1
+                job.reserved_until = until
+                won.append(job)
+        return won, len(candidates)
+
+    async def reserve_batch(self, queue: str, n: int) -> list[QueuedJob]:
+        """Claim up to `n` runnable jobs. Candidates lost to other workers are
+        replaced by a fresh SELECT, at most `max_claim_attempts` rounds, so
+        contention cannot spin. Jobs claimed with their attempts spent are
+        failed here, never returned."""
+        jobs: list[QueuedJob] = []
+        for _ in range(self.max_claim_attempts):
+            want = n - len(jobs)
+            if want <= 0:
+                break
+            won, candidates = await self._claim_round(queue, want)
+            exhausted = [j for j in won if j.exhausted]
+            if exhausted:
+                await self.settle([exhausted_outcome(j) for j in exhausted])
+            jobs += [j for j in won if not j.exhausted]
+            if candidates < want or (len(won) == candidates and not exhausted):
+                break  # the queue ran dry, or nothing was lost to a race
+        return jobs
+
+    async def reserve(self, queue: str) -> QueuedJob | None:
+        """Claim the next runnable job, as the seed does: read up to
+        `max_claim_attempts` candidates and try them in order until one claim
+        wins; None if the queue is empty or every candidate was taken."""
+        check_name("queue", queue)
+        now = self.clock()
+        found = await self.binding.run(sql.SELECT_CANDIDATES, queue, now, self.max_claim_attempts)
+        until = now + round(self.reservation_s * 1000)
+        for row in found.rows:
+            job = row_to_job(row)
+            job.reservation = _token()
+            claimed = await self.binding.run(
+                sql.CLAIM, now, until, job.reservation, job.id, job.attempts
+            )
+            if claimed.changes != 1:
+                continue  # another worker got there first: try the next one
+            job.attempts += 1
+            job.reserved_until = until
+            if job.exhausted:
+                await self.settle([exhausted_outcome(job)])
+                continue
+            return job
+        return None
+
+    # -- settling ----------------------------------------------------------
+
+    def _statements(self, outcome: Outcome, now: int) -> list[Statement]:
+        job = outcome.job
+        if outcome.action == "ack":
+            return [(sql.ACKNOWLEDGE, (job.id, job.reservation))]
+        if outcome.action == "release":
+            available_at = now + max(0, round(outcome.delay_s * 1000))
+            return [(sql.RELEASE, (available_at, outcome.error, job.id, job.reservation))]
+        return [
+            (sql.FAIL_RECORD, (outcome.error or "failed", now, job.id, job.reservation)),
+            (sql.ACKNOWLEDGE, (job.id, job.reservation)),
+        ]
+
+    async def settle(self, outcomes: Sequence[Outcome]) -> list[bool]:
+        """Apply many outcomes in one db.batch (one transaction). For each,
+        True if this worker still held the job's lease; False if the lease
+        had lapsed and the job moved on, in which case nothing changed."""
+        now = self.clock()
+        spans: list[int] = []
+        statements: list[Statement] = []
+        for outcome in outcomes:
+            stmts = self._statements(outcome, now)
+            spans.append(len(stmts))
+            statements += stmts
+        results = await self.binding.batch(statements)
+        held, i = [], 0
+        for span in spans:
+            held.append(results[i].changes == 1)
+            i += span
+        return held
+
+    async def acknowledge(self, job: QueuedJob) -> bool:
+        """The job is done: delete it (releasing its unique_key). False if the
+        lease had lapsed and this worker no longer held the job."""
+        (held,) = await self.settle([Outcome(job, "ack")])
+        return held
+
+    async def release(self, job: QueuedJob, delay_s: float = 0, error: str | None = None) -> bool:
+        """Put the job back, runnable after `delay_s`. False if stale."""
+        (held,) = await self.settle([Outcome(job, "release", delay_s=delay_s, error=error)])
+        return held
+
+    async def fail(self, job: QueuedJob, error: str) -> bool:
+        """Move the job to the failed table with `error`, in one transaction:
+        never lost, never recorded twice. False if stale."""
+        (held,) = await self.settle([Outcome(job, "fail", error=error)])
+        return held
+
+    # -- the rest of the seed's surface ------------------------------------
+
+    async def size(self, queue: str) -> int:
+        """Unreserved jobs on `queue`, delayed ones included."""
+        result = await self.binding.run(sql.COUNT_UNRESERVED, check_name("queue", queue))
+        return int(result.rows[0]["n"])
+
+    async def clear(self, queue: str) -> int:
+        """Delete every job on `queue`, reserved or not; returns how many."""
+        result = await self.binding.run(sql.CLEAR_QUEUE, check_name("queue", queue))
+        return result.changes
+
+    async def reclaim_expired(self) -> int:
+        """Free every lease that lapsed (its worker died or overran); returns
+        how many. One UPDATE over the lease index."""
+        result = await self.binding.run(
+            sql.RECLAIM_EXPIRED,
+            self.clock(),
+            "lease expired before the job was settled (worker died or overran)",
+        )
+        return result.changes
+
+    async def job(self, id: str) -> QueuedJob | None:
+        """The queued job `id`, or None (acknowledged, failed or never queued)."""
+        result = await self.binding.run(sql.SELECT_JOB, id)
+        return row_to_job(result.rows[0]) if result.rows else None
+
+    async def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
+        """Failed jobs, newest first."""
+        result = await self.binding.run(sql.LIST_FAILED, max(0, int(limit)))
+        return [FailedJob(**row) for row in result.rows]
+
+    async def retry_failed(self, id: str) -> bool:
+        """Put failed job `id` back on its queue with one fresh attempt; False
+        if there is no such failed job."""
+        inserted, _ = await self.binding.batch(
+            [(sql.RETRY_FAILED_INSERT, (self.clock(), id)), (sql.RETRY_FAILED_DELETE, (id,))]
+        )
+        return inserted.changes == 1
+
+
+def exhausted_outcome(job: QueuedJob) -> Outcome:
+    """Failing a job claimed with its attempts already spent."""
+    return Outcome(
+        job,
+        "fail",
+        error=(
+            f"attempted too many times: claimed for attempt {job.attempts} of "
+            f"{job.max_attempts} after its lease lapsed on the last attempt "
+            f"(the worker died or overran); last error: {job.last_error or 'none'}"
+        ),
+    )

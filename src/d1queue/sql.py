@@ -1,0 +1,113 @@
+"""Every SQL statement d1queue sends, named and parameterised, in one place.
+
+Only `?NNN` parameters (D1 supports no named ones), no `RETURNING`, no
+`FOR UPDATE`: the claim protocol is plain conditional UPDATEs whose
+`meta.changes` decides who won, so it works on any SQLite-shaped backend.
+Each statement binds at most a handful of values, far below D1's limit of
+100 bound parameters per query.
+"""
+
+from __future__ import annotations
+
+JOB_COLUMNS = (
+    "id, queue, name, payload, attempts, max_attempts, priority, available_at, "
+    "reserved_at, reserved_until, reservation, created_at, unique_key, last_error"
+)
+
+FAILED_COLUMNS = (
+    "id, queue, name, payload, error, attempts, max_attempts, priority, created_at, failed_at"
+)
+
+# ?1 id ?2 queue ?3 name ?4 payload ?5 attempts ?6 max_attempts ?7 priority
+# ?8 available_at ?9 created_at ?10 unique_key
+# `ON CONFLICT DO NOTHING`: a unique_key already held by a queued job makes
+# this insert nothing (changes == 0) instead of failing the request.
+INSERT_JOB = (
+    "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
+    "available_at, created_at, unique_key) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT DO NOTHING"
+)
+
+# Sent in the same batch as INSERT_JOB: the id now holding the key — ours if
+# the insert won, the earlier job's if it was a duplicate. One round trip.
+SELECT_UNIQUE_HOLDER = "SELECT id FROM d1queue_jobs WHERE unique_key = ?1"
+
+# Candidates, read from the partial ready index in its own order, so SQLite
+# stops after ?3 matching entries and needs no temporary B-tree to sort.
+# ?1 queue ?2 now ?3 limit
+SELECT_CANDIDATES = (
+    f"SELECT {JOB_COLUMNS} FROM d1queue_jobs "
+    "WHERE queue = ?1 AND reserved_at IS NULL AND available_at <= ?2 "
+    "ORDER BY priority DESC, available_at, rowid LIMIT ?3"
+)
+
+# The claim. `reserved_at IS NULL` makes exactly one of several racing
+# workers change the row; `attempts = ?5` (attempts only ever grows, once per
+# claim) makes the claim fail if the row was claimed and released again since
+# we read it, so the job we hand out is exactly the row we read.
+# ?1 now ?2 reserved_until ?3 reservation ?4 id ?5 attempts as read
+CLAIM = (
+    "UPDATE d1queue_jobs SET attempts = attempts + 1, reserved_at = ?1, "
+    "reserved_until = ?2, reservation = ?3 "
+    "WHERE id = ?4 AND reserved_at IS NULL AND attempts = ?5"
+)
+
+# Every step after the claim is fenced by the reservation token: a worker
+# whose lease lapsed, and whose job was reclaimed and claimed again, matches
+# no row and changes nothing.
+# ?1 id ?2 reservation
+ACKNOWLEDGE = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reservation = ?2"
+
+# ?1 available_at ?2 last_error (NULL keeps the previous one) ?3 id ?4 reservation
+RELEASE = (
+    "UPDATE d1queue_jobs SET reserved_at = NULL, reserved_until = NULL, reservation = NULL, "
+    "available_at = ?1, last_error = COALESCE(?2, last_error) "
+    "WHERE id = ?3 AND reservation = ?4"
+)
+
+# Failing is FAIL_RECORD then ACKNOWLEDGE in one db.batch (a transaction):
+# the copy is read from the fenced row itself, so a stale holder records
+# nothing, and a fault in either statement leaves the job where it was.
+# OR REPLACE: a job id that failed before (and was pushed again under the same
+# id) keeps one failure record, the latest.
+# ?1 error ?2 failed_at ?3 id ?4 reservation
+FAIL_RECORD = (
+    f"INSERT OR REPLACE INTO d1queue_failed_jobs ({FAILED_COLUMNS}) "
+    "SELECT id, queue, name, payload, ?1, attempts, max_attempts, priority, created_at, ?2 "
+    "FROM d1queue_jobs WHERE id = ?3 AND reservation = ?4"
+)
+
+# Unreserved jobs on a queue (delayed ones included), as the seed counts
+# size. Answered from the ready index alone.
+COUNT_UNRESERVED = "SELECT COUNT(*) AS n FROM d1queue_jobs WHERE queue = ?1 AND reserved_at IS NULL"
+
+CLEAR_QUEUE = "DELETE FROM d1queue_jobs WHERE queue = ?1"
+
+# One UPDATE over the lease index frees every lease that lapsed: its worker
+# died or overran. attempts is left as it is, so a job that keeps killing
+# its worker runs out of attempts (see D1Queue.reserve_batch).
+# ?1 now ?2 last_error
+RECLAIM_EXPIRED = (
+    "UPDATE d1queue_jobs SET reserved_at = NULL, reserved_until = NULL, reservation = NULL, "
+    "last_error = ?2 WHERE reserved_at IS NOT NULL AND reserved_until < ?1"
+)
+
+SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM d1queue_jobs WHERE id = ?1"
+
+# ?1 limit
+LIST_FAILED = (
+    f"SELECT {FAILED_COLUMNS} FROM d1queue_failed_jobs ORDER BY failed_at DESC, id DESC LIMIT ?1"
+)
+
+# Retrying a failure is RETRY_FAILED_INSERT then RETRY_FAILED_DELETE in one
+# batch. As in the seed, the job gets one fresh attempt and does not take its
+# uniqueness lock again: the lock was released when it failed, and re-taking
+# it could make the retry lose to a fresh dispatch made in between.
+# ?1 now ?2 id
+RETRY_FAILED_INSERT = (
+    "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
+    "available_at, created_at, unique_key, last_error) "
+    "SELECT id, queue, name, payload, 0, 1, priority, ?1, ?1, NULL, error "
+    "FROM d1queue_failed_jobs WHERE id = ?2"
+)
+RETRY_FAILED_DELETE = "DELETE FROM d1queue_failed_jobs WHERE id = ?1"

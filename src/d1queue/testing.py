@@ -1,0 +1,229 @@
+"""SqliteD1: the D1 binding's API over a real SQLite database, for tests.
+
+Test your own handlers and Worker code with it under plain CPython::
+
+    from d1queue import D1Queue
+    from d1queue.testing import SqliteD1
+
+    db = SqliteD1()                       # or SqliteD1("jobs.db")
+    db.apply_migrations("migrations")     # the same .sql files wrangler applies
+    queue = D1Queue(db)
+
+It behaves as D1 does where that matters to a queue: `batch()` is one
+transaction; `exec()` runs each line as its own statement; values D1 refuses
+(undefined-like objects, ints beyond 2^53, dicts, lists) are refused with D1's
+message; every call yields to the event loop first, so coroutines sharing it
+interleave as concurrent Workers' queries do. Several SqliteD1 objects on one
+file are several Workers sharing one database. `fail_when()` makes chosen
+statements fail, for fault tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+MAX_SAFE_INT = 2**53 - 1
+
+
+class D1Error(Exception):
+    """What a failing D1 call raises; the message starts like D1's own
+    (`D1_ERROR: …`, `D1_TYPE_ERROR: …`, `D1_EXEC_ERROR: …`)."""
+
+
+class Row(dict[str, Any]):
+    """A result row (or result) allowing `row["x"]` and `row.x`, as the
+    `workers` SDK's JsDict does."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _check_value(value: Any) -> Any:
+    if value is None or isinstance(value, str | float | bytes):
+        return value
+    if isinstance(value, bool):
+        return int(value)  # D1 stores booleans as 1/0
+    if isinstance(value, int):
+        if abs(value) > MAX_SAFE_INT:
+            # In a Worker this int becomes a JS BigInt, which D1 refuses.
+            raise D1Error(f"D1_TYPE_ERROR: Type 'bigint' not supported for value '{value}'")
+        return value
+    kind = "object" if isinstance(value, dict | list | tuple) else type(value).__name__
+    raise D1Error(f"D1_TYPE_ERROR: Type '{kind}' not supported for value '{value!r}'")
+
+
+class Fault:
+    """A rule making matching statements raise, `times` times (None: always)."""
+
+    def __init__(self, match: Callable[[str], bool], message: str, times: int | None) -> None:
+        self.match, self.message, self.times = match, message, times
+
+    def fire(self, sql: str) -> None:
+        if self.times == 0 or not self.match(sql):
+            return
+        if self.times is not None:
+            self.times -= 1
+        raise D1Error(self.message)
+
+
+class SqliteStatement:
+    """A prepared statement; `bind()` returns a new one, as D1's does."""
+
+    def __init__(self, db: SqliteD1, sql: str, params: tuple[Any, ...] = ()) -> None:
+        self._db, self.sql, self.params = db, sql, params
+
+    def bind(self, *values: Any) -> SqliteStatement:
+        return SqliteStatement(self._db, self.sql, tuple(_check_value(v) for v in values))
+
+    async def all(self) -> Row:
+        await asyncio.sleep(0)
+        return self._db._execute_one(self.sql, self.params)
+
+    run = all  # D1: run() is an alias of all()
+
+    async def first(self, column: str | None = None) -> Any:
+        rows = (await self.all())["results"]
+        if not rows:
+            return None
+        return rows[0] if column is None else rows[0][column]
+
+    async def raw(self, columnNames: bool = False) -> list[list[Any]]:
+        await asyncio.sleep(0)
+        cur = self._db._cursor(self.sql, self.params)
+        rows = [list(r) for r in cur.fetchall()]
+        if columnNames:
+            rows.insert(0, [d[0] for d in cur.description or ()])
+        return rows
+
+
+class SqliteD1:
+    """A D1Database over sqlite3. `path` ":memory:" is private to this object;
+    a file path can be shared by several objects, like one D1 by many Workers."""
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        # Autocommit (isolation_level=None): each statement is its own
+        # transaction, as on D1, and batch() opens one explicitly.
+        self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA busy_timeout = 5000")
+        self._faults: list[Fault] = []
+        self.statements: list[str] = []
+        """Every statement run, in order: what a test can assert about."""
+
+    # -- D1's API ---------------------------------------------------------
+
+    def prepare(self, sql: str) -> SqliteStatement:
+        return SqliteStatement(self, sql)
+
+    async def batch(self, statements: Sequence[SqliteStatement]) -> list[Row]:
+        await asyncio.sleep(0)
+        if not isinstance(statements, list | tuple):
+            raise D1Error("D1_ERROR: batch() expects an array of prepared statements")
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            results = [self._execute_one(s.sql, s.params) for s in statements]
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+        return results
+
+    async def exec(self, sql: str) -> Row:
+        """As D1: each line is one statement, so a statement spread over
+        several lines fails."""
+        await asyncio.sleep(0)
+        t0 = time.perf_counter()
+        count = 0
+        for line in sql.split("\n"):
+            if line.strip():
+                self._execute_one(line, (), exec_=True)
+                count += 1
+        return Row(count=count, duration=(time.perf_counter() - t0) * 1000)
+
+    # -- test helpers --------------------------------------------------------
+
+    def fail_when(
+        self,
+        match: str | Callable[[str], bool],
+        message: str = "D1_ERROR: injected fault",
+        *,
+        times: int | None = 1,
+    ) -> Fault:
+        """Make statements whose SQL contains `match` (or for which it returns
+        True) raise D1Error(message), the next `times` times (None: always).
+        Inside a batch the whole batch rolls back, as on D1."""
+        pred = (lambda s: match in s) if isinstance(match, str) else match
+        fault = Fault(pred, message, times)
+        self._faults.append(fault)
+        return fault
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+
+    def apply_migrations(self, directory: str | Path) -> list[str]:
+        """Apply the `*.sql` files of `directory` not yet applied, in name
+        order, recording them in `d1_migrations` as wrangler does; returns the
+        names applied."""
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS d1_migrations (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+            "name TEXT UNIQUE, applied_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL)"
+        )
+        done = {r[0] for r in self._conn.execute("SELECT name FROM d1_migrations")}
+        applied = []
+        for path in sorted(Path(directory).glob("*.sql")):
+            if path.name in done:
+                continue
+            self._conn.executescript(
+                f"BEGIN;\n{path.read_text()}\n;INSERT INTO d1_migrations (name) VALUES "
+                f"('{path.name}');\nCOMMIT;"
+            )
+            applied.append(path.name)
+        return applied
+
+    def query(self, sql: str, *params: Any) -> list[Row]:
+        """Synchronous read for test assertions (not part of D1's API)."""
+        return [Row(r) for r in self._conn.execute(sql, params).fetchall()]
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # -- internals ------------------------------------------------------------
+
+    def _cursor(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
+        self.statements.append(sql)
+        for fault in self._faults:
+            fault.fire(sql)
+        try:
+            return self._conn.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise D1Error(f"D1_ERROR: {exc}: SQLITE_ERROR") from exc
+
+    def _execute_one(self, sql: str, params: tuple[Any, ...], exec_: bool = False) -> Row:
+        t0 = time.perf_counter()
+        before = self._conn.total_changes
+        try:
+            cur = self._cursor(sql, params)
+        except D1Error as exc:
+            if exec_:
+                raise D1Error(f"D1_EXEC_ERROR: Error in line: {sql}: {exc}") from exc
+            raise
+        rows = [Row(r) for r in cur.fetchall()]
+        changed = self._conn.total_changes - before
+        is_write = re.match(r"\s*(INSERT|UPDATE|DELETE|REPLACE)\b", sql, re.I) is not None
+        meta = Row(
+            changes=changed if is_write else 0,
+            last_row_id=cur.lastrowid or 0,
+            changed_db=changed > 0,
+            duration=(time.perf_counter() - t0) * 1000,
+            size_after=0,
+        )
+        return Row(success=True, meta=meta, results=rows)

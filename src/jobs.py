@@ -1,0 +1,34 @@
+"""This deployment's jobs. Register a handler here and it can be queued by name.
+
+A handler is an async function of `(payload)` or `(payload, ctx)`. Return
+normally to succeed; raise `Retry(delay_s=...)` to run again later, `Fail(...)`
+to give up now; any other exception retries with the job's backoff until its
+attempts run out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from d1queue import Backoff, Fail, JobContext, Registry
+
+registry = Registry()
+
+
+@registry.job("example.echo", max_attempts=3, timeout_s=10)
+async def echo(payload: Any, ctx: JobContext) -> None:
+    """Logs its payload: the smallest job, for trying the queue out."""
+    print(f"example.echo attempt {ctx.attempt}: {payload!r}")
+
+
+@registry.job("example.add", max_attempts=5, timeout_s=10, backoff=Backoff(base_s=2))
+async def add(payload: Any, ctx: JobContext) -> None:
+    """Adds two numbers and queues the sum on as a follow-up echo job: shows
+    validation (Fail) and a handler dispatching more work."""
+    if not isinstance(payload, dict) or not all(
+        isinstance(payload.get(k), int | float) for k in ("a", "b")
+    ):
+        raise Fail("payload must be an object with numbers a and b")
+    await ctx.queue.dispatch(
+        "example.echo", {"sum": payload["a"] + payload["b"]}, queue=ctx.job.queue
+    )
