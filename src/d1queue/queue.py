@@ -143,15 +143,13 @@ class D1Queue:
 
     # -- claiming --------------------------------------------------------
 
-    async def claim(self, queue: str, n: int) -> list[QueuedJob]:
+    async def claim_round(self, queue: str, n: int) -> tuple[list[QueuedJob], int]:
         """One claim round: SELECT up to `n` candidates, then one batch of
-        conditional UPDATEs; returns the jobs whose UPDATE changed a row.
-        Exhausted jobs are included (see `QueuedJob.exhausted`): the caller
-        fails them. At most two queries."""
-        won, _ = await self._claim_round(queue, n)
-        return won
-
-    async def _claim_round(self, queue: str, n: int) -> tuple[list[QueuedJob], int]:
+        conditional UPDATEs. Returns the jobs whose UPDATE changed a row and
+        how many candidates there were (fewer than `n`: the queue ran dry; more
+        than won: the rest were lost to other workers). Exhausted jobs are
+        included (see `QueuedJob.exhausted`): the caller fails them. At most
+        two queries."""
         check_name("queue", queue)
         now = self.clock()
         found = await self.binding.run(sql.SELECT_CANDIDATES, queue, now, n)
@@ -184,7 +182,7 @@ class D1Queue:
             want = n - len(jobs)
             if want <= 0:
                 break
-            won, candidates = await self._claim_round(queue, want)
+            won, candidates = await self.claim_round(queue, want)
             exhausted = [j for j in won if j.exhausted]
             if exhausted:
                 await self.settle([exhausted_outcome(j) for j in exhausted])

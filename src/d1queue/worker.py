@@ -133,6 +133,7 @@ async def drain(
 
     report.reclaimed = await queue.reclaim_expired()
     active = list(config.queues)
+    lost: dict[str, int] = {}
     turn = 0
     while True:
         if not active:
@@ -149,11 +150,19 @@ async def drain(
             report.stopped = "query_budget"
             break
         name = active[turn % len(active)]
-        jobs = await queue.claim(name, k)
+        jobs, candidates = await queue.claim_round(name, k)
         report.rounds += 1
-        if not jobs:
-            active.remove(name)  # empty (or every candidate was lost to a race)
+        if not candidates:
+            active.remove(name)  # nothing ready on this queue
             continue
+        if not jobs:
+            # Every candidate went to another drain running at the same time;
+            # the queue is not empty. Try it again, a bounded number of times.
+            lost[name] = lost.get(name, 0) + 1
+            if lost[name] >= queue.max_claim_attempts:
+                active.remove(name)
+            continue
+        lost[name] = 0
         turn += 1
         report.claimed += len(jobs)
         outcomes = await asyncio.gather(*(run(job) for job in jobs))

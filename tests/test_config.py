@@ -1,0 +1,61 @@
+"""Configuration from the Worker's vars: defaults, validation, typos."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from d1queue import Config, ConfigError
+
+from .conftest import ROOT
+
+
+def test_the_shipped_wrangler_vars_are_valid_and_complete() -> None:
+    wrangler = tomllib.loads((ROOT / "wrangler.toml").read_text())
+    config = Config.from_vars(wrangler["vars"])
+    assert config == Config(), "wrangler.toml shows the defaults"
+    assert wrangler["main"] == "src/entry.py"
+    assert "python_workers" in wrangler["compatibility_flags"]
+    (d1,) = wrangler["d1_databases"]
+    assert (d1["binding"], d1["database_name"], d1["migrations_dir"]) == (
+        "DB",
+        "d1queue",
+        "migrations",
+    )
+    assert wrangler["triggers"]["crons"] == ["* * * * *"]
+
+
+def test_values_are_parsed() -> None:
+    c = Config.from_vars(
+        {
+            "D1QUEUE_QUEUES": "mail, default ,reports",
+            "D1QUEUE_QUERY_BUDGET": "900",
+            "D1QUEUE_TIME_BUDGET_S": "25.5",
+            "D1QUEUE_DRAIN_ON_PUSH": "true",
+            "D1QUEUE_TOKEN": "secret, not a setting",
+            "OTHER": "ignored",
+        }
+    )
+    assert c.queues == ("mail", "default", "reports")
+    assert (c.query_budget, c.time_budget_s, c.drain_on_push) == (900, 25.5, True)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"D1QUEUE_QUEUE": "default"}, "unknown setting D1QUEUE_QUEUE"),
+        ({"D1QUEUE_QUERY_BUDGET": "lots"}, "not a valid value"),
+        ({"D1QUEUE_QUERY_BUDGET": "2000"}, "<= 1000"),
+        ({"D1QUEUE_BATCH_SIZE": "0"}, "1..100"),
+        ({"D1QUEUE_TIME_BUDGET_S": "nan"}, "not a valid value"),
+        ({"D1QUEUE_RESERVATION_S": "10"}, "must exceed"),
+        ({"D1QUEUE_QUEUES": "a b"}, "D1QUEUE_QUEUES"),
+        ({"D1QUEUE_QUEUES": " , "}, "names no queue"),
+        ({"D1QUEUE_BATCH_COUNTS_AS": "rows"}, "'query' or 'statements'"),
+        ({"D1QUEUE_DRAIN_ON_PUSH": "yes please"}, "not a valid value"),
+    ],
+)
+def test_bad_settings_fail_loudly(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Config.from_vars(env)
