@@ -78,3 +78,25 @@ async def test_objects_on_one_file_share_the_database(tmp_path: Path) -> None:
     await a.exec("CREATE TABLE t (v)")
     await a.prepare("INSERT INTO t VALUES (?)").bind(7).run()
     assert await b.prepare("SELECT v FROM t").first("v") == 7
+
+
+async def test_the_driver_retries_transient_d1_errors_only() -> None:
+    from d1queue import D1Queue
+    from d1queue.binding import Binding, RetryPolicy
+
+    from .conftest import MIGRATIONS
+
+    d1 = SqliteD1()
+    d1.apply_migrations(MIGRATIONS)
+    queue = D1Queue(Binding(d1, retry=RetryPolicy(base_s=0.001)))
+    d1.fail_when("INSERT", "D1_ERROR: Network connection lost.", times=2)
+    job_id = await queue.dispatch("x")
+    assert await queue.job(job_id) is not None
+    assert queue.binding.retried == 2
+    d1.fail_when("SELECT", "D1_ERROR: D1 DB is overloaded. Too many requests queued.")
+    with pytest.raises(D1Error, match="overloaded"):
+        await queue.size("default")
+    d1.fail_when("SELECT", "D1_ERROR: Network connection lost.", times=None)
+    with pytest.raises(D1Error, match="Network connection lost"):
+        await queue.size("default")
+    assert queue.binding.retried == 2 + 4, "five tries in all, then the error"

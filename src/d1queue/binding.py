@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import random
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,36 @@ Statement = tuple[str, Sequence[Any]]
 MAX_IN_FLIGHT = 6
 """D1 allows six simultaneous connections per invocation; more are queued by
 the platform, where they still count against the wall-time budget unseen."""
+
+
+TRANSIENT_ERRORS = (
+    "Network connection lost",
+    "storage caused object to be reset",
+    "reset because its code was updated",
+    "Cannot resolve D1 DB due to transient issue",
+)
+"""D1 errors its docs say to retry ("debug-d1", "retry-queries"). Not retried:
+"overloaded", timeouts, memory and CPU resets, which retrying makes worse.
+Retrying is safe for every statement d1queue sends: a re-sent claim or settle
+is fenced (it changes nothing the second time), and a re-sent insert carries
+the same job id."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(marker in text for marker in TRANSIENT_ERRORS)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter for transient D1 errors."""
+
+    tries: int = 5
+    base_s: float = 0.1
+    cap_s: float = 3.0
+
+    def delay_s(self, attempt: int) -> float:
+        return random.uniform(0, min(self.cap_s, self.base_s * 2**attempt))
 
 
 @dataclass
@@ -98,8 +129,17 @@ def _result(raw: Any) -> Result:
 class Binding:
     """A D1 binding behind a small, counted, plain-Python interface."""
 
-    def __init__(self, db: Any, *, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+    def __init__(
+        self,
+        db: Any,
+        *,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        retry: RetryPolicy = RetryPolicy(),
+    ) -> None:
         self.db = db
+        self.retry = retry
+        self.retried = 0
+        """How many sends were repeated after a transient error."""
         self.usage = Usage()
         self._raw = _is_js(db)
         self._null: Any = None
@@ -125,11 +165,24 @@ class Binding:
             u.rows_written += r.rows_written
             u.by_sql[sql] = u.by_sql.get(sql, 0) + 1
 
+    async def _send(self, send: Any) -> Any:
+        """Await `send()`, again after a transient D1 error (bounded)."""
+        for attempt in range(self.retry.tries):
+            try:
+                return await send()
+            except Exception as exc:
+                if attempt + 1 == self.retry.tries or not is_transient(exc):
+                    raise
+                self.retried += 1
+                await asyncio.sleep(self.retry.delay_s(attempt))
+        raise AssertionError("unreachable")
+
     async def run(self, sql: str, *params: Any) -> Result:
         """One statement, one round trip."""
         async with self._slots:
             t0 = time.perf_counter()
-            result = _result(await self._prepare(sql, params).all())
+            raw = await self._send(lambda: self._prepare(sql, params).all())
+            result = _result(raw)
             self._count([(sql, params)], [result], t0)
             return result
 
@@ -138,15 +191,18 @@ class Binding:
         or none do."""
         if not statements:
             return []
-        prepared = [self._prepare(sql, params) for sql, params in statements]
-        async with self._slots:
-            t0 = time.perf_counter()
+
+        def send() -> Any:
+            prepared = [self._prepare(sql, params) for sql, params in statements]
             if self._raw:
                 # A Python list reaches JS as a proxy, not an Array, and
                 # D1's batch() wants an Array.
-                raw = await self.db.batch(_pyodide_ffi().to_js(prepared))
-            else:
-                raw = await self.db.batch(prepared)
+                return self.db.batch(_pyodide_ffi().to_js(prepared))
+            return self.db.batch(prepared)
+
+        async with self._slots:
+            t0 = time.perf_counter()
+            raw = await self._send(send)
             results = [_result(r) for r in _plain(raw)]
             self._count(statements, results, t0)
             return results

@@ -100,8 +100,13 @@ class D1Queue:
             job.unique_key,
         )
         if job.unique_key is None:
+            retried = self.binding.retried
             (inserted,) = await self.binding.batch([(sql.INSERT_JOB, params)])
-            if inserted.changes != 1:
+            if inserted.changes != 1 and not (
+                # A transient error hid that the first send landed: the row
+                # with this id is our own job.
+                self.binding.retried > retried and await self.job(params[0]) is not None
+            ):
                 raise DuplicateJobId(f"a job with id {params[0]!r} is already queued")
             return params[0]
         # Insert and read the key's holder in one round trip: the holder is
