@@ -1,0 +1,260 @@
+"""The D1Queue contract: behaviour every D1 binding must give the driver.
+
+Plain async functions `case_*(db, clock)` with bare asserts and no pytest, so
+the same cases run under CPython against SqliteD1 (tests/test_contract.py)
+and inside Pyodide against Miniflare's D1 through the workers SDK
+(tests/runtime/test_contract_runtime.py), as one storage suite runs against
+every backend. Each case starts from empty tables. Assertions hold however
+concurrent calls interleave: real I/O orders them differently every run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+from d1queue import D1Queue, Fail, QueuedJob, Registry, drain
+from d1queue.config import Config
+
+
+class Clock:
+    """Epoch milliseconds that only move when a case says so."""
+
+    def __init__(self, ms: int = 1_700_000_000_000) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, seconds: float) -> None:
+        self.ms += round(seconds * 1000)
+
+
+async def fresh(db: Any, clock: Clock) -> D1Queue:
+    queue = D1Queue(db, clock=clock)
+    await queue.binding.batch(
+        [("DELETE FROM d1queue_jobs", ()), ("DELETE FROM d1queue_failed_jobs", ())]
+    )
+    return queue
+
+
+async def rows(queue: D1Queue, table: str = "d1queue_jobs") -> list[dict[str, Any]]:
+    return (await queue.binding.run(f"SELECT * FROM {table} ORDER BY rowid")).rows
+
+
+# -- the seed's behaviours ---------------------------------------------------------
+
+
+async def case_a_queued_job_round_trips_through_a_row(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    payload = {"to": "a@b.c", "n": [1, 2.5, None, True], "s": "ünïcode"}
+    job_id = await queue.push(QueuedJob.new("t.ping", payload, queue="mail", at_ms=clock()))
+    back = await queue.job(job_id)
+    assert back is not None
+    assert (back.queue, back.name, back.payload, back.max_attempts) == (
+        "mail",
+        "t.ping",
+        payload,
+        3,
+    )
+    assert back.reservation is None and back.unique_key is None
+    assert back.available_at == back.created_at == clock()
+
+
+async def case_reserving_takes_only_free_available_jobs(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    held = await queue.dispatch("t")
+    got = await queue.reserve("default")
+    assert got is not None and got.id == held and got.attempts == 1
+    await queue.dispatch("t", delay_s=60)
+    await queue.dispatch("t", queue="other")
+    assert await queue.reserve("default") is None, "reserved, delayed or elsewhere"
+    clock.advance(60)
+    assert await queue.reserve("default") is not None, "the delay has passed"
+
+
+async def case_acknowledge_release_fail(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    for i in range(3):
+        await queue.dispatch("t", i)
+    a, b, c = await queue.reserve_batch("default", 3)
+    assert await queue.acknowledge(a) is True
+    assert await queue.release(b, 30, "try later") is True
+    assert await queue.fail(c, "exploded") is True
+    (left,) = await rows(queue)
+    assert left["id"] == b.id and left["reserved_at"] is None and left["reservation"] is None
+    assert left["available_at"] == clock() + 30_000 and left["last_error"] == "try later"
+    (failed,) = await queue.failed_jobs()
+    assert (failed.id, failed.error, failed.attempts, failed.payload) == (c.id, "exploded", 1, "2")
+
+
+async def case_size_counts_only_unreserved_jobs(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    for _ in range(7):
+        await queue.dispatch("t")
+    await queue.dispatch("t", delay_s=60)
+    assert await queue.size("default") == 8
+    await queue.reserve("default")
+    assert await queue.size("default") == 7
+    assert await queue.clear("default") == 8, "reserved jobs too"
+    assert await queue.size("default") == 0
+
+
+async def case_reclaim_frees_lapsed_leases_only(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    await queue.dispatch("t")
+    await queue.dispatch("t")
+    assert await queue.reserve("default") is not None
+    clock.advance(queue.reservation_s - 1)
+    assert await queue.reclaim_expired() == 0
+    assert await queue.reserve("default") is not None
+    clock.advance(2)
+    assert await queue.reclaim_expired() == 1
+    again = await queue.reserve("default")
+    assert again is not None and again.attempts == 2
+    assert "lease expired" in (again.last_error or "")
+
+
+# -- beyond the seed ------------------------------------------------------------------
+
+
+async def case_racing_workers_never_both_win_a_job(db: Any, clock: Clock) -> None:
+    await fresh(db, clock)
+    a, b = D1Queue(db, clock=clock), D1Queue(db, clock=clock)
+    ids = {await a.dispatch("t", i) for i in range(30)}
+    seen: list[str] = []
+    while True:
+        ra, rb = await asyncio.gather(a.reserve_batch("default", 7), b.reserve_batch("default", 7))
+        if not ra and not rb:
+            break
+        assert not {j.id for j in ra} & {j.id for j in rb}
+        seen += [j.id for j in ra + rb]
+    assert sorted(seen) == sorted(ids), "every job claimed exactly once"
+
+
+async def case_a_stale_holder_changes_nothing(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    await queue.dispatch("t", {"n": 1})
+    first = await queue.reserve("default")
+    assert first is not None
+    clock.advance(queue.reservation_s + 1)
+    assert await queue.reclaim_expired() == 1
+    second = await queue.reserve("default")
+    assert second is not None and second.id == first.id
+    before = await rows(queue)
+    assert await queue.acknowledge(first) is False
+    assert await queue.release(first, 60, "late") is False
+    assert await queue.fail(first, "late") is False
+    assert await rows(queue) == before, "the new holder's claim is untouched"
+    assert await rows(queue, "d1queue_failed_jobs") == []
+    assert await queue.acknowledge(second) is True
+
+
+async def case_exhausted_after_crash_is_failed_not_rerun(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    await queue.dispatch("dies", max_attempts=2)
+    for _ in range(2):
+        assert await queue.reserve("default") is not None
+        clock.advance(queue.reservation_s + 1)
+        assert await queue.reclaim_expired() == 1
+    ok = await queue.dispatch("fine")
+    assert [j.id for j in await queue.reserve_batch("default", 5)] == [ok]
+    (failed,) = await queue.failed_jobs()
+    assert failed.name == "dies" and "attempted too many times" in failed.error
+    assert (failed.attempts, failed.max_attempts) == (3, 2)
+
+
+async def case_unique_keys_dedupe_until_the_job_ends(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    first = await queue.dispatch("mail", {"v": 1}, unique_key="user:1")
+    assert await queue.dispatch("mail", {"v": 2}, unique_key="user:1") == first
+    assert await queue.dispatch("mail", unique_key="user:2") != first
+    job = await queue.reserve("default")
+    assert job is not None and job.id == first
+    await queue.release(job)
+    assert await queue.dispatch("mail", unique_key="user:1") == first, "held across a release"
+    job = await queue.reserve("default")
+    assert job is not None and job.id == first
+    await queue.acknowledge(job)
+    after_ack = await queue.dispatch("mail", unique_key="user:1")
+    assert after_ack != first, "released on acknowledge"
+    while (job := await queue.reserve("default")) is not None:
+        await queue.fail(job, "no")
+    assert await queue.dispatch("mail", unique_key="user:1") != after_ack, "released on fail"
+
+
+async def case_retry_failed_requeues_once_without_the_lock(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    job_id = await queue.dispatch("mail", {"to": "x"}, unique_key="k", priority=3)
+    job = await queue.reserve("default")
+    assert job is not None
+    await queue.fail(job, "smtp down")
+    fresh_id = await queue.dispatch("mail", {"to": "y"}, unique_key="k")
+    assert await queue.retry_failed(job_id) is True
+    again = await queue.job(job_id)
+    assert again is not None
+    assert (again.attempts, again.max_attempts, again.unique_key) == (0, 1, None)
+    assert (again.payload, again.priority, again.last_error) == ({"to": "x"}, 3, "smtp down")
+    assert await queue.job(fresh_id) is not None
+    assert await queue.retry_failed(job_id) is False
+    assert await queue.failed_jobs() == []
+
+
+async def case_priority_then_fifo_then_delay(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    low1 = await queue.dispatch("t", "low1")
+    later = await queue.dispatch("t", "later", delay_s=5, priority=9)
+    high1 = await queue.dispatch("t", "high1", priority=5)
+    low2 = await queue.dispatch("t", "low2")
+    high2 = await queue.dispatch("t", "high2", priority=5)
+    clock.advance(1)
+    low3 = await queue.dispatch("t", "low3")
+    got = [j.id for j in await queue.reserve_batch("default", 10)]
+    assert got == [high1, high2, low1, low2, low3]
+    clock.advance(5)
+    assert [j.id for j in await queue.reserve_batch("default", 10)] == [later]
+
+
+async def case_failed_jobs_newest_first(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    for i in range(3):
+        await queue.dispatch("t", i)
+    for i in range(3):
+        job = await queue.reserve("default")
+        assert job is not None
+        clock.advance(1)
+        await queue.fail(job, f"e{i}")
+    assert [f.error for f in await queue.failed_jobs()] == ["e2", "e1", "e0"]
+    assert [f.error for f in await queue.failed_jobs(limit=1)] == ["e2"]
+
+
+async def case_drains_run_each_job_once(db: Any, clock: Clock) -> None:
+    await fresh(db, clock)
+    runs: Counter[Any] = Counter()
+    reg = Registry()
+
+    @reg.job("count")
+    async def count(payload: Any) -> None:
+        runs[payload] += 1
+
+    @reg.job("refuse")
+    async def refuse(payload: Any) -> None:
+        raise Fail("bad input")
+
+    a, b = D1Queue(db, clock=clock), D1Queue(db, clock=clock)
+    for i in range(40):
+        await a.dispatch("count", i)
+    await a.dispatch("refuse")
+    await a.dispatch("nobody.home")
+    config = Config(batch_size=8)
+    ra, rb = await asyncio.gather(drain(a, reg, config), drain(b, reg, config))
+    assert runs == Counter(range(40)), "each job ran exactly once"
+    assert ra.succeeded + rb.succeeded == 40 and ra.failed + rb.failed == 2
+    assert ra.stale + rb.stale == 0
+    assert await rows(a) == []
+    errors = sorted(f.error for f in await a.failed_jobs())
+    assert "bad input" in errors[0] and "no handler is registered" in errors[1]
+
+
+CASES = {name: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
