@@ -54,5 +54,6 @@ CREATE TABLE d1queue_failed_jobs (
 );
 
 -- Newest-first listing, overall and per queue, and pruning by age.
-CREATE INDEX d1queue_failed_jobs_failed_at ON d1queue_failed_jobs (failed_at);
-CREATE INDEX d1queue_failed_jobs_queue ON d1queue_failed_jobs (queue, failed_at);
+-- id is in the key so pages ordered by (failed_at, id) need no sort.
+CREATE INDEX d1queue_failed_jobs_failed_at ON d1queue_failed_jobs (failed_at, id);
+CREATE INDEX d1queue_failed_jobs_queue ON d1queue_failed_jobs (queue, failed_at, id);

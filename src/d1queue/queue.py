@@ -49,6 +49,22 @@ class Outcome:
     error: str | None = None
 
 
+def _insert_params(job: QueuedJob) -> tuple[Any, ...]:
+    """INSERT_JOB's ten values for `job`."""
+    return (
+        job.id,
+        job.queue,
+        job.name,
+        job.payload_json(),
+        job.attempts,
+        job.max_attempts,
+        job.priority,
+        job.available_at,
+        job.created_at,
+        job.unique_key,
+    )
+
+
 def _token() -> str:
     return os.urandom(8).hex()
 
@@ -87,38 +103,66 @@ class D1Queue:
         """Store `job`; returns its id, or, when its unique_key is already held
         by a queued job, that job's id and stores nothing."""
         job.validate()
-        params = (
-            job.id or new_id(self.clock()),
-            job.queue,
-            job.name,
-            job.payload_json(),
-            job.attempts,
-            job.max_attempts,
-            job.priority,
-            job.available_at or self.clock(),
-            job.created_at or self.clock(),
-            job.unique_key,
-        )
+        now = self.clock()
+        job.id = job.id or new_id(now)
+        job.available_at = job.available_at or now
+        job.created_at = job.created_at or now
+        params = _insert_params(job)
         if job.unique_key is None:
             retried = self.binding.retried
             (inserted,) = await self.binding.batch([(sql.INSERT_JOB, params)])
             if inserted.changes != 1 and not (
                 # A transient error hid that the first send landed: the row
                 # with this id is our own job.
-                self.binding.retried > retried and await self.job(params[0]) is not None
+                self.binding.retried > retried and await self.job(job.id) is not None
             ):
-                raise DuplicateJobId(f"a job with id {params[0]!r} is already queued")
-            return params[0]
+                raise DuplicateJobId(f"a job with id {job.id!r} is already queued")
+            return job.id
         # Insert and read the key's holder in one round trip: the holder is
         # this job if the insert won, else the job that already had the key.
-        inserted, holder = await self.binding.batch(
+        _, holder = await self.binding.batch(
             [(sql.INSERT_JOB, params), (sql.SELECT_UNIQUE_HOLDER, (job.unique_key,))]
         )
-        if inserted.changes == 1 or not holder.rows:
-            if not holder.rows:  # the conflict was on the id, not the key
-                raise DuplicateJobId(f"a job with id {params[0]!r} is already queued")
-            return params[0]
+        if not holder.rows:  # nobody holds the key: the conflict was on the id
+            raise DuplicateJobId(f"a job with id {job.id!r} is already queued")
         return str(holder.rows[0]["id"])
+
+    async def push_many(self, jobs: Sequence[QueuedJob]) -> list[tuple[str, bool]]:
+        """Store many jobs in one db.batch (one transaction: all or none);
+        returns (id, deduplicated) per job, in order. Rows are packed ten to a
+        statement, D1's 100-bound-parameter limit."""
+        rows = []
+        for job in jobs:
+            job.validate()
+            now = self.clock()
+            job.id = job.id or new_id(now)
+            job.available_at = job.available_at or now
+            job.created_at = job.created_at or now
+            rows.append(job)
+        statements: list[Statement] = []
+        for unique in (False, True):
+            group = [j for j in rows if (j.unique_key is not None) == unique]
+            step = sql.INSERT_ROWS_PER_STATEMENT
+            for i in range(0, len(group), step):
+                chunk = group[i : i + step]
+                params = [v for j in chunk for v in _insert_params(j)]
+                statements.append((sql.insert_jobs(len(chunk), unique=unique), params))
+        keys = sorted({j.unique_key for j in rows if j.unique_key is not None})
+        for i in range(0, len(keys), 100):
+            chunk_keys = keys[i : i + 100]
+            statements.append((sql.select_unique_holders(len(chunk_keys)), chunk_keys))
+        results = await self.binding.batch(statements)
+        selects = (len(keys) + 99) // 100  # the holder SELECTs come last
+        holders = {
+            r["unique_key"]: str(r["id"])
+            for res in results[len(results) - selects :]
+            for r in res.rows
+        }
+        out = []
+        for job in rows:
+            holder = holders.get(job.unique_key, job.id) if job.unique_key else job.id
+            out.append((holder, holder != job.id))
+        return out
 
     async def dispatch(
         self,

@@ -111,3 +111,75 @@ RETRY_FAILED_INSERT = (
     "FROM d1queue_failed_jobs WHERE id = ?2"
 )
 RETRY_FAILED_DELETE = "DELETE FROM d1queue_failed_jobs WHERE id = ?1"
+
+# -- the API's statements ----------------------------------------------------
+
+JOB_VALUES = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+JOB_PARAMS = 10
+INSERT_ROWS_PER_STATEMENT = 100 // JOB_PARAMS
+"""D1 binds at most 100 parameters per statement: ten 10-value rows."""
+
+
+def insert_jobs(n: int, *, unique: bool) -> str:
+    """A multi-row INSERT_JOB for `n` (<= INSERT_ROWS_PER_STATEMENT) jobs.
+    `unique`: the rows carry unique keys and a held key skips its row;
+    otherwise any conflict (a reused id) fails the statement and its batch."""
+    if not 1 <= n <= INSERT_ROWS_PER_STATEMENT:
+        raise ValueError(f"1..{INSERT_ROWS_PER_STATEMENT} rows per statement, not {n}")
+    return (
+        "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
+        "available_at, created_at, unique_key) VALUES "
+        + ", ".join([JOB_VALUES] * n)
+        + (" ON CONFLICT DO NOTHING" if unique else "")
+    )
+
+
+def select_unique_holders(n: int) -> str:
+    """The ids holding `n` unique keys (n <= 100, D1's parameter limit)."""
+    if not 1 <= n <= 100:
+        raise ValueError(f"1..100 keys per statement, not {n}")
+    return (
+        "SELECT id, unique_key FROM d1queue_jobs WHERE unique_key IN (" + ", ".join(["?"] * n) + ")"
+    )
+
+
+# Counts per queue by state, from the indexes: the ready index for unreserved
+# jobs (reads every unreserved row of the queue — counting cannot do less),
+# the lease index for jobs in flight. ?1 now
+UNRESERVED_STATS = (
+    "SELECT queue, SUM(available_at <= ?1) AS ready, SUM(available_at > ?1) AS delayed, "
+    "MIN(CASE WHEN available_at <= ?1 THEN available_at END) AS oldest_ready_at "
+    "FROM d1queue_jobs WHERE reserved_at IS NULL GROUP BY queue"
+)
+# ?1 now ?2 queue
+UNRESERVED_STATS_ONE = UNRESERVED_STATS.replace("WHERE ", "WHERE queue = ?2 AND ")
+RESERVED_COUNTS = (
+    "SELECT queue, COUNT(*) AS reserved FROM d1queue_jobs "
+    "WHERE reserved_at IS NOT NULL GROUP BY queue"
+)
+FAILED_COUNTS = "SELECT queue, COUNT(*) AS failed FROM d1queue_failed_jobs GROUP BY queue"
+FAILED_COUNT_ONE = "SELECT queue, COUNT(*) AS failed FROM d1queue_failed_jobs WHERE queue = ?1"
+QUEUE_STATES = "SELECT name, paused FROM d1queue_queues"
+PAUSED_QUEUES = "SELECT name FROM d1queue_queues WHERE paused = 1"
+
+# ?1 name ?2 paused (0/1) ?3 now
+SET_PAUSED = (
+    "INSERT INTO d1queue_queues (name, paused, updated_at) VALUES (?1, ?2, ?3) "
+    "ON CONFLICT (name) DO UPDATE SET paused = ?2, updated_at = ?3"
+)
+
+# Cancelling: only a job no worker holds. Sent with SELECT_JOB in one batch,
+# so a miss can say whether the job is running (409) or gone (404).
+CANCEL_JOB = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reserved_at IS NULL"
+
+# Newest first, paged by (failed_at, id) so a page boundary never skips or
+# repeats a row. ?1 cursor failed_at ?2 cursor id ?3 limit [?4 queue]
+LIST_FAILED_PAGE = (
+    f"SELECT {FAILED_COLUMNS} FROM d1queue_failed_jobs "
+    "WHERE (failed_at, id) < (?1, ?2) ORDER BY failed_at DESC, id DESC LIMIT ?3"
+)
+LIST_FAILED_PAGE_IN_QUEUE = LIST_FAILED_PAGE.replace("WHERE ", "WHERE queue = ?4 AND ")
+SELECT_FAILED = f"SELECT {FAILED_COLUMNS} FROM d1queue_failed_jobs WHERE id = ?1"
+DELETE_FAILED = RETRY_FAILED_DELETE
+# ?1 cutoff
+PRUNE_FAILED = "DELETE FROM d1queue_failed_jobs WHERE failed_at < ?1"
