@@ -49,6 +49,9 @@ class Outcome:
     error: str | None = None
 
 
+RECLAIM_NOTE = "lease expired before the job was settled (worker died or overran)"
+
+
 def _insert_params(job: QueuedJob) -> tuple[Any, ...]:
     """INSERT_JOB's ten values for `job`."""
     return (
@@ -328,12 +331,19 @@ class D1Queue:
     async def reclaim_expired(self) -> int:
         """Free every lease that lapsed (its worker died or overran); returns
         how many. One UPDATE over the lease index."""
-        result = await self.binding.run(
-            sql.RECLAIM_EXPIRED,
-            self.clock(),
-            "lease expired before the job was settled (worker died or overran)",
-        )
+        result = await self.binding.run(sql.RECLAIM_EXPIRED, self.clock(), RECLAIM_NOTE)
         return result.changes
+
+    async def reclaim_and_list_paused(self) -> tuple[int, set[str]]:
+        """What a drain does first, in one round trip: reclaim_expired's UPDATE,
+        and the names of the paused queues."""
+        reclaimed, paused = await self.binding.batch(
+            [
+                (sql.RECLAIM_EXPIRED, (self.clock(), RECLAIM_NOTE)),
+                (sql.PAUSED_QUEUES, ()),
+            ]
+        )
+        return reclaimed.changes, {str(r["name"]) for r in paused.rows}
 
     async def job(self, id: str) -> QueuedJob | None:
         """The queued job `id`, or None (acknowledged, failed or never queued)."""

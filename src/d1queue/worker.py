@@ -15,7 +15,7 @@ import asyncio
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .config import Config, ConfigError
@@ -41,6 +41,7 @@ class DrainReport:
     rows_read: int = 0
     rows_written: int = 0
     elapsed_s: float = 0.0
+    paused: list[str] = field(default_factory=list)
     stopped: str = ""
     """Why the drain ended: "empty", "time_budget" or "query_budget"."""
 
@@ -104,9 +105,12 @@ async def drain(
     *,
     env: Any = None,
     clock: Callable[[], float] = time.monotonic,
+    reclaim: bool = True,
 ) -> DrainReport:
-    """Reclaim, then drain `config.queues` within the budgets; see the module
-    docstring. `env` is handed to handlers as `ctx.env`."""
+    """Reclaim (and skip paused queues), then drain `config.queues` within the
+    budgets; see the module docstring. `env` is handed to handlers as
+    `ctx.env`. `reclaim=False` skips the first step, for the short drain
+    after a push, which the cron's full drain backs up."""
     config = config or Config()
     longest = registry.max_timeout_s()
     if queue.reservation_s <= config.time_budget_s + longest:
@@ -131,8 +135,12 @@ async def drain(
         async with slots:
             return await run_job(job, registry, JobContext(job=job, queue=queue, env=env))
 
-    report.reclaimed = await queue.reclaim_expired()
-    active = list(config.queues)
+    if reclaim:
+        report.reclaimed, paused = await queue.reclaim_and_list_paused()
+    else:
+        paused = set()
+    active = [q for q in config.queues if q not in paused]
+    report.paused = sorted(paused & set(config.queues))
     lost: dict[str, int] = {}
     turn = 0
     while True:

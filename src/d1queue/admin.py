@@ -1,0 +1,132 @@
+"""Operating a queue: stats, pausing, cancelling, and the failed-jobs store.
+
+What people and dashboards ask of the queue, as opposed to what workers do
+with it (queue.py). Same driver layer: statements from sql.py, sent through
+the D1Queue's binding.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from . import sql
+from .job import QueuedJob, check_name, row_to_job
+from .queue import D1Queue, FailedJob
+
+
+@dataclass
+class QueueStats:
+    queue: str
+    ready: int = 0
+    delayed: int = 0
+    reserved: int = 0
+    failed: int = 0
+    oldest_ready_age_s: float | None = None
+    paused: bool = False
+
+
+def encode_cursor(job: FailedJob) -> str:
+    return base64.urlsafe_b64encode(f"{job.failed_at}:{job.id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    """ValueError for anything not made by encode_cursor."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        at, id = text.split(":", 1)
+        return int(at), id
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValueError(f"not a cursor this API returned: {cursor!r}") from None
+
+
+class Admin:
+    def __init__(self, queue: D1Queue) -> None:
+        self.queue = queue
+        self.binding = queue.binding
+
+    async def stats(self, name: str | None = None) -> list[QueueStats]:
+        """Every queue that has jobs, failures or state (or just `name`), in
+        one round trip."""
+        now = self.queue.clock()
+        if name is None:
+            unreserved: tuple[str, tuple[Any, ...]] = (sql.UNRESERVED_STATS, (now,))
+            failed: tuple[str, tuple[Any, ...]] = (sql.FAILED_COUNTS, ())
+        else:
+            check_name("queue", name)
+            unreserved = (sql.UNRESERVED_STATS_ONE, (now, name))
+            failed = (sql.FAILED_COUNT_ONE, (name,))
+        results = await self.binding.batch(
+            [unreserved, (sql.RESERVED_COUNTS, ()), failed, (sql.QUEUE_STATES, ())]
+        )
+        by_name: dict[str, QueueStats] = {}
+
+        def entry(q: Any) -> QueueStats:
+            return by_name.setdefault(str(q), QueueStats(queue=str(q)))
+
+        for r in results[0].rows:
+            s = entry(r["queue"])
+            s.ready, s.delayed = int(r["ready"] or 0), int(r["delayed"] or 0)
+            if r["oldest_ready_at"] is not None:
+                s.oldest_ready_age_s = max(0, now - int(r["oldest_ready_at"])) / 1000
+        for r in results[1].rows:
+            if name is None or r["queue"] == name:
+                entry(r["queue"]).reserved = int(r["reserved"])
+        for r in results[2].rows:
+            if r["queue"] is not None:
+                entry(r["queue"]).failed = int(r["failed"])
+        for r in results[3].rows:
+            if name is None or r["name"] == name:
+                entry(r["name"]).paused = bool(r["paused"])
+        if name is not None:
+            entry(name)
+        return sorted(by_name.values(), key=lambda s: s.queue)
+
+    async def set_paused(self, name: str, paused: bool) -> None:
+        """A paused queue is not drained; pushes to it are still accepted."""
+        check_name("queue", name)
+        await self.binding.run(sql.SET_PAUSED, name, int(paused), self.queue.clock())
+
+    async def cancel(self, id: str) -> Literal["cancelled", "reserved", "missing"]:
+        """Delete job `id` unless a worker holds it."""
+        deleted, found = await self.binding.batch(
+            [(sql.CANCEL_JOB, (id,)), (sql.SELECT_JOB, (id,))]
+        )
+        if deleted.changes:
+            return "cancelled"
+        return "reserved" if found.rows else "missing"
+
+    async def find(self, id: str) -> QueuedJob | FailedJob | None:
+        """Job `id` wherever it is: queued (or running), failed, or None
+        (acknowledged, cancelled or never queued)."""
+        queued, failed = await self.binding.batch(
+            [(sql.SELECT_JOB, (id,)), (sql.SELECT_FAILED, (id,))]
+        )
+        if queued.rows:
+            return row_to_job(queued.rows[0])
+        return FailedJob(**failed.rows[0]) if failed.rows else None
+
+    async def failed_page(
+        self, queue: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> tuple[list[FailedJob], str | None]:
+        """A page of failed jobs, newest first, and the cursor of the next page
+        (None on the last). Keyset paging: stable while failures are added."""
+        at, id = decode_cursor(cursor) if cursor else (2**53 - 1, "")
+        if queue is None:
+            result = await self.binding.run(sql.LIST_FAILED_PAGE, at, id, limit + 1)
+        else:
+            check_name("queue", queue)
+            result = await self.binding.run(sql.LIST_FAILED_PAGE_IN_QUEUE, at, id, limit + 1, queue)
+        jobs = [FailedJob(**r) for r in result.rows]
+        more = len(jobs) > limit
+        jobs = jobs[:limit]
+        return jobs, (encode_cursor(jobs[-1]) if more and jobs else None)
+
+    async def delete_failed(self, id: str) -> bool:
+        return (await self.binding.run(sql.DELETE_FAILED, id)).changes == 1
+
+    async def prune_failed(self, older_than_s: float) -> int:
+        cutoff = self.queue.clock() - round(older_than_s * 1000)
+        return (await self.binding.run(sql.PRUNE_FAILED, cutoff)).changes

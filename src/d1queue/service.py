@@ -1,0 +1,239 @@
+"""The operations other Workers and people call, over HTTP (api.py) or RPC
+(entry.py), with one validation for both.
+
+Every check runs before anything is written, so a bad request writes nothing;
+failures are `ApiError`s carrying an HTTP status and a stable code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import Any
+
+from .admin import Admin, QueueStats
+from .job import MAX_SAFE_INT, NAME_PATTERN, QueuedJob, Registry
+from .queue import D1Queue, FailedJob
+
+MAX_PAYLOAD_BYTES = 128 * 1024
+"""A job's payload as stored JSON: Cloudflare Queues' message limit, and far
+under D1's 2 MB row limit and 100 KB-per-statement SQL text (payloads are
+bound, not inlined)."""
+MAX_BATCH = 100
+MAX_DELAY_S = 365 * 24 * 3600
+MAX_ATTEMPTS = 100
+PRIORITY_RANGE = (-1000, 1000)
+MAX_UNIQUE_KEY = 255
+MAX_LIST = 500
+JOB_FIELDS = {"name", "payload", "delay_s", "max_attempts", "priority", "unique_key"}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.status, self.code, self.message = status, code, message
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+def invalid(message: str) -> ApiError:
+    return ApiError(422, "invalid", message)
+
+
+def check_queue(name: Any) -> str:
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise ApiError(400, "invalid_queue", "queue names match [A-Za-z0-9._:-]{1,64}")
+    return name
+
+
+def _int(obj: dict[str, Any], key: str, default: int, lo: int, hi: int) -> int:
+    value = obj.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise invalid(f"{key} must be an integer from {lo} to {hi}")
+    return value
+
+
+def _stats(s: QueueStats) -> dict[str, Any]:
+    return asdict(s)
+
+
+def _failed(f: FailedJob) -> dict[str, Any]:
+    return {**asdict(f), "state": "failed"}
+
+
+class Service:
+    """`on_push(queue)` is called after a successful push (drain-on-push)."""
+
+    def __init__(
+        self,
+        queue: D1Queue,
+        registry: Registry,
+        on_push: Callable[[str], Awaitable[None] | None] | None = None,
+    ) -> None:
+        self.queue, self.registry, self.on_push = queue, registry, on_push
+        self.admin = Admin(queue)
+
+    # -- pushing ----------------------------------------------------------------
+
+    def parse_job(self, queue: str, obj: Any, where: str = "") -> QueuedJob:
+        """A validated job from a request's JSON object (ApiError otherwise)."""
+        if not isinstance(obj, dict):
+            raise invalid(f"{where}a job must be a JSON object")
+        unknown = sorted(set(obj) - JOB_FIELDS)
+        if unknown:
+            raise invalid(f"{where}unknown field(s): {', '.join(unknown)}")
+        name = obj.get("name")
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            raise invalid(f"{where}name must match [A-Za-z0-9._:-]{{1,64}}")
+        if name not in self.registry:
+            raise invalid(f"{where}no job is registered under the name {name!r}")
+        delay = obj.get("delay_s", 0)
+        if (
+            isinstance(delay, bool)
+            or not isinstance(delay, int | float)
+            or not (0 <= delay <= MAX_DELAY_S)
+        ):
+            raise invalid(f"{where}delay_s must be a number from 0 to {MAX_DELAY_S}")
+        spec = self.registry.get(name)
+        assert spec is not None
+        max_attempts = _int(obj, "max_attempts", spec.max_attempts, 1, MAX_ATTEMPTS)
+        priority = _int(obj, "priority", 0, *PRIORITY_RANGE)
+        key = obj.get("unique_key")
+        if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY):
+            raise invalid(f"{where}unique_key must be a string of 1 to {MAX_UNIQUE_KEY} characters")
+        job = QueuedJob.new(
+            name,
+            obj.get("payload"),
+            queue=queue,
+            delay_s=delay,
+            max_attempts=max_attempts,
+            priority=priority,
+            unique_key=key,
+            at_ms=self.queue.clock(),
+        )
+        try:
+            size = len(job.payload_json().encode())
+        except ValueError as exc:
+            raise invalid(f"{where}{exc}") from None
+        if size > MAX_PAYLOAD_BYTES:
+            raise ApiError(
+                413,
+                "payload_too_large",
+                f"{where}payload is {size} bytes as JSON; the limit is {MAX_PAYLOAD_BYTES}",
+            )
+        return job
+
+    async def _pushed(self, queue: str) -> None:
+        if self.on_push is not None:
+            result = self.on_push(queue)
+            if result is not None:
+                await result
+
+    async def dispatch(self, queue: str, obj: Any) -> dict[str, Any]:
+        job = self.parse_job(check_queue(queue), obj)
+        job_id = await self.queue.push(job)
+        await self._pushed(queue)
+        return {"id": job_id, "queue": queue, "deduplicated": job_id != job.id}
+
+    async def dispatch_batch(self, queue: str, jobs: Any) -> dict[str, Any]:
+        check_queue(queue)
+        if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_BATCH:
+            raise invalid(f"jobs must be an array of 1 to {MAX_BATCH} jobs")
+        parsed = [self.parse_job(queue, j, f"jobs[{i}]: ") for i, j in enumerate(jobs)]
+        results = await self.queue.push_many(parsed)
+        await self._pushed(queue)
+        return {"ids": [i for i, _ in results], "deduplicated": [d for _, d in results]}
+
+    # -- queues -----------------------------------------------------------------
+
+    async def queues(self) -> dict[str, Any]:
+        return {"queues": [_stats(s) for s in await self.admin.stats()]}
+
+    async def queue_stats(self, queue: str) -> dict[str, Any]:
+        (stats,) = await self.admin.stats(check_queue(queue))
+        return _stats(stats)
+
+    async def set_paused(self, queue: str, paused: bool) -> dict[str, Any]:
+        await self.admin.set_paused(check_queue(queue), paused)
+        return await self.queue_stats(queue)
+
+    async def clear(self, queue: str) -> dict[str, Any]:
+        return {"deleted": await self.queue.clear(check_queue(queue))}
+
+    # -- jobs -------------------------------------------------------------------
+
+    async def job(self, id: str) -> dict[str, Any]:
+        found = await self.admin.find(id)
+        if found is None:
+            raise ApiError(404, "not_found", f"job {id!r} completed or never existed")
+        if isinstance(found, FailedJob):
+            return _failed(found)
+        now = self.queue.clock()
+        state = (
+            "reserved"
+            if found.reservation is not None
+            else ("ready" if found.available_at <= now else "delayed")
+        )
+        return {
+            "id": found.id,
+            "queue": found.queue,
+            "name": found.name,
+            "state": state,
+            "payload": found.payload,
+            "attempts": found.attempts,
+            "max_attempts": found.max_attempts,
+            "priority": found.priority,
+            "available_at": found.available_at,
+            "created_at": found.created_at,
+            "reserved_until": found.reserved_until,
+            "unique_key": found.unique_key,
+            "last_error": found.last_error,
+        }
+
+    async def cancel(self, id: str) -> dict[str, Any]:
+        outcome = await self.admin.cancel(id)
+        if outcome == "reserved":
+            raise ApiError(409, "reserved", f"job {id!r} is running; it cannot be cancelled now")
+        if outcome == "missing":
+            raise ApiError(404, "not_found", f"job {id!r} completed or never existed")
+        return {"id": id, "cancelled": True}
+
+    # -- failed jobs --------------------------------------------------------------
+
+    async def failed(
+        self, queue: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        if queue is not None:
+            check_queue(queue)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
+            raise ApiError(400, "invalid_limit", f"limit must be an integer from 1 to {MAX_LIST}")
+        try:
+            jobs, next_cursor = await self.admin.failed_page(queue, limit, cursor)
+        except ValueError as exc:
+            raise ApiError(400, "invalid_cursor", str(exc)) from None
+        return {"jobs": [_failed(j) for j in jobs], "next_cursor": next_cursor}
+
+    async def retry_failed(self, id: str) -> dict[str, Any]:
+        if not await self.queue.retry_failed(id):
+            raise ApiError(404, "not_found", f"no failed job {id!r}")
+        return {"id": id, "retried": True}
+
+    async def delete_failed(self, id: str) -> dict[str, Any]:
+        if not await self.admin.delete_failed(id):
+            raise ApiError(404, "not_found", f"no failed job {id!r}")
+        return {"deleted": 1}
+
+    async def prune_failed(self, older_than_s: Any) -> dict[str, Any]:
+        if (
+            isinstance(older_than_s, bool)
+            or not isinstance(older_than_s, int | float)
+            or not 0 <= older_than_s <= MAX_SAFE_INT / 1000
+        ):
+            raise ApiError(400, "invalid_older_than_s", "older_than_s must be a number >= 0")
+        return {"deleted": await self.admin.prune_failed(older_than_s)}
+
+
+def dumps(body: Any) -> str:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,263 @@
+"""The HTTP API, driven as plain Python over SqliteD1: every route's success
+and error paths, and nothing written on any 4xx."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from d1queue import Config, D1Queue, Registry, drain
+from d1queue.api import MAX_BODY_BYTES, Api, HttpResponse
+from d1queue.openapi import SPEC
+from d1queue.service import MAX_PAYLOAD_BYTES, Service
+from d1queue.testing import SqliteD1
+
+from .conftest import Clock
+
+TOKEN = "s3cret-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+def registry() -> Registry:
+    reg = Registry()
+
+    @reg.job("t.echo", max_attempts=4)
+    async def echo(payload: Any) -> None: ...
+
+    @reg.job("t.boom", max_attempts=1)
+    async def boom(payload: Any) -> None:
+        raise RuntimeError("boom")
+
+    return reg
+
+
+class Client:
+    def __init__(self, api: Api, db: SqliteD1) -> None:
+        self.api, self.db = api, db
+
+    async def __call__(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        auth: bool = True,
+        raw: bytes | None = None,
+    ) -> HttpResponse:
+        data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+        return await self.api.handle(method, f"https://q.example{path}", AUTH if auth else {}, data)
+
+    def counts(self) -> tuple[int, int, int]:
+        return tuple(  # type: ignore[return-value]
+            self.db.query(f"SELECT COUNT(*) AS n FROM {t}")[0]["n"]
+            for t in ("d1queue_jobs", "d1queue_failed_jobs", "d1queue_queues")
+        )
+
+
+@pytest.fixture
+def reg() -> Registry:
+    return registry()
+
+
+@pytest.fixture
+def client(db: SqliteD1, queue: D1Queue, reg: Registry) -> Client:
+    return Client(Api(Service(queue, reg), TOKEN, "9.9", SPEC), db)
+
+
+async def test_health_needs_no_token(client: Client) -> None:
+    r = await client("GET", "/health", auth=False)
+    assert (r.status, r.body) == (200, {"ok": True, "version": "9.9"})
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"authorization": "Bearer nope"}, {"authorization": TOKEN}, {"authorization": "Basic x"}],
+)
+async def test_every_route_but_health_needs_the_token(client: Client, headers: dict) -> None:
+    for method, path in [("GET", "/v1/queues"), ("POST", "/v1/queues/a/jobs"), ("GET", "/nope")]:
+        r = await client.api.handle(method, path, headers, b"{}")
+        assert r.status == 401 and r.body["error"]["code"] == "unauthorized"
+        assert r.headers["www-authenticate"] == "Bearer"
+
+
+async def test_no_token_configured_is_503(db: SqliteD1, queue: D1Queue, reg: Registry) -> None:
+    api = Api(Service(queue, reg), None, "1", SPEC)
+    r = await api.handle("GET", "/v1/queues", AUTH, b"")
+    assert r.status == 503 and "D1QUEUE_TOKEN" in r.body["error"]["message"]
+
+
+async def test_push_dedupe_state_cancel(client: Client, queue: D1Queue, clock: Clock) -> None:
+    r = await client("POST", "/v1/queues/mail/jobs", {"name": "t.echo", "payload": {"a": 1}})
+    assert r.status == 201 and r.body["queue"] == "mail" and r.body["deduplicated"] is False
+    job_id = r.body["id"]
+    got = await client("GET", f"/v1/jobs/{job_id}")
+    assert got.status == 200
+    assert (got.body["state"], got.body["payload"], got.body["max_attempts"]) == (
+        "ready",
+        {"a": 1},
+        4,
+    )
+
+    body = {"name": "t.echo", "unique_key": "k", "delay_s": 30, "priority": 7, "max_attempts": 2}
+    first = await client("POST", "/v1/queues/mail/jobs", body)
+    again = await client("POST", "/v1/queues/mail/jobs", body)
+    assert (first.status, again.status) == (201, 200)
+    assert again.body == {"id": first.body["id"], "queue": "mail", "deduplicated": True}
+    assert (await client("GET", f"/v1/jobs/{first.body['id']}")).body["state"] == "delayed"
+
+    await queue.reserve("mail")
+    assert (await client("GET", f"/v1/jobs/{job_id}")).body["state"] == "reserved"
+    r = await client("DELETE", f"/v1/jobs/{job_id}")
+    assert r.status == 409 and r.body["error"]["code"] == "reserved"
+    r = await client("DELETE", f"/v1/jobs/{first.body['id']}")
+    assert (r.status, r.body) == (200, {"id": first.body["id"], "cancelled": True})
+    r = await client("GET", f"/v1/jobs/{first.body['id']}")
+    assert r.status == 404 and "completed or never existed" in r.body["error"]["message"]
+    assert (await client("DELETE", "/v1/jobs/nope")).status == 404
+
+
+async def test_batch_is_all_or_nothing_and_packed(client: Client, db: SqliteD1) -> None:
+    jobs = [{"name": "t.echo", "payload": i} for i in range(25)]
+    jobs[3]["unique_key"] = jobs[4]["unique_key"] = "same"
+    before = len(db.statements)
+    r = await client("POST", "/v1/queues/q/jobs/batch", {"jobs": jobs})
+    assert r.status == 201 and len(r.body["ids"]) == 25
+    assert r.body["ids"][4] == r.body["ids"][3] and r.body["deduplicated"][4] is True
+    assert sum(r.body["deduplicated"]) == 1
+    inserts = [s for s in db.statements[before:] if s.startswith("INSERT")]
+    assert len(inserts) == 4, "23 plain rows in 3 statements, 2 keyed rows in 1"
+    assert client.counts() == (24, 0, 0)
+
+    bad = [*jobs[:5], {"name": "t.unknown"}]
+    r = await client("POST", "/v1/queues/q/jobs/batch", {"jobs": bad})
+    assert r.status == 422 and "jobs[5]" in r.body["error"]["message"]
+    too_many = [{"name": "t.echo"}] * 101
+    assert (await client("POST", "/v1/queues/q/jobs/batch", {"jobs": too_many})).status == 422
+    assert (await client("POST", "/v1/queues/q/jobs/batch", {"jobs": []})).status == 422
+    assert client.counts() == (24, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "raw", "status", "code"),
+    [
+        ("/v1/queues/q/jobs", None, b"{not json", 400, "malformed_json"),
+        ("/v1/queues/q/jobs", None, b"\xff\xfe", 400, "malformed_json"),
+        ("/v1/queues/q/jobs", None, b'{"name": "t.echo", "payload": NaN}', 400, "malformed_json"),
+        ("/v1/queues/q/jobs", [1, 2], None, 400, "malformed_json"),
+        ("/v1/queues/bad%20name/jobs", {"name": "t.echo"}, None, 400, "invalid_queue"),
+        ("/v1/queues/q/jobs", {"name": "t.nope"}, None, 422, "invalid"),
+        ("/v1/queues/q/jobs", {"name": "bad name"}, None, 422, "invalid"),
+        ("/v1/queues/q/jobs", {"payload": 1}, None, 422, "invalid"),
+        ("/v1/queues/q/jobs", {"name": "t.echo", "delay_s": -1}, None, 422, "invalid"),
+        ("/v1/queues/q/jobs", {"name": "t.echo", "delay_s": True}, None, 422, "invalid"),
+        ("/v1/queues/q/jobs", {"name": "t.echo", "max_attempts": 0}, None, 422, "invalid"),
+        ("/v1/queues/q/jobs", {"name": "t.echo", "max_attempts": 1.5}, None, 422, "invalid"),
+        ("/v1/queues/q/jobs", {"name": "t.echo", "priority": 10**20}, None, 422, "invalid"),
+        ("/v1/queues/q/jobs", {"name": "t.echo", "unique_key": ""}, None, 422, "invalid"),
+        ("/v1/queues/q/jobs", {"name": "t.echo", "extra": 1}, None, 422, "invalid"),
+        (
+            "/v1/queues/q/jobs",
+            {"name": "t.echo", "payload": "x" * MAX_PAYLOAD_BYTES},
+            None,
+            413,
+            "payload_too_large",
+        ),
+        ("/v1/queues/q/jobs", None, b" " * (MAX_BODY_BYTES + 1), 413, "payload_too_large"),
+        ("/v1/queues/q/jobs/batch", {"jobs": [], "x": 1}, None, 422, "invalid"),
+    ],
+)
+async def test_bad_input_is_refused_and_writes_nothing(
+    client: Client, path: str, body: Any, raw: bytes | None, status: int, code: str
+) -> None:
+    r = await client("POST", path, body, raw=raw)
+    assert (r.status, r.body["error"]["code"]) == (status, code), r.body
+    assert set(r.body) == {"error"} and r.body["error"]["message"]
+    assert client.counts() == (0, 0, 0)
+
+
+async def test_unknown_routes_and_methods(client: Client) -> None:
+    assert (await client("GET", "/v2/x")).status == 404
+    r = await client("PUT", "/v1/queues")
+    assert r.status == 405 and r.body["error"]["code"] == "method_not_allowed"
+
+
+async def test_stats_pause_resume_clear(
+    client: Client, queue: D1Queue, reg: Registry, clock: Clock
+) -> None:
+    for i in range(3):
+        await client("POST", "/v1/queues/a/jobs", {"name": "t.echo", "payload": i})
+        clock.advance(1)
+    await client("POST", "/v1/queues/a/jobs", {"name": "t.echo", "delay_s": 60})
+    await client("POST", "/v1/queues/b/jobs", {"name": "t.boom"})
+    await queue.reserve("a")
+    await drain(queue, reg, Config(queues=("b",)))
+    a = (await client("GET", "/v1/queues/a")).body
+    assert a == {
+        "queue": "a",
+        "ready": 2,
+        "delayed": 1,
+        "reserved": 1,
+        "failed": 0,
+        "oldest_ready_age_s": 2.0,
+        "paused": False,
+    }
+    everything = (await client("GET", "/v1/queues")).body["queues"]
+    assert [(s["queue"], s["failed"]) for s in everything] == [("a", 0), ("b", 1)]
+    empty = (await client("GET", "/v1/queues/nothing")).body
+    assert empty["ready"] == 0 and empty["oldest_ready_age_s"] is None
+
+    assert (await client("POST", "/v1/queues/a/pause")).body["paused"] is True
+    report = await drain(queue, reg, Config(queues=("a",)))
+    assert report.claimed == 0 and report.paused == ["a"]
+    assert (await client("POST", "/v1/queues/a/jobs", {"name": "t.echo"})).status == 201
+    assert (await client("POST", "/v1/queues/a/resume")).body["paused"] is False
+    assert (await drain(queue, reg, Config(queues=("a",)))).succeeded == 3
+    r = await client("DELETE", "/v1/queues/a/jobs")
+    assert r.body == {"deleted": 2}, "the delayed job and the reserved one"
+
+
+async def test_failed_jobs_page_retry_delete_prune(
+    client: Client, queue: D1Queue, reg: Registry, clock: Clock
+) -> None:
+    for i in range(5):
+        await client("POST", f"/v1/queues/{'ab'[i % 2]}/jobs", {"name": "t.boom", "payload": i})
+    for i in range(5):  # fail them in order, a second apart
+        job = await queue.reserve("ab"[i % 2])
+        assert job is not None and job.payload == i
+        await queue.fail(job, "RuntimeError: boom")
+        clock.advance(1)
+    page1 = (await client("GET", "/v1/failed?limit=2")).body
+    assert [j["payload"] for j in page1["jobs"]] == ["4", "3"] and page1["next_cursor"]
+    page2 = (await client("GET", f"/v1/failed?limit=2&cursor={page1['next_cursor']}")).body
+    page3 = (await client("GET", f"/v1/failed?limit=2&cursor={page2['next_cursor']}")).body
+    assert [j["payload"] for j in page2["jobs"] + page3["jobs"]] == ["2", "1", "0"]
+    assert page3["next_cursor"] is None
+    only_b = (await client("GET", "/v1/failed?queue=b")).body["jobs"]
+    assert [j["payload"] for j in only_b] == ["3", "1"] and only_b[0]["state"] == "failed"
+    assert "RuntimeError: boom" in only_b[0]["error"]
+    failed_id = only_b[0]["id"]
+    assert (await client("GET", f"/v1/jobs/{failed_id}")).body["state"] == "failed"
+    for bad in ("limit=0", "limit=x", "limit=501", "cursor=zzz", "queue=a%20b"):
+        assert (await client("GET", f"/v1/failed?{bad}")).status == 400, bad
+
+    r = await client("POST", f"/v1/failed/{failed_id}/retry")
+    assert (r.status, r.body) == (200, {"id": failed_id, "retried": True})
+    assert (await client("GET", f"/v1/jobs/{failed_id}")).body["state"] == "ready"
+    assert (await client("POST", f"/v1/failed/{failed_id}/retry")).status == 404
+    assert (await client("DELETE", f"/v1/failed/{page1['jobs'][0]['id']}")).body == {"deleted": 1}
+    assert (await client("DELETE", f"/v1/failed/{page1['jobs'][0]['id']}")).status == 404
+    assert (await client("DELETE", "/v1/failed")).status == 400
+    assert (await client("DELETE", "/v1/failed?older_than_s=-1")).status == 400
+    clock.advance(100)
+    assert (await client("DELETE", "/v1/failed?older_than_s=104.5")).body == {"deleted": 1}
+    assert (await client("DELETE", "/v1/failed?older_than_s=0")).body == {"deleted": 2}
+
+
+async def test_the_openapi_document_is_served_and_valid(client: Client) -> None:
+    from openapi_spec_validator import validate
+
+    r = await client("GET", "/v1/openapi.json")
+    assert r.status == 200 and r.body["openapi"] == "3.1.0"
+    validate(r.body)
