@@ -1,0 +1,161 @@
+"""The built-in `http.request` job: deliver an HTTP request, with retries.
+
+Payload: {url | service + path, method?, headers?, body?, timeout_s?,
+expect_status?}. Succeeds on 2xx (or `expect_status`); retries on 5xx, 429
+and network errors, honouring Retry-After; fails for good on any other 4xx.
+The response status and the start of its body go into last_error, so a
+failure explains itself in the failed-jobs store.
+
+The HTTP client is injected (`fetch`): the Worker passes the Workers fetch
+(entry.py), tests pass their own. A Worker has no synchronous
+XMLHttpRequest, which is why `requests` (through pyodide-http) is not used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+from .job import Backoff, Fail, JobContext, Registry, Retry
+
+NAME = "http.request"
+EXCERPT_CHARS = 300
+MAX_TIMEOUT_S = 60.0
+METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+
+class HttpResponse(Protocol):
+    status: int
+
+    def header(self, name: str) -> str | None: ...
+
+    async def text(self) -> str: ...
+
+
+Fetch = Callable[..., Awaitable[HttpResponse]]
+"""fetch(url, *, method, headers, body, service, env) -> HttpResponse;
+`service` names a service binding in `env` to send the request through."""
+
+
+def retry_after_s(value: str | None, now: float | None = None) -> float | None:
+    """Retry-After as seconds: delta-seconds or an HTTP date; None if absent
+    or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def parse(payload: Any) -> dict[str, Any]:
+    """The request a payload describes; Fail (not retried) if it is malformed."""
+    if not isinstance(payload, Mapping):
+        raise Fail("payload must be an object")
+    unknown = set(payload) - {
+        "url", "service", "path", "method", "headers", "body", "timeout_s", "expect_status"
+    }  # fmt: skip
+    if unknown:
+        raise Fail(f"unknown field(s): {', '.join(sorted(unknown))}")
+    service = payload.get("service")
+    url: Any
+    if service is not None:
+        path = payload.get("path", "/")
+        if not isinstance(service, str) or not isinstance(path, str) or not path.startswith("/"):
+            raise Fail("service must be a binding name and path must start with /")
+        url = f"https://{service}{path}"  # the host is ignored by a service binding
+    else:
+        url = payload.get("url")
+        if not isinstance(url, str) or urlparse(url).scheme not in ("http", "https"):
+            raise Fail("url must be an http(s) URL (or give service and path)")
+    method = str(payload.get("method", "POST" if "body" in payload else "GET")).upper()
+    if method not in METHODS:
+        raise Fail(f"method must be one of {', '.join(sorted(METHODS))}")
+    headers = payload.get("headers") or {}
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise Fail("headers must be an object of strings")
+    headers = dict(headers)
+    body = payload.get("body")
+    if body is not None and not isinstance(body, str):
+        body = json.dumps(body)
+        headers.setdefault("content-type", "application/json")
+    timeout = payload.get("timeout_s", 30)
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not (0 < timeout <= MAX_TIMEOUT_S)
+    ):
+        raise Fail(f"timeout_s must be a number in (0, {MAX_TIMEOUT_S:g}]")
+    expect = payload.get("expect_status")
+    if expect is not None and (isinstance(expect, bool) or not isinstance(expect, int)):
+        raise Fail("expect_status must be an integer")
+    return {
+        "url": url,
+        "service": service,
+        "method": method,
+        "headers": headers,
+        "body": body,
+        "timeout_s": float(timeout),
+        "expect_status": expect,
+    }
+
+
+def register_http_job(
+    registry: Registry,
+    fetch: Fetch,
+    *,
+    max_attempts: int = 5,
+    backoff: Backoff | None = None,
+) -> None:
+    """Register `http.request` on `registry`, sending with `fetch`."""
+
+    async def http_request(payload: Any, ctx: JobContext) -> None:
+        req = parse(payload)
+        target = f"{req['method']} {req['url']}"
+        try:
+            response = await asyncio.wait_for(
+                fetch(
+                    req["url"],
+                    method=req["method"],
+                    headers=req["headers"],
+                    body=req["body"],
+                    service=req["service"],
+                    env=ctx.env,
+                ),
+                req["timeout_s"],
+            )
+            status = int(response.status)
+            text = await asyncio.wait_for(response.text(), req["timeout_s"])
+        except TimeoutError:
+            raise Retry(f"{target}: no response within {req['timeout_s']:g}s") from None
+        except (Fail, Retry):
+            raise
+        except Exception as exc:  # network errors, DNS, refused connections
+            raise Retry(f"{target}: {type(exc).__name__}: {exc}") from None
+        excerpt = " ".join(text[:EXCERPT_CHARS].split())
+        said = f"{target} answered {status}" + (f": {excerpt}" if excerpt else "")
+        expected = req["expect_status"]
+        if (expected is None and 200 <= status < 300) or status == expected:
+            return
+        if status == 429 or status >= 500:
+            raise Retry(said, delay_s=retry_after_s(response.header("retry-after")))
+        raise Fail(said)
+
+    registry.register(
+        NAME,
+        http_request,
+        max_attempts=max_attempts,
+        timeout_s=MAX_TIMEOUT_S + 5,
+        backoff=backoff or Backoff(base_s=10, max_s=3600),
+    )
