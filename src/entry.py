@@ -5,17 +5,58 @@ d1queue/ and jobs.py imports and tests under plain CPython.
 """
 
 import json
+from dataclasses import replace
 from typing import Any
-from urllib.parse import urlparse
 
-from workers import Response, WorkerEntrypoint
+from workers import Response, WorkerEntrypoint, fetch
 
-from d1queue import Config, D1Queue, __version__, drain
+from d1queue import Config, ConfigError, D1Queue, __version__, drain
+from d1queue.api import MAX_BODY_BYTES, Api
+from d1queue.http_job import register_http_job
+from d1queue.openapi import SPEC
+from d1queue.service import ApiError, Service
 from jobs import registry
 
+PUSH_DRAIN: dict[str, Any] = {"time_budget_s": 5.0, "query_budget": 10}
+"""Bounds of the drain a push starts (D1QUEUE_DRAIN_ON_PUSH): three rounds at
+most, within the same invocation as the push, so it can never starve the
+request or exhaust the invocation's D1 queries."""
 
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body), status=status, headers={"content-type": "application/json"})
+
+class _Reply:
+    """A Workers fetch response as d1queue.http_job reads one."""
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self.status = int(response.status)
+
+    def header(self, name: str) -> str | None:
+        value = self._response.headers.get(name)
+        return None if value is None else str(value)
+
+    async def text(self) -> str:
+        return str(await self._response.text())
+
+
+async def _fetch(
+    url: str, *, method: str, headers: dict[str, str], body: str | None, service: Any, env: Any
+) -> _Reply:
+    options: dict[str, Any] = {"method": method, "headers": headers}
+    if body is not None:
+        options["body"] = body
+    if service is not None:
+        binding = getattr(env, service, None)
+        if binding is None:
+            raise LookupError(f"no service binding named {service!r} in this Worker's env")
+        return _Reply(await binding.fetch(url, **options))
+    return _Reply(await fetch(url, **options))
+
+
+register_http_job(registry, _fetch)
+
+
+def _raw_env(env: Any) -> Any:
+    return getattr(env, "_env", env)
 
 
 def settings(env: Any) -> Config:
@@ -25,24 +66,93 @@ def settings(env: Any) -> Config:
     to be refused."""
     from js import Object  # only exists inside the Worker
 
-    raw = getattr(env, "_env", env)
+    raw = _raw_env(env)
     names = [str(k) for k in Object.keys(raw) if str(k).startswith("D1QUEUE_")]
     return Config.from_vars({k: str(getattr(raw, k)) for k in names})
 
 
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        json.dumps(body, separators=(",", ":")),
+        status=status,
+        headers={"content-type": "application/json", **(headers or {})},
+    )
+
+
+def _py(value: Any) -> Any:
+    """An RPC argument as Python (callers' objects may arrive as JsProxy)."""
+    to_py = getattr(value, "to_py", None)
+    return to_py() if callable(to_py) else value
+
+
+async def _body(request: Any) -> bytes:
+    if hasattr(request, "bytes"):  # the SDK's Request
+        return bytes(await request.bytes())
+    return bytes((await request.arrayBuffer()).to_bytes())
+
+
 class Default(WorkerEntrypoint):
+    def _queue(self, config: Config) -> D1Queue:
+        return D1Queue(self.env.DB, reservation_s=config.reservation_s)
+
+    def _service(self) -> Service:
+        config = settings(self.env)
+        queue = self._queue(config)
+
+        def drain_after_push(name: str) -> None:
+            if config.drain_on_push:
+                short = replace(config, queues=(name,), **PUSH_DRAIN)
+                self.ctx.waitUntil(self._drain(short, reclaim=False, why="push"))
+
+        return Service(queue, registry, on_push=drain_after_push)
+
+    async def _drain(self, config: Config, *, reclaim: bool, why: str) -> dict[str, Any]:
+        report = await drain(self._queue(config), registry, config, env=self.env, reclaim=reclaim)
+        line = {"event": "d1queue.drain", "trigger": why, **report.as_dict()}
+        print(json.dumps(line))
+        return line
+
     async def fetch(self, request: Any) -> Response:
-        path = urlparse(str(request.url)).path
-        if path == "/health" and request.method == "GET":
-            return _json({"ok": True, "version": __version__})
-        return _json({"error": {"code": "not_found", "message": f"no route {path}"}}, 404)
+        length = request.headers.get("content-length")
+        if length is not None and str(length).isdigit() and int(str(length)) > MAX_BODY_BYTES:
+            error = ApiError(413, "payload_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
+            return _json(error.body(), 413)
+        token = getattr(_raw_env(self.env), "D1QUEUE_TOKEN", None)
+        try:
+            service = self._service()
+        except ConfigError as exc:  # the operator's mistake, said plainly
+            return _json(ApiError(500, "misconfigured", str(exc)).body(), 500)
+        api = Api(service, str(token) if token else None, __version__, SPEC)
+        headers = {"authorization": str(request.headers.get("authorization") or "")}
+        method = str(request.method)
+        body = b"" if method in ("GET", "HEAD") else await _body(request)
+        reply = await api.handle(method, str(request.url), headers, body)
+        return _json(reply.body, reply.status, reply.headers)
 
     async def scheduled(self, controller: Any, env: Any, ctx: Any) -> None:
         """The cron: reclaim leases that lapsed, then drain within the budgets.
         The report is logged as one JSON line, for `wrangler tail` and Logpush."""
-        config = settings(self.env)
-        queue = D1Queue(self.env.DB, reservation_s=config.reservation_s)
-        report = await drain(queue, registry, config, env=self.env)
-        print(
-            json.dumps({"event": "d1queue.drain", "cron": str(controller.cron), **report.as_dict()})
-        )
+        await self._drain(settings(self.env), reclaim=True, why=f"cron {controller.cron}")
+
+    # -- RPC: for Workers with a service binding to this one ---------------------
+    # Same validation as the HTTP API; errors raise (the caller sees
+    # "<code>: <message>"); results are plain JSON-able dicts.
+
+    async def dispatch(self, queue: str, job: Any) -> dict[str, Any]:
+        return await self._service().dispatch(str(queue), _py(job))
+
+    async def dispatch_batch(self, queue: str, jobs: Any) -> dict[str, Any]:
+        return await self._service().dispatch_batch(str(queue), _py(jobs))
+
+    async def stats(self, queue: Any = None) -> dict[str, Any]:
+        service = self._service()
+        return await (service.queues() if queue is None else service.queue_stats(str(queue)))
+
+    async def job(self, id: str) -> dict[str, Any]:
+        return await self._service().job(str(id))
+
+    async def cancel(self, id: str) -> dict[str, Any]:
+        return await self._service().cancel(str(id))
+
+    async def retry_failed(self, id: str) -> dict[str, Any]:
+        return await self._service().retry_failed(str(id))
