@@ -5,6 +5,7 @@
 //
 //   node host/host.mjs [--port 8787] [--persist-to DIR | --fresh] [--crons]
 //                      [--test-hooks] [--raw-db] [--root DIR] [--sdk DIR]
+//                      [--var NAME=VALUE ...]   (over [vars] and .dev.vars; tests set secrets so)
 //
 // Routes: everything goes to the Worker's `fetch`, except
 //   GET /__scheduled?cron=…, GET /cdn-cgi/handler/scheduled?cron=…  → `scheduled`
@@ -33,7 +34,8 @@ function die(reason) {
 
 // Node prints the source line of an uncaught error; for Pyodide that is its
 // whole 1 MB minified module. Print the error itself instead.
-const oneError = (e) => (e && e.stack) || String(e);
+// A Python exception's message is its traceback; its JS stack is wasm noise.
+const oneError = (e) => (e?.name === 'PythonError' ? e.message.trimEnd() : (e && e.stack) || String(e));
 process.on('uncaughtException', (e) => fail(`uncaught: ${oneError(e)}`));
 process.on('unhandledRejection', (e) => process.stderr.write(`d1queue host: unhandled rejection: ${oneError(e)}\n`));
 
@@ -55,6 +57,7 @@ try {
       'raw-db': { type: 'boolean', default: false },
       root: { type: 'string', default: process.cwd() },
       sdk: { type: 'string' },
+      var: { type: 'string', multiple: true, default: [] },
     },
   }));
 } catch (e) {
@@ -96,8 +99,15 @@ persistRoot = opts.fresh
 // ------------------------------------------------------------- start-up --
 
 const started = Date.now();
-const { getPlatformProxy, unstable_readConfig, unstable_splitSqlQuery } = await import('wrangler');
+// Pyodide's load (~2.4 s) starts first; importing wrangler and starting Miniflare run alongside.
 const { loadPyodide } = await import('pyodide');
+const pyodideReady = loadPyodide({
+  // Worker output, line by line as it happens.
+  stdout: (line) => process.stdout.write(line + '\n'),
+  stderr: (line) => process.stderr.write(line + '\n'),
+});
+pyodideReady.catch(() => {}); // awaited below; not "unhandled" meanwhile
+const { getPlatformProxy, unstable_readConfig, unstable_splitSqlQuery } = await import('wrangler');
 const { D1Database, RawD1Database } = await import('./d1.mjs');
 const { parseCron } = await import('./cron.mjs');
 
@@ -131,11 +141,7 @@ const crons = (config.triggers?.crons ?? []).map((expr) => {
 });
 
 const [pyodide] = await Promise.all([
-  loadPyodide({
-    // Worker output, line by line as it happens.
-    stdout: (line) => process.stdout.write(line + '\n'),
-    stderr: (line) => process.stderr.write(line + '\n'),
-  }),
+  pyodideReady,
   (async () => {
     // remoteBindings: false — no remote proxy session (there is no network).
     proxy = await getPlatformProxy({ configPath, persist: { path: path.join(persistRoot, 'v3') }, remoteBindings: false });
@@ -181,6 +187,11 @@ const d1Bindings = new Set((config.d1_databases ?? []).map((d) => d.binding));
 const env = {};
 for (const [name, value] of Object.entries(proxy.env)) {
   env[name] = d1Bindings.has(name) ? new (opts['raw-db'] ? RawD1Database : D1Database)(value) : value;
+}
+for (const pair of opts.var) {
+  const eq = pair.indexOf('=');
+  if (eq < 1) await fail(`--var wants NAME=VALUE, got '${pair}'`);
+  env[pair.slice(0, eq)] = pair.slice(eq + 1);
 }
 
 // ------------------------------------------------------ waitUntil / ctx --
@@ -241,8 +252,9 @@ patchWaitUntil(globalCtx);
 
 // `from workers import env` / `patch_env` read these (cloudflare:workers).
 function* patchEnvHelper(patch) {
-  const saved = Object.entries(patch).map(([k]) => [k, Object.getOwnPropertyDescriptor(env, k)]);
-  Object.assign(env, patch);
+  const entries = patch instanceof Map ? [...patch] : Object.entries(patch); // to_js(dict) may be a Map
+  const saved = entries.map(([k]) => [k, Object.getOwnPropertyDescriptor(env, k)]);
+  for (const [k, v] of entries) env[k] = v;
   try { yield; } finally {
     for (const [k, d] of saved) { if (d) Object.defineProperty(env, k, d); else delete env[k]; }
   }

