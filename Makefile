@@ -40,8 +40,27 @@ check-wrangler: setup
 	wrangler d1 migrations apply d1queue --local --persist-to $(TMP)/state
 	wrangler deploy --dry-run --outdir $(TMP)/dist
 
-dev: setup
-	@echo "make dev: the offline runtime host is not built yet (see the runtime issue)."; exit 2
+# The Worker on 127.0.0.1:8787 with local D1 (.wrangler/state, migrations
+# applied first) and the cron running every minute. By default it is served by
+# host/host.mjs: `wrangler dev` cannot start a Python Worker without
+# downloading Cloudflare's Python runtime. With network, RUNTIME=cloudflare
+# runs `pywrangler dev` instead, on the same state.
+RUNTIME ?= offline
+PORT ?= 8787
+dev: setup .dev.vars
+	wrangler d1 migrations apply d1queue --local
+ifeq ($(RUNTIME),cloudflare)
+	pywrangler dev --test-scheduled --port $(PORT)
+else
+	@echo "make dev: serving the Worker with the offline host (wrangler dev would download Cloudflare's Python runtime; RUNTIME=cloudflare uses it)"
+	@echo "make dev: API token for Authorization: Bearer ... is in .dev.vars"
+	node host/host.mjs --port $(PORT) --crons
+endif
+
+# Local secrets for make dev: a fresh API token, made once.
+.dev.vars:
+	@echo "D1QUEUE_TOKEN=$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(24))')" > $@
+	@echo "make dev: wrote a new D1QUEUE_TOKEN to .dev.vars"
 
 clean:
 	rm -rf $(VENV) node_modules .wrangler .pytest_cache .mypy_cache .ruff_cache dist

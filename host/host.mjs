@@ -11,6 +11,7 @@
 //   GET /__scheduled?cron=…, GET /cdn-cgi/handler/scheduled?cron=…  → `scheduled`
 //   with --test-hooks: POST /__test/python (body: `async def main(env)` source)
 //                      GET  /__test/idle   (answers once all waitUntil work is done)
+//                      POST /__test/rpc/<method> (body: JSON array of arguments)
 //
 // Only node: built-ins are imported statically, so an old Node can still say
 // why it cannot run (wrangler and pyodide need Node 22).
@@ -382,6 +383,24 @@ async function runTestPython(req, res) {
   }
 }
 
+// POST /__test/rpc/<method>, body a JSON array of arguments: the call a JS
+// Worker makes through a service binding (env.QUEUE.<method>(...args)), with
+// workerd's conversions; answers {ok, result} or {ok: false, error}.
+async function runTestRpc(name, req, res) {
+  const chunks = [];
+  for await (const chunk of req) chunks.push(chunk);
+  const args = JSON.parse(Buffer.concat(chunks).toString('utf8') || '[]');
+  const { inst } = newEntrypoint();
+  try {
+    const result = await pyhost.call_method(false, inst, name, ...args);
+    text(res, 200, JSON.stringify({ ok: true, result: result ?? null }), 'application/json');
+  } catch (e) {
+    text(res, 200, JSON.stringify({ ok: false, error: String(e.message ?? e) }), 'application/json');
+  } finally {
+    inst.destroy();
+  }
+}
+
 const server = http.createServer(async (req, res) => {
   try {
     const url = new URL(req.url, 'http://host');
@@ -392,6 +411,9 @@ const server = http.createServer(async (req, res) => {
       return text(res, 200, 'Ran scheduled event');
     }
     if (opts['test-hooks'] && url.pathname === '/__test/python' && req.method === 'POST') return await runTestPython(req, res);
+    if (opts['test-hooks'] && url.pathname.startsWith('/__test/rpc/') && req.method === 'POST') {
+      return await runTestRpc(url.pathname.slice('/__test/rpc/'.length), req, res);
+    }
     if (opts['test-hooks'] && url.pathname === '/__test/idle') {
       await settle(pending);
       return text(res, 200, 'idle');

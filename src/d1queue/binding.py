@@ -113,10 +113,20 @@ def _plain(value: Any) -> Any:
     return to_py() if to_py is not None else value
 
 
+def _null_to_none(row: dict[str, Any]) -> dict[str, Any]:
+    """Pyodide converts JS null to `jsnull`, not None; SQL NULL should read
+    as None whichever binding returned it."""
+    ffi = _pyodide_ffi()
+    null = getattr(ffi, "jsnull", None) if ffi is not None else None
+    if null is None:
+        return row
+    return {k: (None if v is null else v) for k, v in row.items()}
+
+
 def _result(raw: Any) -> Result:
     raw = _plain(raw)
     meta = _plain(_field(raw, "meta")) or {}
-    rows = [dict(_plain(r)) for r in (_plain(_field(raw, "results")) or [])]
+    rows = [_null_to_none(dict(_plain(r))) for r in (_plain(_field(raw, "results")) or [])]
     return Result(
         rows=rows,
         changes=int(_field(meta, "changes") or 0),

@@ -171,7 +171,13 @@ async def drain(
                 active.remove(name)
             continue
         lost[name] = 0
-        turn += 1
+        if candidates < k:
+            # Fewer ready jobs than asked for: this round empties the queue,
+            # so skip the SELECT that would only say so. Jobs pushed from now
+            # on wait for the next run (or start a drain of their own).
+            active.remove(name)
+        else:
+            turn += 1
         report.claimed += len(jobs)
         outcomes = await asyncio.gather(*(run(job) for job in jobs))
         held = await queue.settle(outcomes)

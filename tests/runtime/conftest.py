@@ -43,6 +43,10 @@ START_TIMEOUT_S = 60.0
 REQUEST_TIMEOUT_S = 60.0
 
 
+class RpcError(Exception):
+    """An RPC method raised; the message is what the calling Worker sees."""
+
+
 @dataclass
 class Reply:
     status: int
@@ -142,6 +146,17 @@ class Host:
         answer = reply.json()
         if not answer["ok"]:
             raise AssertionError(answer["error"])
+        return answer["result"]
+
+    def rpc(self, method: str, *args: Any) -> Any:
+        """Call RPC method `method` as a JS Worker would through a service
+        binding; returns its result, or raises RpcError with its message."""
+        reply = self.post(f"/__test/rpc/{method}", json=list(args))
+        if reply.status != 200:
+            raise self._fail(f"rpc {method} answered {reply.status}: {reply.text}")
+        answer = reply.json()
+        if not answer["ok"]:
+            raise RpcError(answer["error"])
         return answer["result"]
 
     def scheduled(self, cron: str = "* * * * *") -> Reply:

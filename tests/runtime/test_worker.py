@@ -1,0 +1,216 @@
+"""The real Worker (src/entry.py) in Pyodide with the workers SDK and
+Miniflare's D1, over real HTTP: pushes, scheduled drains, crashes, overlapping
+runs, RPC, and the http.request job through the Workers fetch."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ..test_http_job import Server
+from .conftest import Host, RpcError, start_host
+
+
+def echo_runs(host: Host, since: int) -> Counter[int]:
+    found = re.findall(
+        r"example\.echo attempt \d+: \{'i': (\d+)\}", "\n".join(host.output()[since:])
+    )
+    return Counter(int(i) for i in found)
+
+
+def drain_reports(host: Host, since: int) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for line in host.output()[since:]
+        if line.startswith("{") and '"d1queue.drain"' in line
+    ]
+
+
+def test_a_pushed_job_runs_at_the_next_scheduled_run(clean_host: Host) -> None:
+    since = len(clean_host.output())
+    reply = clean_host.api(
+        "POST", "/v1/queues/default/jobs", {"name": "example.echo", "payload": {"i": 7}}
+    )
+    assert reply.status == 201
+    job_id = reply.json()["id"]
+    assert clean_host.api("GET", f"/v1/jobs/{job_id}").json()["state"] == "ready"
+    clean_host.scheduled()
+    clean_host.wait_for_output('"d1queue.drain"', since=since)
+    (report,) = drain_reports(clean_host, since)
+    assert (report["claimed"], report["succeeded"], report["stopped"]) == (1, 1, "empty")
+    assert report["queries"] == 4, "reclaim, SELECT, claim batch, settle batch"
+    assert echo_runs(clean_host, since) == Counter([7])
+    assert clean_host.api("GET", f"/v1/jobs/{job_id}").status == 404
+
+
+def test_a_job_whose_worker_died_is_recovered_by_a_later_run(clean_host: Host) -> None:
+    clean_host.api("POST", "/v1/queues/default/jobs", {"name": "example.echo", "payload": {"i": 1}})
+    # A worker claims it and dies: its lease (1 ms long, so that the test
+    # need not wait 90 s) lapses and nobody settles it.
+    clean_host.python(
+        """
+        from d1queue import D1Queue
+
+        async def main(env):
+            dead = D1Queue(env.DB, reservation_s=0.001)
+            assert await dead.reserve("default") is not None
+        """
+    )
+    since = len(clean_host.output())
+    clean_host.scheduled()
+    clean_host.wait_for_output('"d1queue.drain"', since=since)
+    (report,) = drain_reports(clean_host, since)
+    assert (report["reclaimed"], report["succeeded"]) == (1, 1)
+    assert echo_runs(clean_host, since) == Counter([1])
+
+
+def test_two_scheduled_runs_at_once_never_run_a_job_twice(clean_host: Host) -> None:
+    jobs = [{"name": "example.echo", "payload": {"i": i}} for i in range(90)]
+    assert clean_host.api("POST", "/v1/queues/default/jobs/batch", {"jobs": jobs}).status == 201
+    since = len(clean_host.output())
+    threads = [threading.Thread(target=clean_host.scheduled) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    clean_host.idle()
+    reports = drain_reports(clean_host, since)
+    assert len(reports) == 2
+    assert sum(r["succeeded"] for r in reports) == 90 and sum(r["stale"] for r in reports) == 0
+    assert echo_runs(clean_host, since) == Counter(range(90)), "each job exactly once"
+
+
+def test_rpc_methods_as_a_js_worker_calls_them(clean_host: Host) -> None:
+    pushed = clean_host.rpc(
+        "dispatch", "mail", {"name": "example.echo", "payload": {"i": 1}, "unique_key": "u"}
+    )
+    assert pushed["queue"] == "mail" and pushed["deduplicated"] is False
+    again = clean_host.rpc("dispatch", "mail", {"name": "example.echo", "unique_key": "u"})
+    assert again == {**pushed, "deduplicated": True}
+    batch = clean_host.rpc("dispatch_batch", "mail", [{"name": "example.echo", "delay_s": 60}] * 3)
+    assert len(batch["ids"]) == 3
+    stats = clean_host.rpc("stats", "mail")
+    assert (stats["ready"], stats["delayed"], stats["paused"]) == (1, 3, False)
+    assert [q["queue"] for q in clean_host.rpc("stats")["queues"]] == ["mail"]
+    assert clean_host.rpc("job", pushed["id"])["state"] == "ready"
+    assert clean_host.rpc("cancel", batch["ids"][0]) == {"id": batch["ids"][0], "cancelled": True}
+    with pytest.raises(RpcError, match="not_found"):
+        clean_host.rpc("job", batch["ids"][0])
+    with pytest.raises(RpcError, match="invalid: no job is registered"):
+        clean_host.rpc("dispatch", "mail", {"name": "nope"})
+    with pytest.raises(RpcError, match="invalid_queue"):
+        clean_host.rpc("dispatch", "bad queue", {"name": "example.echo"})
+    with pytest.raises(RpcError, match="not_found"):
+        clean_host.rpc("retry_failed", "nope")
+
+
+def test_api_over_http_errors_and_nothing_written(clean_host: Host) -> None:
+    h = clean_host
+    assert h.api("GET", "/v1/queues", token=None).status == 401
+    assert h.api("GET", "/v1/queues", token="wrong").status == 401
+    bad = h.request(
+        "POST",
+        "/v1/queues/q/jobs",
+        body="{nope",
+        headers={"authorization": "Bearer runtime-test-token"},
+    )
+    assert bad.status == 400 and bad.json()["error"]["code"] == "malformed_json"
+    assert h.api("POST", "/v1/queues/q/jobs", {"name": "nope"}).status == 422
+    assert (
+        h.api(
+            "POST", "/v1/queues/q/jobs", {"name": "example.echo", "payload": "x" * 200_000}
+        ).status
+        == 413
+    )
+    big = h.request(
+        "POST",
+        "/v1/queues/q/jobs",
+        body=" " * (1024 * 1024 + 1),
+        headers={"authorization": "Bearer runtime-test-token"},
+    )
+    assert big.status == 413
+    assert (
+        h.api(
+            "POST", "/v1/queues/q/jobs/batch", {"jobs": [{"name": "example.echo"}, {"name": "x"}]}
+        ).status
+        == 422
+    )
+    assert h.api("GET", "/v1/queues").json() == {"queues": []}, "nothing was written"
+    doc = h.api("GET", "/v1/openapi.json").json()
+    assert doc["openapi"] == "3.1.0"
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    s = Server()
+    t = threading.Thread(target=s.serve_forever, args=(0.05,), daemon=True)
+    t.start()
+    yield s
+    s.shutdown()
+    s.server_close()
+
+
+def test_http_request_job_through_the_workers_fetch(clean_host: Host, server: Server) -> None:
+    server.script["/ok"] = [(200, {}, "fine", 0)]
+    server.script["/flaky"] = [(503, {"Retry-After": "0"}, "busy", 0), (200, {}, "ok", 0)]
+    server.script["/gone"] = [(404, {}, "no such hook", 0)]
+    server.script["/slow"] = [(200, {}, "late", 3.0)]
+    push = lambda path, **kw: clean_host.api(  # noqa: E731
+        "POST",
+        "/v1/queues/default/jobs",
+        {"name": "http.request", "payload": {"url": server.url + path, **kw}},
+    ).json()["id"]
+    ok = push("/ok", body={"hello": "world"}, headers={"x-k": "v"})
+    flaky = push("/flaky")
+    gone = push("/gone")
+    slow = push("/slow", timeout_s=0.5)
+    clean_host.scheduled()
+    assert clean_host.api("GET", f"/v1/jobs/{ok}").status == 404, "delivered and acknowledged"
+    assert ("POST", "/ok", '{"hello": "world"}', "v") in server.seen
+    f = clean_host.api("GET", f"/v1/jobs/{flaky}").json()
+    assert f["state"] == "ready" and "answered 503: busy" in f["last_error"]
+    g = clean_host.api("GET", f"/v1/jobs/{gone}").json()
+    assert g["state"] == "failed" and "answered 404: no such hook" in g["error"]
+    s = clean_host.api("GET", f"/v1/jobs/{slow}").json()
+    assert s["state"] in ("ready", "delayed") and "no response within 0.5s" in s["last_error"]
+    clean_host.scheduled()  # Retry-After: 0, so the 503 job is due again
+    assert clean_host.api("GET", f"/v1/jobs/{flaky}").status == 404
+    assert sum(1 for m, p, *_ in server.seen if p == "/ok") == 1, "delivered exactly once"
+
+
+@pytest.fixture(scope="module")
+def push_host() -> Iterator[Host]:
+    h = start_host("--var", "D1QUEUE_DRAIN_ON_PUSH=true")
+    yield h
+    h.stop()
+
+
+def test_drain_on_push_runs_the_job_without_waiting_for_cron(push_host: Host) -> None:
+    push_host.reset()
+    since = len(push_host.output())
+    reply = push_host.api(
+        "POST", "/v1/queues/default/jobs", {"name": "example.echo", "payload": {"i": 5}}
+    )
+    assert reply.status == 201
+    push_host.idle()
+    assert echo_runs(push_host, since) == Counter([5])
+    (report,) = drain_reports(push_host, since)
+    assert report["trigger"] == "push" and report["queries"] <= 10
+
+
+def test_a_mistyped_setting_fails_loudly() -> None:
+    h = start_host("--var", "D1QUEUE_BATCHSIZE=10")
+    try:
+        reply = h.get("/__scheduled?cron=*+*+*+*+*")
+        assert reply.status == 500
+        h.wait_for_output("unknown setting D1QUEUE_BATCHSIZE")
+        api = h.api("GET", "/v1/queues")
+        assert api.status == 500 and api.json()["error"]["code"] == "misconfigured"
+    finally:
+        h.stop()
