@@ -31,8 +31,12 @@ lint: setup
 	ruff format --check src tests
 	mypy
 
+# The whole suite, the Worker on the Python wrangler.toml configures (3.14,
+# Pyodide 314); then the runtime suite again on Python 3.13 (Pyodide 0.28), the
+# runtime a Worker without the python_workers_20260610 flag gets.
 test: setup lint
 	$(PY) -m pytest
+	D1QUEUE_TEST_PYTHON=3.13 $(PY) -m pytest tests/runtime
 
 # wrangler itself: the migrations on a fresh local state, and a deploy dry-run.
 check-wrangler: setup

@@ -5,7 +5,7 @@
 //
 //   node host/host.mjs [--port 8787] [--persist-to DIR | --fresh] [--crons]
 //                      [--test-hooks] [--raw-db] [--root DIR] [--sdk DIR]
-//                      [--var NAME=VALUE ...]   (over [vars] and .dev.vars; tests set secrets so)
+//                      [--python 3.13|3.14] [--var NAME=VALUE ...]   (over [vars] and .dev.vars; tests set secrets so)
 //
 // Routes: everything goes to the Worker's `fetch`, except
 //   GET /__scheduled?cron=…, GET /cdn-cgi/handler/scheduled?cron=…  → `scheduled`
@@ -59,6 +59,7 @@ try {
       root: { type: 'string', default: process.cwd() },
       sdk: { type: 'string' },
       var: { type: 'string', multiple: true, default: [] },
+      python: { type: 'string' },
     },
   }));
 } catch (e) {
@@ -101,7 +102,13 @@ persistRoot = opts.fresh
 
 const started = Date.now();
 // Pyodide's load (~2.4 s) starts first; importing wrangler and starting Miniflare run alongside.
-const { loadPyodide } = await import('pyodide');
+// The Pyodide the Worker gets in production: Python 3.14 (Pyodide 314) with the
+// python_workers_20260610 flag, else Python 3.13 (Pyodide 0.28). --python overrides.
+const PYODIDE = { '3.14': 'pyodide', '3.13': 'pyodide-0.28' };
+const flagsLine = fs.readFileSync(configPath, 'utf8').match(/^\s*compatibility_flags\s*=.*$/m)?.[0] ?? '';
+const python = opts.python ?? (flagsLine.includes('python_workers_20260610') ? '3.14' : '3.13');
+if (!PYODIDE[python]) die(`--python must be 3.13 or 3.14, not '${python}'`);
+const { loadPyodide } = await import(PYODIDE[python]);
 const pyodideReady = loadPyodide({
   // Worker output, line by line as it happens.
   stdout: (line) => process.stdout.write(line + '\n'),
@@ -350,7 +357,24 @@ function text(res, status, body, type = 'text/plain; charset=utf-8') {
   res.end(body);
 }
 
+// Methods the Fetch standard forbids: no Request can carry them, so they never
+// reach a Worker (Cloudflare's edge refuses them too). Answered here as a 405.
+const FORBIDDEN_METHODS = new Set(['CONNECT', 'TRACE', 'TRACK']);
+
 async function runFetch(req, res) {
+  if (FORBIDDEN_METHODS.has(req.method)) {
+    // What the path does accept, as the Worker answers OPTIONS (if it does).
+    const { inst } = newEntrypoint();
+    let allow = '';
+    try {
+      const probe = new Request(new URL(req.url, `http://${req.headers.host ?? 'localhost'}`), { method: 'OPTIONS' });
+      allow = (await pyhost.call_method(true, inst, 'fetch', probe)).headers.get('allow') ?? '';
+    } finally {
+      inst.destroy();
+    }
+    res.writeHead(405, { 'content-type': 'application/json', ...(allow ? { allow } : {}) });
+    return res.end(JSON.stringify({ error: { code: 'method_not_allowed', message: `${req.method} is not allowed` } }));
+  }
   const request = await toRequest(req);
   const { inst } = newEntrypoint();
   try {
@@ -466,6 +490,6 @@ process.on('SIGTERM', () => shutdown('SIGTERM'));
 
 server.on('error', (e) => fail(`cannot listen on 127.0.0.1:${port}: ${e.message}`));
 server.listen(port, '127.0.0.1', () => {
-  process.stderr.write(`d1queue host: ready in ${((Date.now() - started) / 1000).toFixed(1)}s (D1 state: ${persistRoot}${opts['raw-db'] ? ', raw D1 binding' : ''})\n`);
+  process.stderr.write(`d1queue host: ready in ${((Date.now() - started) / 1000).toFixed(1)}s (Python ${pyodide.runPython("import sys; sys.version.split()[0]")} on Pyodide ${pyodide.version}; D1 state: ${persistRoot}${opts['raw-db'] ? ', raw D1 binding' : ''})\n`);
   process.stdout.write(`d1queue host listening on http://127.0.0.1:${server.address().port}\n`);
 });

@@ -13,7 +13,7 @@ from workers import Response, WorkerEntrypoint, fetch
 from d1queue import Config, ConfigError, D1Queue, __version__, drain
 from d1queue.api import MAX_BODY_BYTES, Api
 from d1queue.http_job import register_http_job
-from d1queue.openapi import SPEC
+from d1queue.openapi import document
 from d1queue.service import ApiError, Service
 from jobs import registry
 
@@ -53,6 +53,7 @@ async def _fetch(
 
 
 register_http_job(registry, _fetch)
+OPENAPI = document(registry.names())
 
 
 def _raw_env(env: Any) -> Any:
@@ -72,6 +73,8 @@ def settings(env: Any) -> Config:
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    if body is None:  # 204
+        return Response(None, status=status, headers=headers or {})
     return Response(
         json.dumps(body, separators=(",", ":")),
         status=status,
@@ -122,9 +125,11 @@ class Default(WorkerEntrypoint):
             service = self._service()
         except ConfigError as exc:  # the operator's mistake, said plainly
             return _json(ApiError(500, "misconfigured", str(exc)).body(), 500)
-        api = Api(service, str(token) if token else None, __version__, SPEC)
+        api = Api(service, str(token) if token else None, __version__, OPENAPI)
         headers = {"authorization": str(request.headers.get("authorization") or "")}
-        method = str(request.method)
+        # The SDK's Request.method is an HTTPMethod enum and raises for any
+        # other method (QUERY, say); the JS Request underneath has the string.
+        method = str(getattr(request, "js_object", request).method)
         body = b"" if method in ("GET", "HEAD") else await _body(request)
         reply = await api.handle(method, str(request.url), headers, body)
         return _json(reply.body, reply.status, reply.headers)

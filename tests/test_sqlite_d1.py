@@ -30,7 +30,7 @@ async def test_run_all_first_raw_and_meta(d1: SqliteD1) -> None:
     assert reads.meta.changes == 0, "a read changes nothing"
 
 
-@pytest.mark.parametrize("value", [2**53, -(2**53), {"a": 1}, [1], (1,), object()])
+@pytest.mark.parametrize("value", [2**53 - 1, -(2**53 - 1), 2**64, {"a": 1}, [1], (1,), object()])
 async def test_values_d1_rejects_are_rejected(d1: SqliteD1, value: object) -> None:
     with pytest.raises(D1Error, match="D1_TYPE_ERROR"):
         d1.prepare("INSERT INTO t (v) VALUES (?)").bind(value)

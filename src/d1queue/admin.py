@@ -7,13 +7,12 @@ the D1Queue's binding.
 
 from __future__ import annotations
 
-import base64
-import binascii
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import sql
-from .job import QueuedJob, check_name, row_to_job
+from .job import MAX_SAFE_INT, QueuedJob, check_name, row_to_job
 from .queue import D1Queue, FailedJob
 
 
@@ -28,18 +27,21 @@ class QueueStats:
     paused: bool = False
 
 
+CURSOR_PATTERN = r"^[0-9]{1,15}:[^:]{0,200}$"
+"""A page cursor is a position, `<failed_at>:<id>`, not an opaque token: any
+value of this shape is a valid place to continue from, newest first."""
+
+
 def encode_cursor(job: FailedJob) -> str:
-    return base64.urlsafe_b64encode(f"{job.failed_at}:{job.id}".encode()).decode().rstrip("=")
+    return f"{job.failed_at}:{job.id}"
 
 
 def decode_cursor(cursor: str) -> tuple[int, str]:
-    """ValueError for anything not made by encode_cursor."""
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        at, id = text.split(":", 1)
-        return int(at), id
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ValueError(f"not a cursor this API returned: {cursor!r}") from None
+    """ValueError for anything not of CURSOR_PATTERN's shape."""
+    if not re.fullmatch(CURSOR_PATTERN.strip("^$"), cursor):
+        raise ValueError(f"a cursor is <failed_at>:<id>, as next_cursor gives it: {cursor!r}")
+    at, id = cursor.split(":", 1)
+    return int(at), id
 
 
 class Admin:
@@ -113,7 +115,7 @@ class Admin:
     ) -> tuple[list[FailedJob], str | None]:
         """A page of failed jobs, newest first, and the cursor of the next page
         (None on the last). Keyset paging: stable while failures are added."""
-        at, id = decode_cursor(cursor) if cursor else (2**53 - 1, "")
+        at, id = decode_cursor(cursor) if cursor is not None else (MAX_SAFE_INT, "")
         if queue is None:
             result = await self.binding.run(sql.LIST_FAILED_PAGE, at, id, limit + 1)
         else:
@@ -128,5 +130,5 @@ class Admin:
         return (await self.binding.run(sql.DELETE_FAILED, id)).changes == 1
 
     async def prune_failed(self, older_than_s: float) -> int:
-        cutoff = self.queue.clock() - round(older_than_s * 1000)
+        cutoff = max(0, self.queue.clock() - round(older_than_s * 1000))
         return (await self.binding.run(sql.PRUNE_FAILED, cutoff)).changes

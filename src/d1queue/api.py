@@ -29,6 +29,8 @@ class HttpResponse:
 
 
 Handler = Callable[..., Awaitable[Any]]
+QUERY_PARAMS = {"_failed": {"queue", "limit", "cursor"}, "_prune": {"older_than_s"}}
+"""The query parameters each handler reads; any other is refused."""
 SEGMENT = r"([^/]+)"
 
 
@@ -64,32 +66,45 @@ class Api:
     ) -> HttpResponse:
         parsed = urlparse(url)
         path, query = parsed.path, parse_qs(parsed.query, keep_blank_values=True)
+        allowed = self._allowed(path)
+        if method == "OPTIONS" and allowed:
+            # What a path accepts (RFC 9110); no token needed to ask.
+            return HttpResponse(204, None, {"allow": ", ".join(["OPTIONS", *allowed])})
         if path == "/health":
             if method not in ("GET", "HEAD"):
-                return _error(ApiError(405, "method_not_allowed", "use GET"), {"allow": "GET"})
+                error = ApiError(405, "method_not_allowed", f"{path} accepts GET")
+                return _error(error, {"allow": "GET, HEAD, OPTIONS"})
             return HttpResponse(200, {"ok": True, "version": self.version})
         try:
             self._authorize(headers)
-            allowed = []
             for route_method, pattern, handler in self.routes:
                 match = pattern.match(path)
-                if not match:
-                    continue
-                if route_method != method:
-                    allowed.append(route_method)
-                    continue
-                args = [unquote(g) for g in match.groups()]
-                status, result = await handler(*args, query=query, body=body, headers=headers)
-                return HttpResponse(status, result)
+                if match and route_method == method:
+                    unknown = sorted(set(query) - QUERY_PARAMS.get(handler.__name__, set()))
+                    if unknown:
+                        # A typo (?limt=10) must not be silently ignored.
+                        message = f"unknown query parameter(s): {', '.join(unknown)}"
+                        raise ApiError(400, "invalid_query", message)
+                    args = [unquote(g) for g in match.groups()]
+                    status, result = await handler(*args, query=query, body=body, headers=headers)
+                    return HttpResponse(status, result)
             if allowed:
                 raise ApiError(405, "method_not_allowed", f"{path} accepts {', '.join(allowed)}")
             raise ApiError(404, "not_found", f"no route {method} {path}")
         except ApiError as exc:
             extra = {"www-authenticate": "Bearer"} if exc.status == 401 else {}
+            if exc.status == 405:
+                extra["allow"] = ", ".join(["OPTIONS", *allowed])
             return _error(exc, extra)
         except Exception as exc:  # a bug or D1 failing: say so, never a bare 500
             print(f"d1queue api: {method} {path} failed: {traceback.format_exc()}")
             return _error(ApiError(500, "internal", f"{type(exc).__name__}: {exc}"))
+
+    def _allowed(self, path: str) -> list[str]:
+        """The methods routed for `path` (empty: no such path)."""
+        if path == "/health":
+            return ["GET", "HEAD"]
+        return [m for m, pattern, _ in self.routes if pattern.match(path)]
 
     def _authorize(self, headers: Mapping[str, str]) -> None:
         if not self.token:

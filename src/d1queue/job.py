@@ -16,8 +16,9 @@ from typing import Any
 NAME_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 """Queue names and job names: short, URL-safe, no surprises in logs or SQL."""
 
-MAX_SAFE_INT = 2**53 - 1
-"""D1 receives numbers as JavaScript doubles: a larger int cannot be bound."""
+MAX_SAFE_INT = 2**53 - 2
+"""The largest int a Python Worker can bind: Pyodide turns ints from 2^53 - 1
+up into a JS BigInt, which D1 refuses (seen on Pyodide 314 with Miniflare)."""
 
 
 def now_ms() -> int:

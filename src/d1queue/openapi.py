@@ -6,14 +6,17 @@ in it are the ones the code enforces (imported from service.py).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+from .admin import CURSOR_PATTERN
 from .api import MAX_BODY_BYTES
 from .service import (
     MAX_ATTEMPTS,
     MAX_BATCH,
     MAX_DELAY_S,
     MAX_LIST,
+    MAX_OLDER_THAN_S,
     MAX_PAYLOAD_BYTES,
     MAX_UNIQUE_KEY,
     PRIORITY_RANGE,
@@ -289,7 +292,11 @@ SPEC: dict[str, Any] = {
                         "in": "query",
                         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIST},
                     },
-                    {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                    {
+                        "name": "cursor",
+                        "in": "query",
+                        "schema": {"type": "string", "pattern": CURSOR_PATTERN},
+                    },
                 ],
             ),
             "delete": _op(
@@ -301,7 +308,7 @@ SPEC: dict[str, Any] = {
                         "name": "older_than_s",
                         "in": "query",
                         "required": True,
-                        "schema": {"type": "number", "minimum": 0},
+                        "schema": {"type": "number", "minimum": 0, "maximum": MAX_OLDER_THAN_S},
                     }
                 ],
             ),
@@ -318,3 +325,14 @@ SPEC: dict[str, Any] = {
         },
     },
 }
+
+
+def document(job_names: list[str]) -> dict[str, Any]:
+    """SPEC for a Worker whose registry has `job_names`: a job's `name` is one
+    of them, so the document promises exactly what the Worker accepts."""
+    doc = copy.deepcopy(SPEC)
+    doc["components"]["schemas"]["Job"]["properties"]["name"] = {
+        "enum": sorted(job_names),
+        "description": "a registered job name",
+    }
+    return doc

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .admin import Admin, QueueStats
-from .job import MAX_SAFE_INT, NAME_PATTERN, QueuedJob, Registry
+from .job import NAME_PATTERN, QueuedJob, Registry
 from .queue import D1Queue, FailedJob
 
 MAX_PAYLOAD_BYTES = 128 * 1024
@@ -26,6 +26,7 @@ MAX_ATTEMPTS = 100
 PRIORITY_RANGE = (-1000, 1000)
 MAX_UNIQUE_KEY = 255
 MAX_LIST = 500
+MAX_OLDER_THAN_S = 10**12  # ~31,700 years: every failure, in a bindable number
 JOB_FIELDS = {"name", "payload", "delay_s", "max_attempts", "priority", "unique_key"}
 
 
@@ -50,6 +51,8 @@ def check_queue(name: Any) -> str:
 
 def _int(obj: dict[str, Any], key: str, default: int, lo: int, hi: int) -> int:
     value = obj.get(key, default)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON Schema's integer: 120.0 is one
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise invalid(f"{key} must be an integer from {lo} to {hi}")
     return value
@@ -229,9 +232,13 @@ class Service:
         if (
             isinstance(older_than_s, bool)
             or not isinstance(older_than_s, int | float)
-            or not 0 <= older_than_s <= MAX_SAFE_INT / 1000
+            or not 0 <= older_than_s <= MAX_OLDER_THAN_S
         ):
-            raise ApiError(400, "invalid_older_than_s", "older_than_s must be a number >= 0")
+            raise ApiError(
+                400,
+                "invalid_older_than_s",
+                f"older_than_s must be a number from 0 to {MAX_OLDER_THAN_S}",
+            )
         return {"deleted": await self.admin.prune_failed(older_than_s)}
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-MAX_SAFE_INT = 2**53 - 1
+from .job import MAX_SAFE_INT
 
 
 class D1Error(Exception):

