@@ -1,12 +1,14 @@
 """The drain: reclaim lapsed leases, then claim → run → settle in rounds until
 the queues are empty or a budget is spent.
 
-A round costs at most three D1 queries whatever its size: the candidate
-SELECT, the claim batch and the settle batch. Before each round the drain
-checks that the whole round fits in what is left of the query budget, so it
-never claims jobs it could not settle; and it starts no round after the time
-budget, while the lease (`D1Queue.reservation_s`) is required to outlast the
-time budget plus the longest handler timeout, so no job runs past its lease.
+A round costs two D1 queries whatever its size: the previous round's settle
+statements travel in one batch with this round's candidate SELECT, then the
+claim batch; the last round's settle goes alone. Before each round the drain
+checks that the round and the settle it will owe fit in what is left of the
+query budget, so it never claims jobs it could not settle; and it starts no
+round after the time budget, while the lease (`D1Queue.reservation_s`) is
+required to outlast the time budget plus the longest handler timeout, so no
+job runs past its lease.
 """
 
 from __future__ import annotations
@@ -49,13 +51,14 @@ class DrainReport:
         return asdict(self)
 
 
-def round_cost(k: int, batch_counts_as: str) -> int:
-    """Worst-case queries of a round claiming `k` jobs: the SELECT, the claim
-    batch (k UPDATEs) and the settle batch (up to 2 statements a job, when
-    every job fails)."""
+def round_cost(k: int, owed: int, batch_counts_as: str) -> int:
+    """Worst-case budget a round claiming `k` jobs needs, with `owed` settle
+    statements of the previous round still to send: the batch carrying them
+    and the SELECT, the claim batch (k UPDATEs), and the settle this round
+    will owe (up to 2 statements a job, when every job fails)."""
     if batch_counts_as == "query":
         return 3
-    return 1 + k + 2 * k
+    return (owed + 1) + k + 2 * k
 
 
 def _describe(exc: BaseException) -> str:
@@ -143,6 +146,19 @@ async def drain(
     report.paused = sorted(paused & set(config.queues))
     lost: dict[str, int] = {}
     turn = 0
+    pending: list[Outcome] = []  # the last round's outcomes, not yet settled
+
+    def record(outcomes: list[Outcome], held: list[bool]) -> None:
+        for outcome, ok in zip(outcomes, held, strict=True):
+            if not ok:
+                report.stale += 1
+            elif outcome.action == "ack":
+                report.succeeded += 1
+            elif outcome.action == "release":
+                report.retried += 1
+            else:
+                report.failed += 1
+
     while True:
         if not active:
             report.stopped = "empty"
@@ -151,14 +167,17 @@ async def drain(
             report.stopped = "time_budget"
             break
         left = config.query_budget - cost_so_far()
+        owed = sum(2 if o.action == "fail" else 1 for o in pending)
         k = config.batch_size
-        while k > 0 and round_cost(k, config.batch_counts_as) > left:
+        while k > 0 and round_cost(k, owed, config.batch_counts_as) > left:
             k -= 1
         if k == 0:
             report.stopped = "query_budget"
             break
         name = active[turn % len(active)]
-        jobs, candidates = await queue.claim_round(name, k)
+        held, jobs, candidates = await queue.settle_and_claim(pending, name, k)
+        record(pending, held)
+        pending = []
         report.rounds += 1
         if not candidates:
             active.remove(name)  # nothing ready on this queue
@@ -179,17 +198,9 @@ async def drain(
         else:
             turn += 1
         report.claimed += len(jobs)
-        outcomes = await asyncio.gather(*(run(job) for job in jobs))
-        held = await queue.settle(outcomes)
-        for outcome, ok in zip(outcomes, held, strict=True):
-            if not ok:
-                report.stale += 1
-            elif outcome.action == "ack":
-                report.succeeded += 1
-            elif outcome.action == "release":
-                report.retried += 1
-            else:
-                report.failed += 1
+        pending = list(await asyncio.gather(*(run(job) for job in jobs)))
+    if pending:  # every budget check reserved room for this
+        record(pending, await queue.settle(pending))
 
     report.queries = usage.queries - base[0]
     report.statements = usage.statements - base[1]
