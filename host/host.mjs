@@ -5,7 +5,7 @@
 //
 //   node host/host.mjs [--port 8787] [--persist-to DIR | --fresh] [--crons]
 //                      [--test-hooks] [--raw-db] [--root DIR] [--sdk DIR]
-//                      [--python 3.13|3.14] [--var NAME=VALUE ...]   (over [vars] and .dev.vars; tests set secrets so)
+//                      [--python 3.13|3.14] [--var NAME=VALUE ...] [--site DIR ...]   (over [vars] and .dev.vars; tests set secrets so)
 //
 // Routes: everything goes to the Worker's `fetch`, except
 //   GET /__scheduled?cron=…, GET /cdn-cgi/handler/scheduled?cron=…  → `scheduled`
@@ -60,6 +60,7 @@ try {
       sdk: { type: 'string' },
       var: { type: 'string', multiple: true, default: [] },
       python: { type: 'string' },
+      site: { type: 'string', multiple: true, default: [] },
     },
   }));
 } catch (e) {
@@ -300,6 +301,7 @@ pyodide.registerJsModule('_pyodide_entrypoint_helper', {
 
 const sitePackages = path.posix.normalize(pyodide.runPython("import sysconfig; sysconfig.get_path('purelib')"));
 copyTree(sdkDir, `${sitePackages}/workers`);
+for (const extra of opts.site) copyTree(path.resolve(extra), sitePackages); // --site: more pure-Python packages
 pyodide.FS.writeFile(`${sitePackages}/_d1queue_host.py`, fs.readFileSync(path.join(HERE, 'pyhost.py')));
 const workerDir = '/session/metadata'; // where workerd puts a Python Worker's modules
 copyTree(moduleRoot, workerDir);
