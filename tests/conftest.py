@@ -11,21 +11,11 @@ import pytest
 from d1queue import D1Queue
 from d1queue.testing import SqliteD1
 
+from .contract import Clock
+from .http_server import Server, running_server
+
 ROOT = Path(__file__).resolve().parent.parent
 MIGRATIONS = ROOT / "migrations"
-
-
-class Clock:
-    """Epoch milliseconds that only move when a test says so."""
-
-    def __init__(self, ms: int = 1_700_000_000_000) -> None:
-        self.ms = ms
-
-    def __call__(self) -> int:
-        return self.ms
-
-    def advance(self, seconds: float) -> None:
-        self.ms += round(seconds * 1000)
 
 
 @pytest.fixture
@@ -52,3 +42,10 @@ def shared_file(tmp_path: Path) -> Path:
     path = tmp_path / "d1.sqlite"
     SqliteD1(path).apply_migrations(MIGRATIONS)
     return path
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    """A scripted HTTP server on 127.0.0.1 (tests/http_server.py)."""
+    with running_server() as s:
+        yield s

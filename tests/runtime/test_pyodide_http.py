@@ -9,12 +9,11 @@ built-in http.request job therefore uses the Workers fetch (test_worker.py)."""
 from __future__ import annotations
 
 import shutil
-import threading
 from collections.abc import Iterator
 
 import pytest
 
-from ..test_http_job import Server
+from ..http_server import Server
 from .conftest import ROOT, Host, start_host
 
 PURE = ["requests", "urllib3", "idna", "certifi", "pyodide_http"]
@@ -29,15 +28,6 @@ def requests_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     h = start_host("--site", str(site))
     yield h
     h.stop()
-
-
-@pytest.fixture
-def server() -> Iterator[Server]:
-    s = Server()
-    threading.Thread(target=s.serve_forever, args=(0.05,), daemon=True).start()
-    yield s
-    s.shutdown()
-    s.server_close()
 
 
 def test_requests_through_pyodide_http_cannot_send(requests_host: Host, server: Server) -> None:

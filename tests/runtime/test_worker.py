@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ..test_http_job import Server
+from ..http_server import Server
 from .conftest import Host, RpcError, start_host
 
 
@@ -152,16 +152,6 @@ def test_api_over_http_errors_and_nothing_written(clean_host: Host) -> None:
     assert h.api("GET", "/v1/queues").json() == {"queues": []}, "nothing was written"
     doc = h.api("GET", "/v1/openapi.json").json()
     assert doc["openapi"] == "3.1.0"
-
-
-@pytest.fixture
-def server() -> Iterator[Server]:
-    s = Server()
-    t = threading.Thread(target=s.serve_forever, args=(0.05,), daemon=True)
-    t.start()
-    yield s
-    s.shutdown()
-    s.server_close()
 
 
 def test_http_request_job_through_the_workers_fetch(clean_host: Host, server: Server) -> None:
