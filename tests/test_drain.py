@@ -256,3 +256,15 @@ def test_backoff_grows_caps_and_jitters() -> None:
     j = Backoff(base_s=8, factor=1, max_s=8)
     delays = {j.delay_s(1) for _ in range(50)}
     assert all(4 <= d <= 8 for d in delays) and len(delays) > 1
+
+
+async def test_settings_can_be_given_as_keywords(queue: D1Queue) -> None:
+    runs: Counter[Any] = Counter()
+    for q in ("a", "b"):
+        await queue.dispatch("count", q, queue=q)
+    report = await drain(queue, counting_registry(runs), queues=["b"], batch_size=5)
+    assert runs == Counter(["b"]) and report.succeeded == 1
+    with pytest.raises(ConfigError):
+        await drain(queue, counting_registry(runs), batch_size=0)
+    with pytest.raises(TypeError):
+        await drain(queue, counting_registry(runs), batch_sise=5)

@@ -144,6 +144,7 @@ async def test_failing_records_the_row_before_removing_the_job(
     assert db.query("SELECT * FROM d1queue_jobs") == []
     (failed,) = await queue.failed_jobs()
     assert (failed.id, failed.error, failed.attempts) == (job.id, "exploded", 1)
+    assert failed["error"] == "exploded", "rows read as mappings too"
 
 
 async def test_size_counts_only_unreserved_jobs(db: SqliteD1, queue: D1Queue) -> None:

@@ -38,6 +38,10 @@ class FailedJob:
     created_at: int
     failed_at: int
 
+    def __getitem__(self, key: str) -> Any:
+        """Also readable as a row (`failed["error"]`)."""
+        return getattr(self, key)
+
 
 @dataclass(frozen=True)
 class Outcome:

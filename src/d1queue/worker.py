@@ -17,7 +17,7 @@ import asyncio
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .config import Config, ConfigError
@@ -109,12 +109,19 @@ async def drain(
     env: Any = None,
     clock: Callable[[], float] = time.monotonic,
     reclaim: bool = True,
+    **settings: Any,
 ) -> DrainReport:
     """Reclaim (and skip paused queues), then drain `config.queues` within the
     budgets; see the module docstring. `env` is handed to handlers as
     `ctx.env`. `reclaim=False` skips the first step, for the short drain
-    after a push, which the cron's full drain backs up."""
+    after a push, which the cron's full drain backs up. Keyword `settings`
+    override `config`'s fields (`drain(q, reg, queues=["mail"], batch_size=10)`)
+    and are validated as Config's are."""
     config = config or Config()
+    if settings:
+        if "queues" in settings and not isinstance(settings["queues"], str):
+            settings["queues"] = tuple(settings["queues"])
+        config = replace(config, **settings)
     longest = registry.max_timeout_s()
     if queue.reservation_s <= config.time_budget_s + longest:
         raise ConfigError(
