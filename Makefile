@@ -27,8 +27,8 @@ setup: $(VENV)/.installed node_modules/.installed
 	@node --version | grep -qE '^v(2[2-9]|[3-9][0-9])\.' || { echo "Node >= 22 is needed (have $$(node --version))"; exit 1; }
 
 lint: setup
-	ruff check src tests
-	ruff format --check src tests
+	ruff check src tests bench
+	ruff format --check src tests bench
 	mypy
 
 # The whole suite, the Worker on the Python wrangler.toml configures (3.14,
@@ -65,6 +65,11 @@ endif
 .dev.vars:
 	@echo "D1QUEUE_TOKEN=$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(24))')" > $@
 	@echo "make dev: wrote a new D1QUEUE_TOKEN to .dev.vars"
+
+# What a user pays and waits, against the seed's design: prints one table and
+# writes .bench/results.json (about 6 minutes; BENCH_ARGS=--quick for a smoke run).
+bench: setup
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules .wrangler .pytest_cache .mypy_cache .ruff_cache dist

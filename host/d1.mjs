@@ -1,18 +1,15 @@
 // A production-shaped D1 binding over Miniflare's D1.
 //
-// getPlatformProxy() hands Node a *proxy* of the D1 binding living in workerd:
-// its `constructor.name` is "constructor" (so the workers SDK would not wrap
-// it), and its arguments cross into workerd through devalue, so a Python list
-// handed to batch() fails with "DevalueError: Cannot stringify arbitrary
-// non-POJOs" where the real binding would not. These classes carry the real
-// names (the SDK wraps a binding only when `constructor.name` is "D1Database")
-// and mirror workerd's src/cloudflare/internal/d1-api.ts on the JS side:
-// bind() validates/coerces values the same way (so Python `None`, which
-// arrives as `undefined`, fails with the same D1_TYPE_ERROR), and batch()
-// calls `statements.map(...)` as workerd does, which a Pyodide list proxy
-// supports. The SQL itself runs in Miniflare's (workerd's) real D1.
+// These classes carry the real names (the workers SDK wraps a binding only
+// when its `constructor.name` is "D1Database") and mirror workerd's
+// src/cloudflare/internal/d1-api.ts on the JS side: bind() validates and
+// coerces values the same way (so Python `None`, which arrives as
+// `undefined`, fails with the same D1_TYPE_ERROR), and batch() calls
+// `statements.map(...)` as workerd does, which a Pyodide list proxy supports.
+// prepare() and bind() stay in Node, as they do in workerd; each query or
+// batch is one round trip to Miniflare's real D1 (relay.mjs).
 
-const inner = Symbol('miniflare');
+const inner = Symbol('statement');
 
 // workerd d1-api.ts D1PreparedStatement.bind(): same accepted types, same error.
 function coerce(value) {
@@ -43,28 +40,20 @@ function unwrapStatements(statements) {
 }
 
 export class D1PreparedStatement {
-  constructor(stmt) { this[inner] = stmt; }
-  bind(...values) { return new D1PreparedStatement(this[inner].bind(...values.map(coerce))); }
-  first(colName) { return colName === undefined ? this[inner].first() : this[inner].first(colName); }
-  all() { return this[inner].all(); }
-  run() { return this[inner].run(); }
-  raw(options) { return options === undefined ? this[inner].raw() : this[inner].raw(options); }
-}
-
-export class D1DatabaseSession {
-  constructor(session) { this[inner] = session; }
-  prepare(query) { return new D1PreparedStatement(this[inner].prepare(query)); }
-  batch(statements) { return this[inner].batch(unwrapStatements(statements)); }
-  getBookmark() { return this[inner].getBookmark(); }
+  constructor(call, sql, params = []) { this.call = call; this[inner] = { sql, params }; }
+  bind(...values) { return new D1PreparedStatement(this.call, this[inner].sql, values.map(coerce)); }
+  first(colName) { return this.call('first', [this[inner]], colName ?? null); }
+  all() { return this.call('all', [this[inner]]); }
+  run() { return this.call('run', [this[inner]]); }
+  raw(options) { return this.call('raw', [this[inner]], options ?? null); }
 }
 
 export class D1Database {
-  constructor(db) { this[inner] = db; }
-  prepare(query) { return new D1PreparedStatement(this[inner].prepare(query)); }
-  batch(statements) { return this[inner].batch(unwrapStatements(statements)); }
-  exec(query) { return this[inner].exec(query); }
-  dump() { return this[inner].dump(); }
-  withSession(constraintOrBookmark) { return new D1DatabaseSession(this[inner].withSession(constraintOrBookmark)); }
+  /** `call(op, statements, arg)`: one round trip to Miniflare (relay.mjs). */
+  constructor(call) { this.call = call; }
+  prepare(query) { return new D1PreparedStatement(this.call, query); }
+  batch(statements) { return this.call('batch', unwrapStatements(statements)); }
+  exec(query) { return this.call('exec', [{ sql: query, params: [] }]); }
 }
 
 // --raw-db: the same binding under another constructor name, so the SDK's

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // d1queue's offline Node host: runs the repository's Python Worker for real —
 // Pyodide (npm `pyodide`), the real `workers` SDK (workers-runtime-sdk, copied
-// into Pyodide's filesystem) and Miniflare's D1 (wrangler's getPlatformProxy).
+// into Pyodide's filesystem) and Miniflare's D1 (relay.mjs).
 //
 //   node host/host.mjs [--port 8787] [--persist-to DIR | --fresh] [--crons]
 //                      [--test-hooks] [--raw-db] [--root DIR] [--sdk DIR]
@@ -24,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-let proxy = null; // wrangler's platform proxy (Miniflare), disposed on every exit path
+let mf = null; // Miniflare (D1 and the relay Worker), disposed on every exit path
 let persistRoot = null;
 let fresh = false;
 
@@ -116,15 +116,16 @@ const pyodideReady = loadPyodide({
   stderr: (line) => process.stderr.write(line + '\n'),
 });
 pyodideReady.catch(() => {}); // awaited below; not "unhandled" meanwhile
-const { getPlatformProxy, unstable_readConfig, unstable_splitSqlQuery } = await import('wrangler');
+const { unstable_getMiniflareWorkerOptions, unstable_readConfig, unstable_splitSqlQuery } = await import('wrangler');
+const { startMiniflare } = await import('./relay.mjs');
 const { D1Database, RawD1Database } = await import('./d1.mjs');
 const { parseCron } = await import('./cron.mjs');
 
 let shuttingDown = false;
 
 async function cleanup() {
-  try { await proxy?.dispose(); } catch (e) { process.stderr.write(`d1queue host: dispose: ${e.message}\n`); }
-  proxy = null;
+  try { await mf?.dispose(); } catch (e) { process.stderr.write(`d1queue host: dispose: ${e.message}\n`); }
+  mf = null;
   if (fresh && persistRoot) fs.rmSync(persistRoot, { recursive: true, force: true });
 }
 
@@ -149,11 +150,19 @@ const crons = (config.triggers?.crons ?? []).map((expr) => {
   try { return { expr, match: parseCron(expr) }; } catch (e) { return { expr, error: e.message }; }
 });
 
+let workerOptions;
+const d1Bindings = new Map(); // binding name -> D1Database over Miniflare
 const [pyodide] = await Promise.all([
   pyodideReady,
   (async () => {
-    // remoteBindings: false — no remote proxy session (there is no network).
-    proxy = await getPlatformProxy({ configPath, persist: { path: path.join(persistRoot, 'v3') }, remoteBindings: false });
+    // wrangler's own view of the bindings: D1 ids, [vars] and .dev.vars.
+    ({ workerOptions } = unstable_getMiniflareWorkerOptions(configPath));
+    let relay;
+    ({ mf, relay } = await startMiniflare(workerOptions, persistRoot));
+    for (const d1 of config.d1_databases ?? []) {
+      const Binding = opts['raw-db'] ? RawD1Database : D1Database;
+      d1Bindings.set(d1.binding, new Binding(relay(d1.binding)));
+    }
   })(),
 ]).catch(async (e) => fail(`start-up failed: ${e.message}`));
 
@@ -166,7 +175,7 @@ const quoteIdent = (id) => `"${id.replace(/"/g, '""')}"`;
 for (const d1 of config.d1_databases ?? []) {
   const dir = path.resolve(root, d1.migrations_dir ?? 'migrations');
   if (!fs.existsSync(dir)) continue;
-  const db = proxy.env[d1.binding];
+  const db = d1Bindings.get(d1.binding);
   const table = quoteIdent(d1.migrations_table ?? 'd1_migrations');
   const files = fs.readdirSync(dir).filter((f) => f.endsWith('.sql')).sort();
   let applied;
@@ -192,11 +201,7 @@ for (const d1 of config.d1_databases ?? []) {
 
 // ------------------------------------------------------------ the env --
 
-const d1Bindings = new Set((config.d1_databases ?? []).map((d) => d.binding));
-const env = {};
-for (const [name, value] of Object.entries(proxy.env)) {
-  env[name] = d1Bindings.has(name) ? new (opts['raw-db'] ? RawD1Database : D1Database)(value) : value;
-}
+const env = { ...(workerOptions.bindings ?? {}), ...Object.fromEntries(d1Bindings) };
 for (const pair of opts.var) {
   const eq = pair.indexOf('=');
   if (eq < 1) await fail(`--var wants NAME=VALUE, got '${pair}'`);

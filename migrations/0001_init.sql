@@ -17,13 +17,16 @@ CREATE TABLE d1queue_jobs (
     created_at     INTEGER NOT NULL,
     unique_key     TEXT,                       -- the uniqueness lock this job holds
     last_error     TEXT
-);
+) WITHOUT ROWID;
+-- WITHOUT ROWID: the row lives in the primary key's B-tree, so a TEXT id
+-- needs no second index beside it. A push writes the row and its ready-index
+-- entry, 2 rows instead of 3 (D1 bills index entries as rows written).
 
 -- The ready index. Partial, so a reserved row has no entry in it: selecting
 -- candidates reads about as many rows as it returns however deep the backlog
 -- of claimed work, and a claim or release writes one entry, not a reshuffle.
 -- Ordered as the claim query reads it: highest priority, then oldest, then
--- insertion order (the implicit rowid).
+-- id (the primary key every entry carries; ids sort by creation).
 CREATE INDEX d1queue_jobs_ready
     ON d1queue_jobs (queue, priority DESC, available_at)
     WHERE reserved_at IS NULL;
@@ -51,7 +54,7 @@ CREATE TABLE d1queue_failed_jobs (
     priority     INTEGER NOT NULL,
     created_at   INTEGER NOT NULL,
     failed_at    INTEGER NOT NULL
-);
+) WITHOUT ROWID;
 
 -- Newest-first listing, overall and per queue, and pruning by age.
 -- id is in the key so pages ordered by (failed_at, id) need no sort.

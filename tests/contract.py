@@ -40,7 +40,7 @@ async def fresh(db: Any, clock: Clock) -> D1Queue:
 
 
 async def rows(queue: D1Queue, table: str = "d1queue_jobs") -> list[dict[str, Any]]:
-    return (await queue.binding.run(f"SELECT * FROM {table} ORDER BY rowid")).rows
+    return (await queue.binding.run(f"SELECT * FROM {table} ORDER BY id")).rows
 
 
 # -- the seed's behaviours ---------------------------------------------------------

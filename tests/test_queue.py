@@ -15,7 +15,7 @@ from .conftest import Clock
 
 
 def rows(db: SqliteD1, table: str = "d1queue_jobs") -> list[dict]:
-    return [dict(r) for r in db.query(f"SELECT * FROM {table} ORDER BY rowid")]
+    return [dict(r) for r in db.query(f"SELECT * FROM {table} ORDER BY id")]
 
 
 # -- contention -----------------------------------------------------------

@@ -29,7 +29,7 @@ def test_size_is_answered_from_the_ready_index(db: SqliteD1) -> None:
 
 def test_settling_finds_the_row_by_primary_key(db: SqliteD1) -> None:
     for statement, n in ((sql.ACKNOWLEDGE, 2), (sql.RELEASE, 4), (sql.CLAIM, 5)):
-        assert "sqlite_autoindex_d1queue_jobs_1" in plan(db, statement, *[1] * n), statement
+        assert "USING PRIMARY KEY (id=?)" in plan(db, statement, *[1] * n), statement
 
 
 def test_failed_jobs_list_newest_first_without_sorting(db: SqliteD1) -> None:

@@ -26,11 +26,23 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_last_id = (0, 0)
+"""The last id this process made, as (ms, random): the state of a generator,
+not configuration."""
+
+
 def new_id(at_ms: int | None = None) -> str:
-    """A 32-hex-digit id that sorts by creation time (48-bit ms, 80 random bits),
-    so ids double as a stable tie-breaker and a pagination cursor."""
+    """A 32-hex-digit id that sorts by creation time (48-bit ms, 80 random
+    bits), monotonic within a process (ids made in the same millisecond count
+    up), so ids break ties in FIFO order: jobs pushed in one millisecond run
+    in the order they were pushed."""
+    global _last_id
     ms = now_ms() if at_ms is None else at_ms
-    return f"{ms:012x}{int.from_bytes(os.urandom(10), 'big'):020x}"
+    rand = int.from_bytes(os.urandom(10), "big")
+    if ms <= _last_id[0]:
+        ms, rand = _last_id[0], _last_id[1] + 1
+    _last_id = (ms, rand)
+    return f"{ms:012x}{rand:020x}"
 
 
 def check_name(kind: str, value: object) -> str:

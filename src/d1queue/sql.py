@@ -38,7 +38,7 @@ SELECT_UNIQUE_HOLDER = "SELECT id FROM d1queue_jobs WHERE unique_key = ?1"
 SELECT_CANDIDATES = (
     f"SELECT {JOB_COLUMNS} FROM d1queue_jobs "
     "WHERE queue = ?1 AND reserved_at IS NULL AND available_at <= ?2 "
-    "ORDER BY priority DESC, available_at, rowid LIMIT ?3"
+    "ORDER BY priority DESC, available_at, id LIMIT ?3"
 )
 
 # The claim. `reserved_at IS NULL` makes exactly one of several racing

@@ -1,0 +1,343 @@
+"""The measurements, run where the Worker runs: inside Pyodide against the D1
+binding the Worker gets (host/host.mjs: the workers SDK over Miniflare's D1),
+or under CPython against SqliteD1 (tests/test_counts.py).
+
+Only d1queue's public API is used (D1Queue, drain, Config, Registry, and
+`D1Queue.binding.usage`), so the figures follow the library as it changes.
+Every function takes the D1 binding and returns plain JSON-able dicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from d1queue import Config, D1Queue, Fail, Registry, drain
+from d1queue.binding import Binding, Result
+
+from .seed_driver import FAILED, JOBS, SCHEMA, SeedQueue, seed_drain
+
+QUEUE = "bench"
+BATCH = 25
+RESERVATION_S = 600.0
+TIME_BUDGET_S = 300.0
+
+REGISTRY = Registry()
+
+
+@REGISTRY.job("bench.noop", timeout_s=30)
+async def noop(payload: Any) -> None:
+    """The handler every drain runs: nothing, so only the queue is measured."""
+
+
+@REGISTRY.job("bench.fail", timeout_s=30)
+async def fails(payload: Any) -> None:
+    raise Fail("bench: failing on purpose")
+
+
+SEED_HANDLERS = {"bench.noop": noop, "bench.fail": fails}
+
+
+# -- injected latency, and rows by statement kind ----------------------------------
+
+
+def _meta(result: Any) -> Any:
+    meta = result["meta"] if isinstance(result, Mapping) else getattr(result, "meta", None)
+    return meta if meta is not None else {}
+
+
+def _field(meta: Any, key: str) -> int:
+    value = meta.get(key) if isinstance(meta, Mapping) else getattr(meta, key, None)
+    return int(value or 0)
+
+
+class _Statement:
+    def __init__(self, db: InstrumentedD1, sql: str, inner: Any) -> None:
+        self._db, self.sql, self.inner = db, sql, inner
+
+    def bind(self, *values: Any) -> _Statement:
+        return _Statement(self._db, self.sql, self.inner.bind(*values))
+
+    async def all(self) -> Any:
+        await self._db.wait()
+        return self._db.tally([self.sql], [await self.inner.all()])[0]
+
+    async def run(self) -> Any:
+        await self._db.wait()
+        return self._db.tally([self.sql], [await self.inner.run()])[0]
+
+    async def first(self, *args: Any) -> Any:
+        await self._db.wait()
+        return await self.inner.first(*args)
+
+
+class InstrumentedD1:
+    """A D1 binding wrapped at the binding level (what d1queue is handed).
+
+    Every round trip (statement .all()/.run()/.first(), and db.batch()) first
+    waits `latency_s`: the network between a Worker and its database, which
+    Miniflare on loopback does not have; calls in flight together wait
+    together, as real round trips do. And every statement's meta.rows_read /
+    rows_written is tallied by the statement's first word (SELECT, UPDATE,
+    DELETE, INSERT), to say where the rows go.
+
+    `reuse_prepared`: prepare each SQL text once. The offline host's
+    prepare() is a synchronous call into workerd (milliseconds, where
+    workerd's own is microseconds): runs that only count rows reuse them to
+    finish sooner; runs that are timed do not."""
+
+    def __init__(self, inner: Any, latency_s: float = 0.0, *, reuse_prepared: bool = False) -> None:
+        self.inner, self.latency_s = inner, latency_s
+        self.rows: dict[str, dict[str, int]] = {}
+        self._prepared: dict[str, Any] | None = {} if reuse_prepared else None
+
+    async def wait(self) -> None:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+
+    def tally(self, sqls: list[str], results: Any) -> Any:
+        for sql, result in zip(sqls, results, strict=True):
+            kind = sql.split(None, 1)[0].upper()
+            meta = _meta(result)
+            entry = self.rows.setdefault(kind, {"statements": 0, "rows_read": 0, "rows_written": 0})
+            entry["statements"] += 1
+            entry["rows_read"] += _field(meta, "rows_read")
+            entry["rows_written"] += _field(meta, "rows_written")
+        return results
+
+    def prepare(self, sql: str) -> _Statement:
+        if self._prepared is None:
+            return _Statement(self, sql, self.inner.prepare(sql))
+        # bind() returns a new statement, so one prepared statement per SQL
+        # text serves every call, as it may on D1.
+        if sql not in self._prepared:
+            self._prepared[sql] = self.inner.prepare(sql)
+        return _Statement(self, sql, self._prepared[sql])
+
+    async def batch(self, statements: list[_Statement]) -> Any:
+        await self.wait()
+        results = await self.inner.batch([s.inner for s in statements])
+        return self.tally([s.sql for s in statements], list(results))
+
+
+# -- the backlog ---------------------------------------------------------------
+
+_SEQ = [0]
+"""Jobs seeded so far in this interpreter: ids and available_at keep growing,
+so a topped-up backlog stays FIFO behind what is already queued."""
+
+OURS_INSERT = (
+    "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
+    "available_at, created_at) "
+    "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?1) "
+    "SELECT printf('b%012d', ?2 + i), ?3, ?4, printf('{\"i\": %d}', ?2 + i), 0, 3, 0, "
+    "?5 + ?2 + i, ?5 FROM c"
+)
+SEED_INSERT = (
+    f"INSERT INTO {JOBS} (id, queue, name, payload, attempts, max_attempts, available_at, "
+    "created_at) "
+    "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?1) "
+    "SELECT printf('b%012d', ?2 + i), ?3, ?4, printf('{\"i\": %d}', ?2 + i), 0, 3, "
+    "?5 + ?2 + i, ?5 FROM c"
+)
+OURS_COUNT = "SELECT COUNT(*) AS n FROM d1queue_jobs WHERE queue = ?1 AND reserved_at IS NULL"
+SEED_COUNT = f"SELECT COUNT(*) AS n FROM {JOBS} WHERE queue = ?1 AND reserved_at IS NULL"
+EPOCH_MS = 1_000_000_000_000
+"""available_at of the seeded jobs: 2001 plus their sequence number, so every
+one is due and their order is their seeding order."""
+
+
+async def _one(db: Any, sql: str, *params: Any) -> Result:
+    """A statement sent outside any measurement (its own, uncounted Binding)."""
+    return await Binding(db).run(sql, *params)
+
+
+async def setup(db: Any) -> dict[str, Any]:
+    """The seed's tables beside d1queue's (idempotent)."""
+    await Binding(db).batch([(s, ()) for s in SCHEMA])
+    return {"ok": True}
+
+
+async def seed_backlog(db: Any, design: str, n: int, queue: str = QUEUE) -> dict[str, Any]:
+    """Add `n` due no-op jobs to `queue` in one INSERT … WITH RECURSIVE."""
+    if n <= 0:
+        return {"added": 0, "seconds": 0.0}
+    t0 = time.perf_counter()
+    sql = OURS_INSERT if design == "d1queue" else SEED_INSERT
+    result = await _one(db, sql, n, _SEQ[0], queue, "bench.noop", EPOCH_MS)
+    _SEQ[0] += n
+    return {"added": result.changes, "seconds": time.perf_counter() - t0}
+
+
+async def backlog(db: Any, design: str, queue: str = QUEUE) -> int:
+    result = await _one(db, OURS_COUNT if design == "d1queue" else SEED_COUNT, queue)
+    return int(result.rows[0]["n"])
+
+
+async def top_up(db: Any, design: str, n: int, queue: str = QUEUE) -> dict[str, Any]:
+    """Bring `queue` to exactly `n` unreserved jobs (only ever adds)."""
+    have = await backlog(db, design, queue)
+    added = await seed_backlog(db, design, n - have, queue)
+    return {"had": have, **added}
+
+
+async def clear(db: Any) -> dict[str, Any]:
+    """Remove every job the bench made, in both designs' tables."""
+    tables = ("d1queue_jobs", "d1queue_failed_jobs", JOBS, FAILED)
+    await Binding(db).batch([(f"DELETE FROM {t}", ()) for t in tables])
+    return {"ok": True}
+
+
+async def drop_seed_tables(db: Any) -> dict[str, Any]:
+    await Binding(db).batch([(f"DROP TABLE IF EXISTS {t}", ()) for t in (FAILED, JOBS)])
+    return {"ok": True}
+
+
+# -- one invocation ----------------------------------------------------------
+
+
+def _usage(binding: Any) -> dict[str, Any]:
+    u = binding.usage
+    return {
+        "queries": u.queries,
+        "statements": u.statements,
+        "rows_read": u.rows_read,
+        "rows_written": u.rows_written,
+        "d1_seconds": u.seconds,
+    }
+
+
+async def invocation(
+    db: Any,
+    design: str,
+    *,
+    backlog_n: int | None = None,
+    query_budget: int = 1000,
+    batch_counts_as: str = "query",
+    batch_size: int = BATCH,
+    latency_ms: float | None = None,
+    reuse_prepared: bool = False,
+    queue: str = QUEUE,
+) -> dict[str, Any]:
+    """One drain invocation of `design` ("d1queue" or "seed") on `queue`,
+    topped up to `backlog_n` jobs first (None: as it is), through an
+    InstrumentedD1 waiting `latency_ms` per round trip (and reusing prepared
+    statements if asked). Returns what the drain claimed, what its binding
+    counted, and the rows by statement kind."""
+    if backlog_n is not None:
+        await top_up(db, design, backlog_n, queue)
+    target = InstrumentedD1(db, (latency_ms or 0) / 1000, reuse_prepared=reuse_prepared)
+    t0 = time.perf_counter()
+    if design == "d1queue":
+        q = D1Queue(target, reservation_s=RESERVATION_S)
+        config = Config(
+            queues=(queue,),
+            time_budget_s=TIME_BUDGET_S,
+            query_budget=query_budget,
+            batch_counts_as=batch_counts_as,  # type: ignore[arg-type]
+            batch_size=batch_size,
+            reservation_s=RESERVATION_S,
+        )
+        report = await drain(q, REGISTRY, config)
+        wall = time.perf_counter() - t0
+        out = {
+            "claimed": report.claimed,
+            "succeeded": report.succeeded,
+            "failed": report.failed,
+            "rounds": report.rounds,
+            "stopped": report.stopped,
+            **_usage(q.binding),
+        }
+    else:
+        sq = SeedQueue(target, reservation_s=RESERVATION_S)
+        seed_report = await seed_drain(
+            sq,
+            SEED_HANDLERS,
+            name=queue,
+            query_budget=query_budget,
+            batch_counts_as=batch_counts_as,
+        )
+        wall = time.perf_counter() - t0
+        out = {
+            "claimed": seed_report.claimed,
+            "succeeded": seed_report.succeeded,
+            "failed": seed_report.failed,
+            "rounds": seed_report.claimed,
+            "stopped": seed_report.stopped,
+            **_usage(sq.binding),
+        }
+    out["wall_s"] = wall
+    out["rows_by_kind"] = target.rows
+    out["batch_size"] = batch_size if design == "d1queue" else 1
+    return out
+
+
+async def job_life(db: Any, design: str, n: int, *, fail: bool = False) -> dict[str, Any]:
+    """Push `n` jobs one by one (as callers do), then drain them: the rows
+    written by the pushes and by the drain (claim + ack, or claim + fail)."""
+    name = "bench.fail" if fail else "bench.noop"
+    queue = "life-fail" if fail else "life"
+    db = InstrumentedD1(db)
+    if design == "d1queue":
+        q = D1Queue(db, reservation_s=RESERVATION_S)
+        for i in range(n):
+            await q.dispatch(name, {"i": i}, queue=queue)
+        pushed = _usage(q.binding)
+        config = Config(
+            queues=(queue,),
+            time_budget_s=TIME_BUDGET_S,
+            query_budget=1000,
+            batch_size=BATCH,
+            reservation_s=RESERVATION_S,
+        )
+        report = await drain(q, REGISTRY, config)
+        done = report.failed if fail else report.succeeded
+        total = _usage(q.binding)
+    else:
+        sq = SeedQueue(db, reservation_s=RESERVATION_S)
+        for i in range(n):
+            await sq.push(name, {"i": i}, queue=queue)
+        pushed = _usage(sq.binding)
+        seed_report = await seed_drain(sq, SEED_HANDLERS, name=queue, query_budget=10**9)
+        done = seed_report.failed if fail else seed_report.succeeded
+        total = _usage(sq.binding)
+    return {
+        "jobs": n,
+        "done": done,
+        "push_rows_written": pushed["rows_written"],
+        "drain_rows_written": total["rows_written"] - pushed["rows_written"],
+        "rows_written": total["rows_written"],
+        "push_queries": pushed["queries"],
+        "drain_queries": total["queries"] - pushed["queries"],
+        "rows_by_kind": db.rows,
+    }
+
+
+async def probe(db: Any, n: int = 20) -> dict[str, Any]:
+    """What the D1 binding itself costs here, per call, for the report's notes:
+    prepare() and bind() (synchronous calls; with the offline host each
+    crosses into workerd), and a bare round trip."""
+    t0 = time.perf_counter()
+    for _ in range(n):
+        stmt = db.prepare(CLAIM_SHAPED)
+    t1 = time.perf_counter()
+    for _ in range(n):
+        stmt.bind(1, 2, "token", "id", 0)
+    t2 = time.perf_counter()
+    select = db.prepare("SELECT 1")
+    for _ in range(n):
+        await select.all()
+    t3 = time.perf_counter()
+    return {
+        "prepare_ms": (t1 - t0) / n * 1000,
+        "bind_ms": (t2 - t1) / n * 1000,
+        "select1_round_trip_ms": (t3 - t2) / n * 1000,
+    }
+
+
+CLAIM_SHAPED = (
+    "UPDATE d1queue_jobs SET attempts = attempts + 1, reserved_at = ?1, reserved_until = ?2, "
+    "reservation = ?3 WHERE id = ?4 AND reserved_at IS NULL AND attempts = ?5"
+)

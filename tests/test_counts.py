@@ -1,0 +1,129 @@
+"""What a drain sends, counted: the deterministic half of `make bench`
+(bench/README.md), as ordinary tests on SqliteD1.
+
+Queries are round trips (a db.batch is one); statements count every statement,
+batched or not. The numbers below follow from the drain's design, derived in
+each comment; a change to the design that changes them should change them
+here on purpose. Rows read and written need D1's meta, which SqliteD1 does not
+report: tests/runtime/test_counts_runtime.py checks those on Miniflare's D1.
+Timings are never asserted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from bench import inside
+
+from d1queue.testing import SqliteD1
+
+BATCH = 25
+
+# A drain of 200 queued jobs at batch 25, the queue emptied:
+#   reclaim + paused queues                       1 query   2 statements
+#   round 1: candidate SELECT; claim batch        2         1 + 25
+#   rounds 2-8: [25 acks + SELECT]; claim batch   2 each    26 + 25 each
+#   round 9: [25 acks + SELECT] finds nothing     1         26
+DRAIN_200 = {"queries": 18, "statements": 411, "rounds": 9}
+
+# One invocation, a batch counting as one query: reclaim (1), then rounds of
+# two queries while a whole round (3, its settle included) still fits, then
+# the last round's settle (1). 50 queries: 24 rounds of 25; 1,000: 499.
+JOBS_PER_INVOCATION_QUERY = {50: 24 * BATCH, 1000: 499 * BATCH}
+
+# A batch counting as its statements: a round needs the owed settle + SELECT,
+# 25 claims and up to 50 settle statements (every job failing) in what is
+# left, so rounds shrink as the budget runs down.
+JOBS_PER_INVOCATION_STATEMENTS = {50: 21, 1000: 487}
+
+# The seed's design: reclaim's SELECT, then SELECT + UPDATE + DELETE a job,
+# one job at a time, a job started only while its three queries fit.
+SEED_JOBS_PER_INVOCATION = {50: 16, 1000: 333}
+
+
+@pytest.fixture
+async def bench_db(db: SqliteD1) -> SqliteD1:
+    await inside.setup(db)
+    return db
+
+
+async def drain_of(db: SqliteD1, design: str, backlog: int, **kwargs: Any) -> dict[str, Any]:
+    await inside.clear(db)
+    run = await inside.invocation(db, design, backlog_n=backlog, **kwargs)
+    assert isinstance(run, dict)
+    return run
+
+
+async def test_a_200_job_drain_at_batch_25_costs_18_queries(bench_db: SqliteD1) -> None:
+    run = await drain_of(bench_db, "d1queue", 200, query_budget=1000)
+    assert run["claimed"] == run["succeeded"] == 200
+    assert {k: run[k] for k in DRAIN_200} == DRAIN_200
+    assert run["queries"] / run["claimed"] <= 0.15  # the README's target at batch 25
+    assert run["stopped"] == "empty"
+
+
+async def test_each_job_costs_one_claim_and_one_delete(bench_db: SqliteD1) -> None:
+    run = await drain_of(bench_db, "d1queue", 200, query_budget=1000)
+    statements = {kind: r["statements"] for kind, r in run["rows_by_kind"].items()}
+    # SELECTs: one a round, and the paused-queues read. UPDATEs: a claim a
+    # job, and the reclaim. DELETEs: an acknowledgement a job.
+    assert statements == {"SELECT": 9 + 1, "UPDATE": 200 + 1, "DELETE": 200}
+
+
+@pytest.mark.parametrize("budget", [50, 1000])
+async def test_jobs_per_invocation_when_a_batch_is_one_query(
+    bench_db: SqliteD1, budget: int
+) -> None:
+    run = await drain_of(bench_db, "d1queue", 13_000, query_budget=budget)
+    assert run["claimed"] == JOBS_PER_INVOCATION_QUERY[budget]
+    assert run["queries"] == budget
+    assert run["stopped"] == "query_budget"
+    if budget == 50:
+        assert run["claimed"] >= 400  # the README's target for the free plan
+
+
+@pytest.mark.parametrize("budget", [50, 1000])
+async def test_jobs_per_invocation_when_a_batch_counts_its_statements(
+    bench_db: SqliteD1, budget: int
+) -> None:
+    run = await drain_of(
+        bench_db, "d1queue", 2_000, query_budget=budget, batch_counts_as="statements"
+    )
+    assert run["claimed"] == JOBS_PER_INVOCATION_STATEMENTS[budget]
+    assert run["statements"] <= budget
+
+
+@pytest.mark.parametrize("budget", [50, 1000])
+@pytest.mark.parametrize("counts_as", ["query", "statements"])
+async def test_the_seed_design_drains_a_job_per_three_queries(
+    bench_db: SqliteD1, budget: int, counts_as: str
+) -> None:
+    run = await drain_of(bench_db, "seed", 2_000, query_budget=budget, batch_counts_as=counts_as)
+    assert run["claimed"] == SEED_JOBS_PER_INVOCATION[budget]
+    assert run["queries"] == run["statements"] == 1 + 3 * run["claimed"]
+
+
+async def test_the_seed_design_costs_three_queries_a_job(bench_db: SqliteD1) -> None:
+    run = await drain_of(bench_db, "seed", 20, query_budget=1000)
+    # reclaim's SELECT, 20 × (SELECT + UPDATE + DELETE), the SELECT that finds
+    # the queue empty.
+    assert (run["claimed"], run["queries"], run["stopped"]) == (20, 1 + 3 * 20 + 1, "empty")
+
+
+@pytest.mark.parametrize("fail", [False, True])
+async def test_a_job_life_in_statements(bench_db: SqliteD1, fail: bool) -> None:
+    life = await inside.job_life(bench_db, "d1queue", 10, fail=fail)
+    assert life["done"] == 10
+    assert life["push_queries"] == 10  # dispatch: one INSERT, one round trip
+    # reclaim; SELECT (10 < 25 found: the queue is empty after this round);
+    # claim batch; the settle batch, alone.
+    assert life["drain_queries"] == 4
+    statements = {kind: r["statements"] for kind, r in life["rows_by_kind"].items()}
+    assert statements == {
+        # push, and failing copies the row into the failed table first
+        "INSERT": 20 if fail else 10,
+        "UPDATE": 10 + 1,  # the claims, and the reclaim
+        "SELECT": 2,  # paused queues, candidates
+        "DELETE": 10,  # acknowledge, or the delete half of failing
+    }
