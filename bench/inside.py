@@ -83,10 +83,8 @@ class InstrumentedD1:
     rows_written is tallied by the statement's first word (SELECT, UPDATE,
     DELETE, INSERT), to say where the rows go.
 
-    `reuse_prepared`: prepare each SQL text once. The offline host's
-    prepare() is a synchronous call into workerd (milliseconds, where
-    workerd's own is microseconds): runs that only count rows reuse them to
-    finish sooner; runs that are timed do not."""
+    `reuse_prepared`: prepare each SQL text once: runs that only count rows
+    reuse them to finish sooner; runs that are timed do not."""
 
     def __init__(self, inner: Any, latency_s: float = 0.0, *, reuse_prepared: bool = False) -> None:
         self.inner, self.latency_s = inner, latency_s
@@ -317,8 +315,8 @@ async def job_life(db: Any, design: str, n: int, *, fail: bool = False) -> dict[
 
 async def probe(db: Any, n: int = 20) -> dict[str, Any]:
     """What the D1 binding itself costs here, per call, for the report's notes:
-    prepare() and bind() (synchronous calls; with the offline host each
-    crosses into workerd), and a bare round trip."""
+    prepare() and bind() (through the SDK's wrapper), and a bare round trip
+    (with the offline host, a dispatchFetch into Miniflare)."""
     t0 = time.perf_counter()
     for _ in range(n):
         stmt = db.prepare(CLAIM_SHAPED)
