@@ -264,6 +264,8 @@ async def test_settings_can_be_given_as_keywords(queue: D1Queue) -> None:
         await queue.dispatch("count", q, queue=q)
     report = await drain(queue, counting_registry(runs), queues=["b"], batch_size=5)
     assert runs == Counter(["b"]) and report.succeeded == 1
+    report = await drain(queue, counting_registry(runs), queues="a")
+    assert runs == Counter(["a", "b"]) and report.succeeded == 1
     with pytest.raises(ConfigError):
         await drain(queue, counting_registry(runs), batch_size=0)
     with pytest.raises(TypeError):

@@ -119,8 +119,9 @@ async def drain(
     and are validated as Config's are."""
     config = config or Config()
     if settings:
-        if "queues" in settings and not isinstance(settings["queues"], str):
-            settings["queues"] = tuple(settings["queues"])
+        if "queues" in settings:  # a list, a tuple, or one name
+            q = settings["queues"]
+            settings["queues"] = (q,) if isinstance(q, str) else tuple(q)
         config = replace(config, **settings)
     longest = registry.max_timeout_s()
     if queue.reservation_s <= config.time_budget_s + longest:
