@@ -16,7 +16,7 @@ import random
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 Statement = tuple[str, Sequence[Any]]
@@ -78,7 +78,6 @@ class Usage:
     rows_read: int = 0
     rows_written: int = 0
     seconds: float = 0.0
-    by_sql: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -170,10 +169,9 @@ class Binding:
         u.queries += 1
         u.statements += len(statements)
         u.seconds += time.perf_counter() - t0
-        for (sql, _), r in zip(statements, results, strict=True):
+        for r in results:
             u.rows_read += r.rows_read
             u.rows_written += r.rows_written
-            u.by_sql[sql] = u.by_sql.get(sql, 0) + 1
 
     async def _send(self, send: Any) -> Any:
         """Await `send()`, again after a transient D1 error (bounded)."""

@@ -301,17 +301,6 @@ class Registry:
         """The longest any handler may run: the lease must outlast it."""
         return max((s.timeout_s for s in self._specs.values()), default=0.0)
 
-    def new_job(self, name: str, payload: Any = None, **options: Any) -> QueuedJob:
-        """A job for a registered name, with that job's registered queue and
-        max_attempts unless `options` override them. KeyError for an
-        unregistered name: a typo should not sit in the queue until it fails."""
-        spec = self._specs.get(name)
-        if spec is None:
-            raise KeyError(f"no job is registered under the name {name!r}")
-        options.setdefault("queue", spec.queue)
-        options.setdefault("max_attempts", spec.max_attempts)
-        return QueuedJob.new(name, payload, **options)
-
 
 def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
     """A d1queue_jobs row as a QueuedJob; an undecodable payload is kept as

@@ -7,7 +7,6 @@ failures are `ApiError`s carrying an HTTP status and a stable code.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
@@ -240,7 +239,3 @@ class Service:
                 f"older_than_s must be a number from 0 to {MAX_OLDER_THAN_S}",
             )
         return {"deleted": await self.admin.prune_failed(older_than_s)}
-
-
-def dumps(body: Any) -> str:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
