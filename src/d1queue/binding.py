@@ -11,6 +11,7 @@ and for the benchmarks, and caps D1 calls in flight at the platform's six.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import random
 import sys
@@ -88,6 +89,7 @@ class Usage:
         }
 
 
+@functools.cache
 def _pyodide_ffi() -> Any:
     """pyodide.ffi inside Pyodide; None under CPython, where it does not exist."""
     if sys.platform == "emscripten":
