@@ -12,7 +12,9 @@ from workers import Response, WorkerEntrypoint, fetch
 
 from d1queue import Config, ConfigError, D1Queue, __version__, drain
 from d1queue.api import MAX_BODY_BYTES, Api
+from d1queue.binding import Binding
 from d1queue.http_job import register_http_job
+from d1queue.limits import PLANS, Meter
 from d1queue.openapi import document
 from d1queue.service import ApiError, Service
 from jobs import registry
@@ -20,7 +22,9 @@ from jobs import registry
 PUSH_DRAIN: dict[str, Any] = {"time_budget_s": 5.0, "query_budget": 10}
 """Bounds of the drain a push starts (D1QUEUE_DRAIN_ON_PUSH): three rounds at
 most, within the same invocation as the push, so it can never starve the
-request or exhaust the invocation's D1 queries."""
+request or exhaust the invocation's subrequests. It runs in `waitUntil`, which
+Cloudflare cuts 30 s after the response: it claims only jobs whose timeout
+fits in that window, and leaves the rest to the cron."""
 
 
 class _Reply:
@@ -52,7 +56,7 @@ async def _fetch(
     return _Reply(await fetch(url, **options))
 
 
-register_http_job(registry, _fetch)
+register_http_job(registry)
 OPENAPI = document(registry.names())
 
 
@@ -95,8 +99,19 @@ async def _body(request: Any) -> bytes:
 
 
 class Default(WorkerEntrypoint):
+    """One instance per event (request, cron run, RPC call): its meter counts
+    that invocation's subrequests, the push's and its drain's alike."""
+
+    _meter: Meter | None = None
+
+    def _invocation(self, config: Config) -> Meter:
+        if self._meter is None:
+            self._meter = Meter.for_plan(PLANS[config.plan])
+        return self._meter
+
     def _queue(self, config: Config) -> D1Queue:
-        return D1Queue(self.env.DB, reservation_s=config.reservation_s)
+        db = Binding(self.env.DB, meter=self._invocation(config))
+        return D1Queue(db, reservation_s=config.reservation_s)
 
     def _service(self) -> Service:
         config = settings(self.env)
@@ -105,12 +120,23 @@ class Default(WorkerEntrypoint):
         def drain_after_push(name: str) -> None:
             if config.drain_on_push:
                 short = replace(config, queues=(name,), **PUSH_DRAIN)
-                self.ctx.waitUntil(self._drain(short, reclaim=False, why="push"))
+                window = PLANS[config.plan].wait_until_s
+                self.ctx.waitUntil(self._drain(short, reclaim=False, why="push", window_s=window))
 
         return Service(queue, registry, on_push=drain_after_push)
 
-    async def _drain(self, config: Config, *, reclaim: bool, why: str) -> dict[str, Any]:
-        report = await drain(self._queue(config), registry, config, env=self.env, reclaim=reclaim)
+    async def _drain(
+        self, config: Config, *, reclaim: bool, why: str, window_s: float | None = None
+    ) -> dict[str, Any]:
+        report = await drain(
+            self._queue(config),
+            registry,
+            config,
+            env=self.env,
+            fetch=_fetch,
+            reclaim=reclaim,
+            window_s=window_s,
+        )
         line = {"event": "d1queue.drain", "trigger": why, **report.as_dict()}
         print(json.dumps(line))
         return line

@@ -21,7 +21,7 @@ async def echo(payload: Any, ctx: JobContext) -> None:
     print(f"example.echo attempt {ctx.attempt}: {payload!r}")
 
 
-@registry.job("example.add", max_attempts=5, timeout_s=10, backoff=Backoff(base_s=2))
+@registry.job("example.add", max_attempts=5, timeout_s=10, backoff=Backoff(base_s=2), subrequests=1)
 async def add(payload: Any, ctx: JobContext) -> None:
     """Adds two numbers and queues the sum on as a follow-up echo job: shows
     validation (Fail) and a handler dispatching more work."""
@@ -31,4 +31,18 @@ async def add(payload: Any, ctx: JobContext) -> None:
         raise Fail("payload must be an object with numbers a and b")
     await ctx.queue.dispatch(
         "example.echo", {"sum": payload["a"] + payload["b"]}, queue=ctx.job.queue
+    )
+
+
+@registry.job("example.ping", max_attempts=3, timeout_s=15, subrequests=2)
+async def ping(payload: Any, ctx: JobContext) -> None:
+    """Fetches a URL and queues an echo job with the status it answered: a
+    handler making subrequests (one fetch, one D1 query), declared up front so
+    the drain can plan its invocation with them."""
+    url = payload.get("url") if isinstance(payload, dict) else None
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise Fail("payload must be an object with an http(s) url")
+    response = await ctx.fetch(url)
+    await ctx.queue.dispatch(
+        "example.echo", {"url": url, "status": response.status}, queue=ctx.job.queue
     )

@@ -247,7 +247,7 @@ async def case_drains_run_each_job_once(db: Any, clock: Clock) -> None:
         await a.dispatch("count", i)
     await a.dispatch("refuse")
     await a.dispatch("nobody.home")
-    config = Config(batch_size=8)
+    config = Config(plan="paid", batch_size=8)
     ra, rb = await asyncio.gather(drain(a, reg, config), drain(b, reg, config))
     assert runs == Counter(range(40)), "each job ran exactly once"
     assert ra.succeeded + rb.succeeded == 40 and ra.failed + rb.failed == 2

@@ -30,7 +30,9 @@ def test_values_are_parsed() -> None:
     c = Config.from_vars(
         {
             "D1QUEUE_QUEUES": "mail, default ,reports",
+            "D1QUEUE_PLAN": "paid",
             "D1QUEUE_QUERY_BUDGET": "900",
+            "D1QUEUE_MAX_JOBS": "250",
             "D1QUEUE_TIME_BUDGET_S": "25.5",
             "D1QUEUE_DRAIN_ON_PUSH": "true",
             "D1QUEUE_TOKEN": "secret, not a setting",
@@ -39,6 +41,14 @@ def test_values_are_parsed() -> None:
     )
     assert c.queues == ("mail", "default", "reports")
     assert (c.query_budget, c.time_budget_s, c.drain_on_push) == (900, 25.5, True)
+    assert (c.plan, c.max_jobs) == ("paid", 250)
+
+
+def test_the_plan_sets_the_budgets_it_allows() -> None:
+    free, paid = Config(), Config(plan="paid")
+    assert (free.query_budget, free.max_jobs) == (45, 10), "50 subrequests, 10 ms of CPU"
+    assert (paid.query_budget, paid.max_jobs) == (995, 100_000), "1,000 D1 queries"
+    assert Config(plan="paid", query_budget=1000).query_budget == 1000
 
 
 @pytest.mark.parametrize(
@@ -46,7 +56,10 @@ def test_values_are_parsed() -> None:
     [
         ({"D1QUEUE_QUEUE": "default"}, "unknown setting D1QUEUE_QUEUE"),
         ({"D1QUEUE_QUERY_BUDGET": "lots"}, "not a valid value"),
-        ({"D1QUEUE_QUERY_BUDGET": "2000"}, "<= 1000"),
+        ({"D1QUEUE_QUERY_BUDGET": "51"}, "<= 50 \\(the free plan's cap"),
+        ({"D1QUEUE_QUERY_BUDGET": "1001", "D1QUEUE_PLAN": "paid"}, "<= 1000"),
+        ({"D1QUEUE_PLAN": "pro"}, "D1QUEUE_PLAN must be one of free, paid"),
+        ({"D1QUEUE_MAX_JOBS": "0"}, "D1QUEUE_MAX_JOBS must be >= 1"),
         ({"D1QUEUE_BATCH_SIZE": "0"}, "1..100"),
         ({"D1QUEUE_TIME_BUDGET_S": "nan"}, "not a valid value"),
         ({"D1QUEUE_RESERVATION_S": "10"}, "must exceed"),

@@ -51,7 +51,7 @@ async def test_a_drain_runs_every_job_once_and_reports(queue: D1Queue, db: Sqlit
     runs: Counter[Any] = Counter()
     for i in range(60):
         await queue.dispatch("count", i)
-    report = await drain(queue, counting_registry(runs), Config(batch_size=25))
+    report = await drain(queue, counting_registry(runs), Config(plan="paid", batch_size=25))
     assert runs == Counter(range(60))
     assert (report.claimed, report.succeeded, report.failed, report.stale) == (60, 60, 0, 0)
     assert report.stopped == "empty"
@@ -151,7 +151,7 @@ async def test_the_drain_stops_at_its_query_budget_losing_nothing(
     for i in range(200):
         await queue.dispatch("count", i)
     reg = counting_registry(runs)
-    config = Config(query_budget=20, batch_size=10, batch_counts_as=counts_as)  # type: ignore[arg-type]
+    config = Config(plan="paid", query_budget=20, batch_size=10, batch_counts_as=counts_as)  # type: ignore[arg-type]
     report = await drain(queue, reg, config)
     assert report.stopped == "query_budget"
     spent = report.queries if counts_as == "query" else report.statements
@@ -180,7 +180,7 @@ async def test_the_drain_stops_at_its_time_budget_losing_nothing(
 
     for i in range(50):
         await queue.dispatch("tick", i)
-    config = Config(time_budget_s=12, batch_size=5, query_budget=1000)
+    config = Config(plan="paid", time_budget_s=12, batch_size=5, query_budget=1000)
     report = await drain(queue, reg, config, clock=mono)
     assert report.stopped == "time_budget"
     assert report.claimed == 15, "three rounds of five started before 12 s had passed"
@@ -243,7 +243,8 @@ async def test_two_drains_at_once_never_run_a_job_twice(shared_file: Any, clock:
     for i in range(100):
         await a.dispatch("count", i)
     ra, rb = await asyncio.gather(
-        drain(a, reg, Config(batch_size=10)), drain(b, reg, Config(batch_size=10))
+        drain(a, reg, Config(plan="paid", batch_size=10)),
+        drain(b, reg, Config(plan="paid", batch_size=10)),
     )
     assert runs == Counter(range(100))
     assert ra.succeeded + rb.succeeded == 100 and ra.succeeded and rb.succeeded

@@ -48,12 +48,12 @@ async def urllib_fetch(url: str, *, method: str, headers: dict, body: Any, servi
 @pytest.fixture
 def reg() -> Registry:
     r = Registry()
-    register_http_job(r, urllib_fetch, max_attempts=3)
+    register_http_job(r, max_attempts=3)
     return r
 
 
 async def run(queue: D1Queue, reg: Registry, env: Any = None):  # type: ignore[no-untyped-def]
-    return await drain(queue, reg, Config(), env=env)
+    return await drain(queue, reg, Config(), env=env, fetch=urllib_fetch)
 
 
 async def test_delivers_once_on_2xx(queue: D1Queue, reg: Registry, server: Server) -> None:

@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .limits import Meter
+
 Statement = tuple[str, Sequence[Any]]
 
 MAX_IN_FLIGHT = 6
@@ -146,9 +148,13 @@ class Binding:
         *,
         max_in_flight: int = MAX_IN_FLIGHT,
         retry: RetryPolicy = RetryPolicy(),
+        meter: Meter | None = None,
     ) -> None:
         self.db = db
         self.retry = retry
+        self.meter = meter
+        """Counts every send, retries included, against the invocation's
+        subrequest caps (None: unmetered, as in tests and tools)."""
         self.retried = 0
         """How many sends were repeated after a transient error."""
         self.usage = Usage()
@@ -176,16 +182,31 @@ class Binding:
             u.rows_written += r.rows_written
 
     async def _send(self, send: Any) -> Any:
-        """Await `send()`, again after a transient D1 error (bounded)."""
+        """Await `send()`, again after a transient D1 error (bounded). Every
+        send is a subrequest: a retry the invocation's caps cannot afford is
+        not made, and the error stands."""
         for attempt in range(self.retry.tries):
+            if self.meter is not None:
+                self.meter.spend("d1")
             try:
                 return await send()
             except Exception as exc:
                 if attempt + 1 == self.retry.tries or not is_transient(exc):
                     raise
+                if self.meter is not None and self.meter.left() < 1:
+                    raise
                 self.retried += 1
                 await asyncio.sleep(self.retry.delay_s(attempt))
         raise AssertionError("unreachable")
+
+    def metered(self, meter: Meter) -> Binding:
+        """This binding, counting into `meter` (a job's own budget): the same
+        database, usage and in-flight slots, so the platform's limit of six
+        connections holds across the drain and its handlers."""
+        twin = object.__new__(Binding)
+        twin.__dict__.update(self.__dict__)
+        twin.meter = meter
+        return twin
 
     async def run(self, sql: str, *params: Any) -> Result:
         """One statement, one round trip."""

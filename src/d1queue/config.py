@@ -12,6 +12,18 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from .job import check_name
+from .limits import PLANS
+
+RETRY_RESERVE = 5
+"""Subrequests of the plan's cap a drain leaves unplanned by default: room
+for the re-sends of transient D1 errors and for what the invocation did
+before the drain (the push that started a drain-on-push)."""
+
+MAX_JOBS = {"free": 10, "paid": 100_000}
+"""Jobs one run may claim, by plan, when D1QUEUE_MAX_JOBS is not set. The
+free plan allows 10 ms of CPU per invocation and a Worker cannot measure its
+own CPU, so the run is bounded by a count measured in the offline host:
+see README "Limits"."""
 
 
 class ConfigError(ValueError):
@@ -20,15 +32,21 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Config:
+    plan: Literal["free", "paid"] = "free"
+    """D1QUEUE_PLAN: the Workers plan, whose per-invocation caps the drain
+    keeps inside: subrequests (free 50; paid 10,000 with 1,000 D1 queries)
+    and CPU (free 10 ms; paid 30 s). Sets the defaults of query_budget and
+    max_jobs."""
     queues: tuple[str, ...] = ("default",)
     """D1QUEUE_QUEUES: comma-separated queues to drain, in priority order."""
     time_budget_s: float = 20.0
     """D1QUEUE_TIME_BUDGET_S: stop claiming new batches after this long. A
     per-minute cron may run about 30 s; the rest is left for settling."""
-    query_budget: int = 45
-    """D1QUEUE_QUERY_BUDGET: D1 queries one drain may send, every query
-    counted, stopping before the cap so no batch is claimed that cannot be
-    settled. The free plan allows 50 per invocation (paid: 1,000)."""
+    query_budget: int | None = None
+    """D1QUEUE_QUERY_BUDGET: subrequests one drain may spend: its own D1
+    queries and the subrequests its handlers declare, stopping before the cap
+    so no batch is claimed that cannot be settled. Default: the plan's cap
+    less RETRY_RESERVE (free 45, paid 995)."""
     batch_counts_as: Literal["query", "statements"] = "query"
     """D1QUEUE_BATCH_COUNTS_AS: whether a db.batch costs one query of the
     budget or one per statement. D1 does not document which its cap counts;
@@ -43,8 +61,19 @@ class Config:
     plus the longest handler timeout, or a running job could be reclaimed."""
     drain_on_push: bool = False
     """D1QUEUE_DRAIN_ON_PUSH: start a short drain after a push (API issue)."""
+    max_jobs: int | None = None
+    """D1QUEUE_MAX_JOBS: jobs one run may claim, the bound on its CPU time.
+    Default by plan (MAX_JOBS)."""
 
     def __post_init__(self) -> None:
+        if self.plan not in PLANS:
+            raise ConfigError(f"D1QUEUE_PLAN must be one of {', '.join(PLANS)}")
+        plan = PLANS[self.plan]
+        # Frozen: the plan's defaults are filled in once, here.
+        if self.query_budget is None:
+            object.__setattr__(self, "query_budget", plan.d1_queries - RETRY_RESERVE)
+        if self.max_jobs is None:
+            object.__setattr__(self, "max_jobs", MAX_JOBS[self.plan])
         if not self.queues:
             raise ConfigError("D1QUEUE_QUEUES names no queue")
         for q in self.queues:
@@ -54,8 +83,13 @@ class Config:
                 raise ConfigError(f"D1QUEUE_QUEUES: {exc}") from None
         checks = [
             (self.time_budget_s > 0, "D1QUEUE_TIME_BUDGET_S must be > 0"),
-            (self.query_budget >= 3, "D1QUEUE_QUERY_BUDGET must be >= 3"),
-            (self.query_budget <= 1000, "D1QUEUE_QUERY_BUDGET must be <= 1000 (D1's cap)"),
+            (self.budget >= 3, "D1QUEUE_QUERY_BUDGET must be >= 3"),
+            (
+                self.budget <= plan.d1_queries,
+                f"D1QUEUE_QUERY_BUDGET must be <= {plan.d1_queries} "
+                f"(the {plan.name} plan's cap; D1QUEUE_PLAN sets the plan)",
+            ),
+            (self.job_cap >= 1, "D1QUEUE_MAX_JOBS must be >= 1"),
             (1 <= self.batch_size <= 100, "D1QUEUE_BATCH_SIZE must be 1..100"),
             (1 <= self.concurrency <= 100, "D1QUEUE_CONCURRENCY must be 1..100"),
             (
@@ -70,6 +104,18 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+
+    @property
+    def budget(self) -> int:
+        """query_budget, resolved (never None after construction)."""
+        assert self.query_budget is not None
+        return self.query_budget
+
+    @property
+    def job_cap(self) -> int:
+        """max_jobs, resolved."""
+        assert self.max_jobs is not None
+        return self.max_jobs
 
     @classmethod
     def from_vars(cls, env: Mapping[str, Any]) -> Config:
@@ -97,7 +143,7 @@ class Config:
 def _parse(name: str, raw: str) -> Any:
     if name == "queues":
         return tuple(q.strip() for q in raw.split(",") if q.strip())
-    if name in ("query_budget", "batch_size", "concurrency"):
+    if name in ("query_budget", "batch_size", "concurrency", "max_jobs"):
         return int(raw)
     if name in ("time_budget_s", "reservation_s"):
         value = float(raw)

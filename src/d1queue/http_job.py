@@ -6,8 +6,9 @@ and network errors, honouring Retry-After; fails for good on any other 4xx.
 The response status and the start of its body go into last_error, so a
 failure explains itself in the failed-jobs store.
 
-The HTTP client is injected (`fetch`): the Worker passes the Workers fetch
-(entry.py), tests pass their own. A Worker has no synchronous
+The request goes out through `ctx.fetch`, the HTTP client the drain was
+given (`drain(..., fetch=...)`: the Workers fetch in entry.py, tests pass
+their own), and counts as the one subrequest this job declares. A Worker has no synchronous
 XMLHttpRequest, which is why `requests` (through pyodide-http) is not used.
 """
 
@@ -17,11 +18,12 @@ import asyncio
 import email.utils
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from .job import Backoff, Fail, JobContext, Registry, Retry
+from .limits import SubrequestLimitExceeded
 
 NAME = "http.request"
 EXCERPT_CHARS = 300
@@ -35,11 +37,6 @@ class HttpResponse(Protocol):
     def header(self, name: str) -> str | None: ...
 
     async def text(self) -> str: ...
-
-
-Fetch = Callable[..., Awaitable[HttpResponse]]
-"""fetch(url, *, method, headers, body, service, env) -> HttpResponse;
-`service` names a service binding in `env` to send the request through."""
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
@@ -113,25 +110,23 @@ def parse(payload: Any) -> dict[str, Any]:
 
 def register_http_job(
     registry: Registry,
-    fetch: Fetch,
     *,
     max_attempts: int = 5,
     backoff: Backoff | None = None,
 ) -> None:
-    """Register `http.request` on `registry`, sending with `fetch`."""
+    """Register `http.request` on `registry`; it sends with the drain's fetch."""
 
     async def http_request(payload: Any, ctx: JobContext) -> None:
         req = parse(payload)
         target = f"{req['method']} {req['url']}"
         try:
-            response = await asyncio.wait_for(
-                fetch(
+            response: HttpResponse = await asyncio.wait_for(
+                ctx.fetch(
                     req["url"],
                     method=req["method"],
                     headers=req["headers"],
                     body=req["body"],
                     service=req["service"],
-                    env=ctx.env,
                 ),
                 req["timeout_s"],
             )
@@ -139,7 +134,7 @@ def register_http_job(
             text = await asyncio.wait_for(response.text(), req["timeout_s"])
         except TimeoutError:
             raise Retry(f"{target}: no response within {req['timeout_s']:g}s") from None
-        except (Fail, Retry):
+        except (Fail, Retry, SubrequestLimitExceeded):
             raise
         except Exception as exc:  # network errors, DNS, refused connections
             raise Retry(f"{target}: {type(exc).__name__}: {exc}") from None
@@ -158,4 +153,5 @@ def register_http_job(
         max_attempts=max_attempts,
         timeout_s=MAX_TIMEOUT_S + 5,
         backoff=backoff or Backoff(base_s=10, max_s=3600),
+        subrequests=1,
     )

@@ -13,12 +13,18 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .limits import PLANS, Meter
+
 NAME_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 """Queue names and job names: short, URL-safe, no surprises in logs or SQL."""
 
 MAX_SAFE_INT = 2**53 - 2
 """The largest int a Python Worker can bind: Pyodide turns ints from 2^53 - 1
 up into a JS BigInt, which D1 refuses (seen on Pyodide 314 with Miniflare)."""
+
+
+MAX_JOB_SUBREQUESTS = PLANS["paid"].subrequests
+"""No attempt can make more subrequests than a whole paid invocation."""
 
 
 def now_ms() -> int:
@@ -184,18 +190,56 @@ class Backoff:
 Handler = Callable[..., Awaitable[Any]]
 
 
+Fetch = Callable[..., Awaitable[Any]]
+"""The Worker's outbound HTTP: fetch(url, *, method, headers, body, service, env)
+returning a response with `status`, `header(name)` and `async text()`;
+`service` names a service binding in `env` to send the request through."""
+
+
 @dataclass
 class JobContext:
-    """What a handler may use besides its payload."""
+    """What a handler may use besides its payload.
+
+    Everything here that reaches the network counts against the job's
+    declared subrequests (`registry.job(..., subrequests=N)`): `queue`,
+    bindings read from `env`, and `fetch`. A call past that budget raises
+    SubrequestLimitExceeded before it is sent, and the attempt is retried, so
+    one handler cannot make the whole invocation cross Cloudflare's cap."""
 
     job: QueuedJob
     queue: Any  # the D1Queue, to dispatch follow-up jobs (typed Any: no import cycle)
-    env: Any = None  # the Worker's env, when run by a Worker
+    env: Any = None  # the Worker's env, bindings metered, when run by a Worker
+    meter: Meter | None = None
+    """This attempt's subrequest budget (None: not metered, as in unit tests)."""
+    http: Fetch | None = None
+    """The Worker's fetch, as given to `drain(fetch=...)`."""
+    raw_env: Any = None
+    """The env underneath `env`, for the service bindings `fetch` sends through."""
 
     @property
     def attempt(self) -> int:
         """Which attempt this is, from 1."""
         return self.job.attempts
+
+    async def fetch(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        headers: Mapping[str, str] | None = None,
+        body: str | None = None,
+        service: str | None = None,
+    ) -> Any:
+        """An HTTP request through the Worker's fetch (or the service binding
+        `service`), counted as one subrequest."""
+        if self.http is None:
+            raise RuntimeError("this drain was given no fetch: pass drain(..., fetch=...)")
+        if self.meter is not None:
+            self.meter.spend("binding" if service else "fetch")
+        env = self.raw_env if self.raw_env is not None else self.env
+        return await self.http(
+            url, method=method, headers=dict(headers or {}), body=body, service=service, env=env
+        )
 
 
 @dataclass(frozen=True)
@@ -209,6 +253,9 @@ class JobSpec:
     backoff: Backoff = field(default_factory=Backoff)
     queue: str = "default"
     wants_context: bool = True
+    subrequests: int = 0
+    """Subrequests one attempt may make (D1 calls, fetches, binding calls
+    through its ctx): the drain plans each invocation with it."""
 
     async def call(self, payload: Any, ctx: JobContext) -> Any:
         if self.wants_context:
@@ -232,9 +279,11 @@ class Registry:
         timeout_s: float = 30.0,
         backoff: Backoff | None = None,
         queue: str = "default",
+        subrequests: int = 0,
     ) -> Callable[[Handler], Handler]:
         """Decorator: register `async def handler(payload[, ctx])` under `name`
-        (default: the function's name)."""
+        (default: the function's name). `subrequests` is how many D1 calls,
+        fetches and binding calls one attempt makes through its ctx."""
 
         def register(fn: Handler) -> Handler:
             self.register(
@@ -244,6 +293,7 @@ class Registry:
                 timeout_s=timeout_s,
                 backoff=backoff,
                 queue=queue,
+                subrequests=subrequests,
             )
             return fn
 
@@ -258,6 +308,7 @@ class Registry:
         timeout_s: float = 30.0,
         backoff: Backoff | None = None,
         queue: str = "default",
+        subrequests: int = 0,
     ) -> JobSpec:
         check_name("job name", name)
         check_name("queue", queue)
@@ -269,6 +320,14 @@ class Registry:
             raise ValueError(f"job {name!r}: max_attempts must be an integer >= 1")
         if not timeout_s > 0:
             raise ValueError(f"job {name!r}: timeout_s must be > 0")
+        if (
+            isinstance(subrequests, bool)
+            or not isinstance(subrequests, int)
+            or not 0 <= subrequests <= MAX_JOB_SUBREQUESTS
+        ):
+            raise ValueError(
+                f"job {name!r}: subrequests must be an integer from 0 to {MAX_JOB_SUBREQUESTS}"
+            )
         params = [
             p
             for p in inspect.signature(handler).parameters.values()
@@ -284,6 +343,7 @@ class Registry:
             backoff=backoff or Backoff(),
             queue=queue,
             wants_context=len(params) == 2,
+            subrequests=subrequests,
         )
         self._specs[name] = spec
         return spec
@@ -296,6 +356,9 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted(self._specs)
+
+    def max_subrequests(self) -> int:
+        return max((s.subrequests for s in self._specs.values()), default=0)
 
     def max_timeout_s(self) -> float:
         """The longest any handler may run: the lease must outlast it."""

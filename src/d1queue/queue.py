@@ -8,6 +8,7 @@ and jobs that exhausted their attempts in a crash failed instead of re-run.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any, Literal
 from . import sql
 from .binding import Binding, Result, Statement
 from .job import QueuedJob, check_name, new_id, now_ms, row_to_job
+from .limits import Meter
 
 
 class DuplicateJobId(Exception):
@@ -113,6 +115,12 @@ class D1Queue:
         self.reservation_s = reservation_s
         self.max_claim_attempts = max_claim_attempts
         self.clock = clock
+
+    def metered(self, meter: Meter) -> D1Queue:
+        """This queue, its D1 calls counted into `meter` (a job's budget)."""
+        twin = copy.copy(self)
+        twin.binding = self.binding.metered(meter)
+        return twin
 
     # -- pushing ---------------------------------------------------------
 
@@ -220,11 +228,17 @@ class D1Queue:
         return won, candidates
 
     async def settle_and_claim(
-        self, outcomes: Sequence[Outcome], queue: str, n: int
+        self,
+        outcomes: Sequence[Outcome],
+        queue: str,
+        n: int,
+        admit: Callable[[list[QueuedJob]], list[QueuedJob]] | None = None,
     ) -> tuple[list[bool], list[QueuedJob], int]:
         """`settle(outcomes)` and `claim_round(queue, n)` in two round trips
         instead of three: the settle statements travel in one batch with the
-        candidate SELECT (which then sees the rows they freed)."""
+        candidate SELECT (which then sees the rows they freed). `admit` picks
+        which candidates to claim, in order (the drain's budget and window:
+        it knows their names and so their handlers' needs only now)."""
         check_name("queue", queue)
         now = self.clock()
         statements, spans = self._settle_statements(outcomes, now)
@@ -238,13 +252,16 @@ class D1Queue:
             return held, [], 0
         until = now + round(self.reservation_s * 1000)
         candidates = [row_to_job(r) for r in found.rows]
-        for job in candidates:
+        chosen = candidates if admit is None else admit(candidates)
+        if not chosen:
+            return held, [], len(candidates)
+        for job in chosen:
             job.reservation = _token()
         results = await self.binding.batch(
-            [(sql.CLAIM, (now, until, job.reservation, job.id, job.attempts)) for job in candidates]
+            [(sql.CLAIM, (now, until, job.reservation, job.id, job.attempts)) for job in chosen]
         )
         won = []
-        for job, result in zip(candidates, results, strict=True):
+        for job, result in zip(chosen, results, strict=True):
             if result.changes == 1:
                 # The UPDATE incremented the stored count; mirror it so the
                 # attempt number the worker sees matches the row's.

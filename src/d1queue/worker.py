@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .config import Config, ConfigError
-from .job import Fail, JobContext, QueuedJob, Registry, Retry
+from .job import Backoff, Fail, Fetch, JobContext, JobSpec, QueuedJob, Registry, Retry
+from .limits import PLANS, Meter, MeteredEnv
 from .queue import D1Queue, Outcome, exhausted_outcome
 
 MAX_ERROR_CHARS = 4000
@@ -42,10 +43,15 @@ class DrainReport:
     statements: int = 0
     rows_read: int = 0
     rows_written: int = 0
+    subrequests: int = 0
+    """Subrequests the invocation spent during the drain, handlers' included."""
     elapsed_s: float = 0.0
     paused: list[str] = field(default_factory=list)
     stopped: str = ""
-    """Why the drain ended: "empty", "time_budget" or "query_budget"."""
+    """Why the drain ended: "empty"; "time_budget", "query_budget" (the
+    subrequests left could not pay for another round), "max_jobs" (the run's
+    job cap, its CPU bound) or "window" (what is left to run would not finish
+    inside the invocation's window: the cron runs it)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +75,17 @@ def _describe(exc: BaseException) -> str:
     return text[:MAX_ERROR_CHARS]
 
 
+def retry_or_fail_outcome(
+    job: QueuedJob, spec: JobSpec | None, error: str, delay_s: float | None = None
+) -> Outcome:
+    """Run again after the backoff (or `delay_s`), unless that was the last attempt."""
+    if job.attempts >= job.max_attempts:
+        return Outcome(job, "fail", error=f"{error} (attempt {job.attempts} of {job.max_attempts})")
+    backoff = spec.backoff if spec is not None else Backoff()
+    delay = backoff.delay_s(job.attempts) if delay_s is None else delay_s
+    return Outcome(job, "release", delay_s=delay, error=error)
+
+
 async def run_job(job: QueuedJob, registry: Registry, ctx: JobContext) -> Outcome:
     """Run one claimed job and decide its outcome. Never raises for anything
     the job did: a bad job fails alone and the drain goes on."""
@@ -81,12 +98,7 @@ async def run_job(job: QueuedJob, registry: Registry, ctx: JobContext) -> Outcom
         return Outcome(job, "fail", error=f"no handler is registered for job name {job.name!r}")
 
     def retry_or_fail(error: str, delay_s: float | None = None) -> Outcome:
-        if job.attempts >= job.max_attempts:
-            return Outcome(
-                job, "fail", error=f"{error} (attempt {job.attempts} of {job.max_attempts})"
-            )
-        delay = spec.backoff.delay_s(job.attempts) if delay_s is None else delay_s
-        return Outcome(job, "release", delay_s=delay, error=error)
+        return retry_or_fail_outcome(job, spec, error, delay_s)
 
     try:
         await asyncio.wait_for(spec.call(job.payload, ctx), spec.timeout_s)
@@ -101,22 +113,51 @@ async def run_job(job: QueuedJob, registry: Registry, ctx: JobContext) -> Outcom
     return Outcome(job, "ack")
 
 
+SETTLE_MARGIN_S = 2.0
+"""Time kept between a job's worst-case finish and the end of its lease or of
+the invocation's window, for the settle that records its outcome."""
+
+
+def finishes(timeouts: list[float], concurrency: int, start_s: float = 0.0) -> list[float]:
+    """When each job would end at the latest, started in order on
+    `concurrency` slots from `start_s`, each running its whole timeout: the
+    time a drain may hold a claimed job, waiting for a slot included."""
+    slots = [start_s] * concurrency
+    ends = []
+    for timeout in timeouts:
+        i = slots.index(min(slots))
+        slots[i] += timeout
+        ends.append(slots[i])
+    return ends
+
+
 async def drain(
     queue: D1Queue,
     registry: Registry,
     config: Config | None = None,
     *,
     env: Any = None,
+    fetch: Fetch | None = None,
+    meter: Meter | None = None,
+    window_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     reclaim: bool = True,
     **settings: Any,
 ) -> DrainReport:
     """Reclaim (and skip paused queues), then drain `config.queues` within the
-    budgets; see the module docstring. `env` is handed to handlers as
-    `ctx.env`. `reclaim=False` skips the first step, for the short drain
-    after a push, which the cron's full drain backs up. Keyword `settings`
-    override `config`'s fields (`drain(q, reg, queues=["mail"], batch_size=10)`)
-    and are validated as Config's are."""
+    budgets; see the module docstring.
+
+    `env` and `fetch` are what handlers reach through their ctx (the Worker's
+    env and outbound fetch). `meter` is the invocation's subrequest meter
+    (default: a fresh one for `config.plan`); the drain plans every round
+    with what it has left, its handlers' declared subrequests included.
+    `window_s` is how long the invocation may still run (drain-on-push runs
+    inside `waitUntil`, cut 30 s after the response): only jobs that can
+    finish inside it are claimed, the cron takes the rest. `reclaim=False`
+    skips the first step, for the short drain after a push, which the cron's
+    full drain backs up. Keyword `settings` override `config`'s fields
+    (`drain(q, reg, queues=["mail"], batch_size=10)`) and are validated as
+    Config's are."""
     config = config or Config()
     if settings:
         if "queues" in settings:  # a list, a tuple, or one name
@@ -130,21 +171,95 @@ async def drain(
             f"({config.time_budget_s:g}s) plus the longest job timeout ({longest:g}s), "
             "or a job still running could be reclaimed and run twice"
         )
+    meter = meter or queue.binding.meter or Meter.for_plan(PLANS[config.plan])
+    queue = queue.metered(meter)
     usage = queue.binding.usage
     base = (usage.queries, usage.statements, usage.rows_read, usage.rows_written)
+    used0 = meter.used
+    per_statement = config.batch_counts_as == "statements"
 
-    def cost_so_far() -> int:
-        if config.batch_counts_as == "query":
-            return usage.queries - base[0]
-        return usage.statements - base[1]
+    def left() -> int:
+        """Subrequests this drain may still plan: its budget less what the
+        invocation has spent since it started (handlers included), within the
+        invocation's caps. With batches counted per statement, a batch costs
+        its statements."""
+        spent = meter.used - used0
+        if per_statement:
+            spent += (usage.statements - base[1]) - (usage.queries - base[0])
+        return min(config.budget - spent, meter.left())
+
+    def claim_and_settle(n: int) -> int:
+        """The claim batch of `n` jobs and the settle it will owe (every job
+        failing: two statements each)."""
+        return 1 + 1 if not per_statement else n + 2 * n
+
+    most = config.budget - 3  # a fresh drain's room for one job's handler
 
     start = clock()
     report = DrainReport()
     slots = asyncio.Semaphore(config.concurrency)
 
     async def run(job: QueuedJob) -> Outcome:
+        spec = registry.get(job.name)
+        if spec is not None and spec.subrequests > most and not job.exhausted:
+            return Outcome(
+                job,
+                "fail",
+                error=f"job {job.name!r} declares {spec.subrequests} subrequests per attempt, "
+                f"but a drain on this configuration can give a job at most {most} "
+                "(D1QUEUE_PLAN, D1QUEUE_QUERY_BUDGET)",
+            )
+        declared = spec.subrequests if spec else 0
+        budget = meter.child(
+            declared,
+            label=f"job {job.name!r}, which declared subrequests={declared},",
+            hint="; register it with a larger subrequests=",
+        )
+        ctx = JobContext(
+            job=job,
+            queue=queue.metered(budget),
+            env=None if env is None else MeteredEnv(env, budget),
+            meter=budget,
+            http=fetch,
+            raw_env=env,
+        )
         async with slots:
-            return await run_job(job, registry, JobContext(job=job, queue=queue, env=env))
+            outcome = await run_job(job, registry, ctx)
+        if budget.refused is not None and outcome.action == "ack":
+            # The handler caught the refusal and returned: its work is not
+            # whole, and this attempt must not count as done.
+            outcome = retry_or_fail_outcome(job, spec, _describe(budget.refused))
+        return outcome
+
+    stop = ""  # why admit() refused the rest of a round's candidates
+    windowed = False  # some job was left for the cron: too long for the window
+
+    def admit(candidates: list[QueuedJob]) -> list[QueuedJob]:
+        """The candidates this round may claim, in order: those whose declared
+        subrequests fit in what the invocation has left (stopping at the first
+        that does not, so a large job is not starved by small ones behind it),
+        and, with a window, only those that can finish inside it."""
+        nonlocal stop
+        room = left()
+        elapsed = clock() - start
+        chosen: list[QueuedJob] = []
+        timeouts: list[float] = []
+        declared = 0
+        for job in candidates:
+            spec = registry.get(job.name)
+            need = spec.subrequests if spec and spec.subrequests <= most else 0
+            if window_s is not None and spec is not None:
+                end = finishes([*timeouts, spec.timeout_s], config.concurrency, elapsed)[-1]
+                if end + SETTLE_MARGIN_S > window_s:
+                    stop = stop or "window"
+                    continue  # too long for this invocation: the cron runs it
+            if claim_and_settle(len(chosen) + 1) + declared + need > room:
+                stop = "query_budget"
+                break
+            chosen.append(job)
+            declared += need
+            timeouts.append(spec.timeout_s if spec else 0.0)
+        return chosen
 
     if reclaim:
         report.reclaimed, paused = await queue.reclaim_and_list_paused()
@@ -174,21 +289,32 @@ async def drain(
         if clock() - start >= config.time_budget_s:
             report.stopped = "time_budget"
             break
-        left = config.query_budget - cost_so_far()
+        if report.claimed >= config.job_cap:
+            report.stopped = "max_jobs"
+            break
+        room = left()
         owed = sum(2 if o.action == "fail" else 1 for o in pending)
-        k = config.batch_size
-        while k > 0 and round_cost(k, owed, config.batch_counts_as) > left:
+        k = min(config.batch_size, config.job_cap - report.claimed)
+        while k > 0 and round_cost(k, owed, config.batch_counts_as) > room:
             k -= 1
         if k == 0:
             report.stopped = "query_budget"
             break
         name = active[turn % len(active)]
-        held, jobs, candidates = await queue.settle_and_claim(pending, name, k)
+        stop = ""
+        held, jobs, candidates = await queue.settle_and_claim(pending, name, k, admit=admit)
         record(pending, held)
         pending = []
         report.rounds += 1
         if not candidates:
             active.remove(name)  # nothing ready on this queue
+            continue
+        if stop == "query_budget" and not jobs:
+            report.stopped = "query_budget"
+            break
+        windowed = windowed or stop == "window"
+        if stop == "window" and not jobs:
+            active.remove(name)  # what is ready here is the cron's to run
             continue
         if not jobs:
             # Every candidate went to another drain running at the same time;
@@ -198,7 +324,7 @@ async def drain(
                 active.remove(name)
             continue
         lost[name] = 0
-        if candidates < k:
+        if candidates < k and not stop:
             # Fewer ready jobs than asked for: this round empties the queue,
             # so skip the SELECT that would only say so. Jobs pushed from now
             # on wait for the next run (or start a drain of their own).
@@ -207,13 +333,19 @@ async def drain(
             turn += 1
         report.claimed += len(jobs)
         pending = list(await asyncio.gather(*(run(job) for job in jobs)))
+        if stop == "query_budget":
+            report.stopped = "query_budget"  # the next round could not be paid for
+            break
     if pending:  # every budget check reserved room for this
         record(pending, await queue.settle(pending))
+    if report.stopped == "empty" and windowed:
+        report.stopped = "window"
 
     report.queries = usage.queries - base[0]
     report.statements = usage.statements - base[1]
     report.rows_read = usage.rows_read - base[2]
     report.rows_written = usage.rows_written - base[3]
+    report.subrequests = meter.used - used0
     report.elapsed_s = round(clock() - start, 3)
     return report
 
