@@ -10,8 +10,9 @@ import pytest
 
 from d1queue import Config, D1Queue, Registry, drain
 from d1queue.api import MAX_BODY_BYTES, Api, HttpResponse
+from d1queue.bounds import MAX_PAYLOAD_BYTES
 from d1queue.openapi import SPEC
-from d1queue.service import MAX_PAYLOAD_BYTES, Service
+from d1queue.service import Service
 from d1queue.testing import SqliteD1
 
 from .conftest import Clock

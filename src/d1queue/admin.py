@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import sql
-from .job import MAX_SAFE_INT, QueuedJob, check_name, row_to_job
+from .bounds import MAX_SAFE_INT
+from .job import QueuedJob, check_name, row_to_job
 from .queue import D1Queue, FailedJob
 
 

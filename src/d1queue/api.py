@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from .service import ApiError, Service
+from .bounds import MAX_JSON_DEPTH, json_depth
+from .service import ApiError, Service, too_deep
 
 MAX_BODY_BYTES = 1024 * 1024
 """A request body, batch included: 100 jobs of ~10 KB, or fewer larger ones."""
@@ -79,7 +80,8 @@ class Api:
             self._authorize(headers)
             for route_method, pattern, handler in self.routes:
                 match = pattern.match(path)
-                if match and route_method == method:
+                # HEAD is GET without the body (RFC 9110): the host drops it.
+                if match and method in (route_method, "HEAD" if route_method == "GET" else ""):
                     unknown = sorted(set(query) - QUERY_PARAMS.get(handler.__name__, set()))
                     if unknown:
                         # A typo (?limt=10) must not be silently ignored.
@@ -104,7 +106,8 @@ class Api:
         """The methods routed for `path` (empty: no such path)."""
         if path == "/health":
             return ["GET", "HEAD"]
-        return [m for m, pattern, _ in self.routes if pattern.match(path)]
+        methods = [m for m, pattern, _ in self.routes if pattern.match(path)]
+        return [*methods, "HEAD"] if "GET" in methods else methods
 
     def _authorize(self, headers: Mapping[str, str]) -> None:
         if not self.token:
@@ -182,8 +185,16 @@ def _json_object(body: bytes) -> dict[str, Any]:
     if len(body) > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
     try:
-        obj = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
+    # Before parsing: a few thousand levels overflow Pyodide's stack inside
+    # the parser, which no `except` can catch and the Worker does not survive.
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise too_deep("the body")
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
         raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ApiError(400, "malformed_json", "the body must be a JSON object")

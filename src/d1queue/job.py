@@ -13,14 +13,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .bounds import MAX_DELAY_S, MAX_JSON_DEPTH, MAX_SAFE_INT, json_depth, value_depth
 from .limits import PLANS, Meter
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 """Queue names and job names: short, URL-safe, no surprises in logs or SQL."""
-
-MAX_SAFE_INT = 2**53 - 2
-"""The largest int a Python Worker can bind: Pyodide turns ints from 2^53 - 1
-up into a JS BigInt, which D1 refuses (seen on Pyodide 314 with Miniflare)."""
 
 
 MAX_JOB_SUBREQUESTS = PLANS["paid"].subrequests
@@ -95,8 +92,12 @@ class QueuedJob:
     ) -> QueuedJob:
         """A job ready to push, validated; `at_ms` is the clock's now."""
         now = now_ms() if at_ms is None else at_ms
-        if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or delay_s < 0:
-            raise ValueError(f"delay_s must be a number >= 0, got {delay_s!r}")
+        if (
+            isinstance(delay_s, bool)
+            or not isinstance(delay_s, int | float)
+            or not 0 <= delay_s <= MAX_DELAY_S  # NaN too
+        ):
+            raise ValueError(f"delay_s must be a number from 0 to {MAX_DELAY_S}, got {delay_s!r}")
         job = cls(
             id=new_id(now),
             name=name,
@@ -134,7 +135,10 @@ class QueuedJob:
 
     def payload_json(self) -> str:
         """The payload as stored: compact JSON; NaN and Infinity are refused
-        because no other JSON reader accepts them."""
+        because no other JSON reader accepts them, and so is nesting past
+        MAX_JSON_DEPTH, which the drain could not read back safely."""
+        if value_depth(self.payload) > MAX_JSON_DEPTH:
+            raise ValueError(f"payload nests deeper than {MAX_JSON_DEPTH} levels")
         try:
             return json.dumps(self.payload, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -370,6 +374,10 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
     text and explained in `payload_error` instead of raising mid-claim."""
     payload_error = None
     try:
+        if isinstance(row["payload"], str) and json_depth(row["payload"]) > MAX_JSON_DEPTH:
+            # Written by something other than d1queue: parsing it could stop
+            # the Worker's Python (see bounds.MAX_JSON_DEPTH).
+            raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels")
         payload = json.loads(row["payload"])
     except (TypeError, ValueError) as exc:
         payload, payload_error = row["payload"], f"undecodable payload: {exc}"

@@ -11,13 +11,12 @@ from typing import Any
 
 from .admin import CURSOR_PATTERN
 from .api import MAX_BODY_BYTES
+from .bounds import MAX_DELAY_S, MAX_PAYLOAD_BYTES
 from .service import (
     MAX_ATTEMPTS,
     MAX_BATCH,
-    MAX_DELAY_S,
     MAX_LIST,
     MAX_OLDER_THAN_S,
-    MAX_PAYLOAD_BYTES,
     MAX_UNIQUE_KEY,
     PRIORITY_RANGE,
 )

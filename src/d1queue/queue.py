@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from . import sql
 from .binding import Binding, Result, Statement
+from .bounds import clamp_delay_s
 from .job import QueuedJob, check_name, new_id, now_ms, row_to_job
 from .limits import Meter
 
@@ -320,7 +321,9 @@ class D1Queue:
         if outcome.action == "ack":
             return [(sql.ACKNOWLEDGE, (job.id, job.reservation))]
         if outcome.action == "release":
-            available_at = now + max(0, round(outcome.delay_s * 1000))
+            # Clamped: a Retry(delay_s=inf) or a Retry-After of 10^14 must not
+            # push available_at past what D1 binds, failing the whole batch.
+            available_at = now + round(clamp_delay_s(outcome.delay_s) * 1000)
             return [(sql.RELEASE, (available_at, outcome.error, job.id, job.reservation))]
         return [
             (sql.FAIL_RECORD, (outcome.error or "failed", now, job.id, job.reservation)),

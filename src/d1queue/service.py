@@ -12,15 +12,11 @@ from dataclasses import asdict
 from typing import Any
 
 from .admin import Admin, QueueStats
+from .bounds import MAX_DELAY_S, MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES, value_depth
 from .job import NAME_PATTERN, QueuedJob, Registry
 from .queue import D1Queue, FailedJob
 
-MAX_PAYLOAD_BYTES = 128 * 1024
-"""A job's payload as stored JSON: Cloudflare Queues' message limit, and far
-under D1's 2 MB row limit and 100 KB-per-statement SQL text (payloads are
-bound, not inlined)."""
 MAX_BATCH = 100
-MAX_DELAY_S = 365 * 24 * 3600
 MAX_ATTEMPTS = 100
 PRIORITY_RANGE = (-1000, 1000)
 MAX_UNIQUE_KEY = 255
@@ -40,6 +36,10 @@ class ApiError(Exception):
 
 def invalid(message: str) -> ApiError:
     return ApiError(422, "invalid", message)
+
+
+def too_deep(what: str) -> ApiError:
+    return ApiError(422, "too_deep", f"{what} nests deeper than {MAX_JSON_DEPTH} levels")
 
 
 def check_queue(name: Any) -> str:
@@ -83,6 +83,8 @@ class Service:
         """A validated job from a request's JSON object (ApiError otherwise)."""
         if not isinstance(obj, dict):
             raise invalid(f"{where}a job must be a JSON object")
+        if value_depth(obj) > MAX_JSON_DEPTH:  # RPC arguments are not parsed by api.py
+            raise too_deep(f"{where}the job")
         unknown = sorted(set(obj) - JOB_FIELDS)
         if unknown:
             raise invalid(f"{where}unknown field(s): {', '.join(unknown)}")

@@ -85,11 +85,17 @@ CLEAR_QUEUE = "DELETE FROM d1queue_jobs WHERE queue = ?1"
 
 # One UPDATE over the lease index frees every lease that lapsed: its worker
 # died or overran. attempts is left as it is, so a job that keeps killing
-# its worker runs out of attempts (see D1Queue.reserve_batch).
-# ?1 now ?2 last_error
+# its worker runs out of attempts (see D1Queue.reserve_batch). The note goes
+# before the error the job had, which is kept (cut at 4,000 characters), so
+# the failure record of a job that also crashed still names its real cause.
+# ?1 now ?2 the note
 RECLAIM_EXPIRED = (
     "UPDATE d1queue_jobs SET reserved_at = NULL, reserved_until = NULL, reservation = NULL, "
-    "last_error = ?2 WHERE reserved_at IS NOT NULL AND reserved_until < ?1"
+    "last_error = CASE "
+    "WHEN last_error IS NULL THEN ?2 "
+    "WHEN substr(last_error, 1, length(?2)) = ?2 THEN last_error "
+    "ELSE substr(?2 || '; before that: ' || last_error, 1, 4000) END "
+    "WHERE reserved_at IS NOT NULL AND reserved_until < ?1"
 )
 
 SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM d1queue_jobs WHERE id = ?1"

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .job import MAX_SAFE_INT
+from .bounds import MAX_SAFE_INT
 
 
 class D1Error(Exception):

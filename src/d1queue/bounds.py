@@ -1,0 +1,73 @@
+"""Bounds on what reaches the queue, each stated once.
+
+The API's validation, the library's checks and the OpenAPI document read
+them from here. Each guards against a limit of the platform or a way the
+Worker could be made to fail: D1 binds integers only below 2^53, Pyodide's
+stack overflows on deeply nested JSON (which stops the Worker's Python for
+good, not just the request), and a delay past the safe integer range makes
+D1 refuse the whole settle batch it travels in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from typing import Any
+
+MAX_SAFE_INT = 2**53 - 2
+"""The largest int a Python Worker can bind: Pyodide turns ints from 2^53 - 1
+up into a JS BigInt, which D1 refuses (seen on Pyodide 314 with Miniflare)."""
+
+MAX_DELAY_S = 365 * 24 * 3600
+"""The longest a job may wait: a push's `delay_s` above it is refused, and a
+retry's delay (a handler's `Retry(delay_s=...)`, a server's Retry-After) is
+clamped to it."""
+
+MAX_JSON_DEPTH = 64
+"""Nesting of a request body or payload. Checked before parsing: at a few
+thousand levels Pyodide's parser overflows the JS stack, and the Worker's
+Python cannot run again."""
+
+MAX_PAYLOAD_BYTES = 128 * 1024
+"""A job's payload as stored JSON: Cloudflare Queues' message limit, and far
+under D1's 2 MB row limit and 100 KB-per-statement SQL text (payloads are
+bound, not inlined)."""
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_DELTA = {"[": 1, "{": 1, "]": -1, "}": -1}
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def json_depth(text: str) -> int:
+    """How deeply the JSON text nests arrays and objects, without parsing it
+    (strings are set aside first, so brackets inside them do not count). Runs
+    at C speed but for one step per bracket, so any body within the size
+    limit is cheap to measure."""
+    bare = _STRINGS.sub("", text)
+    steps = (_DELTA[b] for b in _BRACKETS.findall(bare))
+    return max(itertools.accumulate(steps), default=0)
+
+
+def value_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deeply a Python value nests lists and dicts, as `json_depth`
+    counts, level by level without recursion and no further than `limit` + 1,
+    so a hostile value cannot make this recurse or run long either."""
+    depth, frontier = 0, [value]
+    while depth <= limit:
+        containers = [v for v in frontier if isinstance(v, dict | list | tuple)]
+        if not containers:
+            break
+        depth += 1
+        frontier = [
+            child for c in containers for child in (c.values() if isinstance(c, dict) else c)
+        ]
+    return depth
+
+
+def clamp_delay_s(delay: Any) -> float:
+    """A retry delay as seconds in [0, MAX_DELAY_S]: infinite, huge or not a
+    number at all becomes the maximum, negative becomes 0."""
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or math.isnan(delay):
+        return float(MAX_DELAY_S)
+    return float(min(max(delay, 0), MAX_DELAY_S))
