@@ -62,7 +62,7 @@ def test_the_plan_sets_the_budgets_it_allows() -> None:
         ({"D1QUEUE_MAX_JOBS": "0"}, "D1QUEUE_MAX_JOBS must be >= 1"),
         ({"D1QUEUE_BATCH_SIZE": "0"}, "1..100"),
         ({"D1QUEUE_TIME_BUDGET_S": "nan"}, "not a valid value"),
-        ({"D1QUEUE_RESERVATION_S": "10"}, "must exceed"),
+        ({"D1QUEUE_RESERVATION_S": "0"}, "must be > 0"),
         ({"D1QUEUE_QUEUES": "a b"}, "D1QUEUE_QUEUES"),
         ({"D1QUEUE_QUEUES": " , "}, "names no queue"),
         ({"D1QUEUE_BATCH_COUNTS_AS": "rows"}, "'query' or 'statements'"),

@@ -123,7 +123,7 @@ async def test_a_handler_that_times_out_is_retried(queue: D1Queue) -> None:
     report = await drain(queue, reg)
     assert (calls, report.retried) == (1, 1)
     job = await queue.job(job_id)
-    assert job is not None and job.reservation is None
+    assert job is not None and job.reserved_until is None
     assert job.last_error == "timed out after 0.05s"
 
 
@@ -219,14 +219,36 @@ async def test_a_stale_settle_is_counted_not_applied(queue: D1Queue, clock: Cloc
     assert row["reservation"] is not None, "still held by the second worker"
 
 
-async def test_the_lease_must_outlast_budget_plus_timeouts(db: SqliteD1) -> None:
+async def test_the_lease_must_cover_the_longest_job(db: SqliteD1) -> None:
     reg = Registry()
 
-    @reg.job("x", timeout_s=80)
+    @reg.job("x", timeout_s=89)
     async def x(payload: Any) -> None: ...
 
-    with pytest.raises(ConfigError, match="lease"):
-        await drain(D1Queue(db, reservation_s=90), reg, Config(time_budget_s=20))
+    with pytest.raises(ConfigError, match="must cover the longest job timeout"):
+        await drain(D1Queue(db, reservation_s=90), reg, Config())
+
+
+async def test_a_round_claims_only_what_can_finish_inside_the_lease(
+    queue: D1Queue, clock: Clock
+) -> None:
+    """Batch 25 and 10 slots: jobs that may run 30 s end by 30, 60 and 90 s
+    at the latest, the third ten waiting 60 s for a slot; with a 90 s lease
+    and time to settle, a round claims 20. (With the defaults and
+    http.request's 65 s, 10.)"""
+    mono = Monotonic()
+    reg = Registry()
+    held: list[int] = []
+
+    @reg.job("slow", timeout_s=30)
+    async def slow(payload: Any, ctx: JobContext) -> None:
+        held.append(ctx.job.reserved_until or 0)
+
+    for i in range(25):
+        await queue.dispatch("slow", i)
+    report = await drain(queue, reg, Config(plan="paid", batch_size=25), clock=mono)
+    assert report.claimed == 25 and report.rounds == 2
+    assert (await queue.binding.run("SELECT COUNT(*) AS n FROM d1queue_jobs")).rows[0]["n"] == 0
 
 
 async def test_two_drains_at_once_never_run_a_job_twice(shared_file: Any, clock: Clock) -> None:

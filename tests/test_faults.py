@@ -4,12 +4,14 @@ and one bad value never costs other jobs their outcome. Real SQLite."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import pytest
 
 from d1queue import Config, D1Queue, QueuedJob, Registry, Retry, drain
 from d1queue.api import Api
+from d1queue.binding import Binding, RetryPolicy
 from d1queue.bounds import MAX_DELAY_S, MAX_JSON_DEPTH, json_depth, value_depth
 from d1queue.http_job import register_http_job
 from d1queue.openapi import SPEC
@@ -160,3 +162,142 @@ async def test_reclaim_keeps_the_error_a_job_had(queue: D1Queue, clock: Clock) -
     assert "attempted too many times" in failed.error
     assert "ValueError: the real cause" in failed.error
     assert json.dumps(failed.error).count("lease expired") == 1
+
+
+# -- settling and every write, under D1 faults and lost replies ---------------
+
+ACK = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reservation"
+RELEASE = "UPDATE d1queue_jobs SET reserved_at = NULL, reserved_until = NULL, available_at"
+CLAIM = "OR reservation = ?3"
+NO_WAIT = RetryPolicy(tries=5, base_s=0, cap_s=0)
+
+
+def counting(runs: Counter[Any], **opts: Any) -> Registry:
+    reg = Registry()
+
+    @reg.job("count", **opts)
+    async def count(payload: Any) -> None:
+        runs[payload] += 1
+
+    @reg.job("again", **opts)
+    async def again(payload: Any) -> None:
+        runs[payload] += 1
+        raise Retry("later", delay_s=60)
+
+    return reg
+
+
+@pytest.fixture
+def patient(db: SqliteD1, clock: Clock) -> D1Queue:
+    """A queue whose binding re-sends transient errors without sleeping."""
+    return D1Queue(Binding(db, retry=NO_WAIT), clock=clock)
+
+
+async def test_a_failed_settle_batch_settles_its_outcomes_on_their_own(
+    patient: D1Queue, db: SqliteD1, clock: Clock
+) -> None:
+    runs: Counter[Any] = Counter()
+    for i in range(30):
+        await patient.dispatch("count", i, max_attempts=1)
+    # The batch carrying round 1's acks and round 2's SELECT fails once,
+    # with an error that is not retried.
+    db.fail_when(ACK, "D1_ERROR: D1 DB is overloaded. Too many requests queued.", times=1)
+    report = await drain(patient, counting(runs), Config(plan="paid", batch_size=10))
+    assert report.stopped == "d1_error" and "overloaded" in report.error
+    assert report.succeeded == 10 and report.unsettled == [] and report.stale == 0
+    clock.advance(3600)  # any lease would have lapsed by now
+    report = await drain(patient, counting(runs), Config(plan="paid", batch_size=10))
+    assert runs == Counter(range(30)), "no job ran twice"
+    assert await patient.failed_jobs() == [], "no succeeded job was failed"
+
+
+async def test_one_outcome_d1_refuses_costs_no_other_its_outcome(
+    patient: D1Queue, db: SqliteD1
+) -> None:
+    runs: Counter[Any] = Counter()
+    reg = counting(runs)
+    await patient.dispatch("again", "r")
+    for i in range(5):
+        await patient.dispatch("count", i)
+    db.fail_when(RELEASE, "D1_ERROR: something D1 will never take", times=None)
+    report = await drain(patient, reg, Config())
+    assert report.succeeded == 5
+    assert len(report.unsettled) == 1, "the release D1 refuses every time is reported"
+    assert await patient.size("default") == 0, "the unsettled job is still held"
+
+
+async def test_a_lost_claim_reply_spends_no_attempt(patient: D1Queue, db: SqliteD1) -> None:
+    runs: Counter[Any] = Counter()
+    await patient.dispatch("count", "once", max_attempts=1)
+    db.lose_reply_when(CLAIM)
+    report = await drain(patient, counting(runs), Config())
+    assert (report.succeeded, report.failed, report.stale) == (1, 0, 0)
+    assert runs == Counter(["once"])
+
+
+async def test_a_claim_whose_batch_fails_after_landing_is_undone(
+    patient: D1Queue, db: SqliteD1
+) -> None:
+    runs: Counter[Any] = Counter()
+    job_id = await patient.dispatch("count", "one try", max_attempts=1)
+    db.lose_reply_when(CLAIM, "D1_ERROR: D1 DB is overloaded. Too many requests queued.")
+    report = await drain(patient, counting(runs), Config())
+    assert (report.claimed, report.stopped) == (0, "d1_error")
+    job = await patient.job(job_id)
+    assert job is not None and job.attempts == 0 and job.reserved_until is None
+    report = await drain(patient, counting(runs), Config())
+    assert report.succeeded == 1 and runs == Counter(["one try"])
+
+
+async def test_a_lost_settle_reply_is_our_write_not_a_stale_one(
+    patient: D1Queue, db: SqliteD1
+) -> None:
+    runs: Counter[Any] = Counter()
+    for i in range(4):
+        await patient.dispatch("count", i)
+    await patient.dispatch("again", "r")
+    db.lose_reply_when(ACK, times=1)
+    db.lose_reply_when(RELEASE, times=1)
+    report = await drain(patient, counting(runs), Config())
+    assert (report.succeeded, report.retried, report.stale) == (4, 1, 0)
+    assert report.resent == 5
+    assert report.unsettled == []
+
+
+async def test_single_writes_are_idempotent_under_a_lost_reply(
+    patient: D1Queue, db: SqliteD1
+) -> None:
+    for i in range(3):
+        await patient.dispatch("t", i)
+    a, b, c = await patient.reserve_batch("default", 3)
+    db.lose_reply_when(ACK)
+    assert await patient.acknowledge(a) is True
+    db.lose_reply_when(RELEASE)
+    assert await patient.release(b, 10) is True
+    db.lose_reply_when("INSERT OR REPLACE INTO d1queue_failed_jobs")
+    assert await patient.fail(c, "boom") is True
+    db.lose_reply_when("INSERT INTO d1queue_jobs")
+    assert await patient.retry_failed(c.id) is True
+    assert {r["id"] for r in db.query("SELECT id FROM d1queue_jobs")} == {b.id, c.id}
+    assert db.query("SELECT COUNT(*) AS n FROM d1queue_failed_jobs")[0]["n"] == 0
+
+
+async def test_push_many_re_sent_after_a_lost_reply_stores_each_job_once(
+    patient: D1Queue, db: SqliteD1
+) -> None:
+    jobs = [QueuedJob.new("t", i) for i in range(25)]
+    jobs.append(QueuedJob.new("t", "keyed", unique_key="k"))
+    db.lose_reply_when("INSERT INTO d1queue_jobs")
+    out = await patient.push_many(jobs)
+    assert out == [(j.id, False) for j in jobs]
+    assert db.query("SELECT COUNT(*) AS n FROM d1queue_jobs")[0]["n"] == 26
+
+
+async def test_push_many_still_refuses_a_reused_id(queue: D1Queue, db: SqliteD1) -> None:
+    first = QueuedJob.new("t", 1)
+    await queue.push(first)
+    again = QueuedJob.new("t", 2)
+    again.id = first.id
+    with pytest.raises(Exception, match="UNIQUE"):
+        await queue.push_many([QueuedJob.new("t", 3), again])
+    assert db.query("SELECT COUNT(*) AS n FROM d1queue_jobs")[0]["n"] == 1, "all or nothing"

@@ -124,7 +124,9 @@ async def test_releasing_clears_the_reservation_and_pushes_availability_out(
     assert job is not None
     assert await queue.release(job, 30) is True
     row = db.query("SELECT * FROM d1queue_jobs")[0]
-    assert row["reserved_at"] is None and row["reservation"] is None
+    assert (
+        row["reserved_at"] is None and row["reservation"] == job.reservation
+    )  # kept: see sql.RELEASE
     assert row["available_at"] == clock() + 30_000
     assert await queue.reserve("default") is None
     clock.advance(30)

@@ -12,6 +12,7 @@ for the benchmarks, and caps D1 calls in flight at the platform's six.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib
 import random
@@ -43,6 +44,12 @@ is fenced (it changes nothing the second time), and a re-sent insert carries
 the same job id."""
 
 
+def was_resent(exc: BaseException) -> bool:
+    """Whether `exc` answered a re-send (see Result.resent): the first send
+    may have committed what the re-send then collided with."""
+    return bool(getattr(exc, "d1queue_resent", False))
+
+
 def is_transient(exc: BaseException) -> bool:
     text = str(exc)
     return any(marker in text for marker in TRANSIENT_ERRORS)
@@ -69,6 +76,9 @@ class Result:
     last_row_id: int | None = None
     rows_read: int = 0
     rows_written: int = 0
+    resent: bool = False
+    """This answer is to a re-send, after an error that may have come after
+    the first send committed: `changes == 0` may mean "already done by us"."""
 
 
 @dataclass
@@ -190,16 +200,20 @@ class Binding:
             u.rows_read += r.rows_read
             u.rows_written += r.rows_written
 
-    async def _send(self, send: Any) -> Any:
+    async def _send(self, send: Any) -> tuple[Any, bool]:
         """Await `send()`, again after a transient D1 error (bounded). Every
         send is a subrequest: a retry the invocation's caps cannot afford is
-        not made, and the error stands."""
+        not made, and the error stands. Returns the answer and whether it
+        answers a re-send."""
         for attempt in range(self.retry.tries):
             if self.meter is not None:
                 self.meter.spend("d1")
             try:
-                return await send()
+                return await send(), attempt > 0
             except Exception as exc:
+                if attempt > 0:
+                    with contextlib.suppress(AttributeError, TypeError):
+                        exc.d1queue_resent = True  # type: ignore[attr-defined]
                 if attempt + 1 == self.retry.tries or not is_transient(exc):
                     raise
                 if self.meter is not None and self.meter.left() < 1:
@@ -221,8 +235,9 @@ class Binding:
         """One statement, one round trip."""
         async with self._slots:
             t0 = time.perf_counter()
-            raw = await self._send(lambda: self._prepare(sql, params).all())
+            raw, resent = await self._send(lambda: self._prepare(sql, params).all())
             result = _result(raw)
+            result.resent = resent
             self._count([(sql, params)], [result], t0)
             return result
 
@@ -242,7 +257,9 @@ class Binding:
 
         async with self._slots:
             t0 = time.perf_counter()
-            raw = await self._send(send)
+            raw, resent = await self._send(send)
             results = [_result(r) for r in _plain(raw)]
+            for r in results:
+                r.resent = resent
             self._count(statements, results, t0)
             return results

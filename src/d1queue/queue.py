@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import sql
-from .binding import Binding, Result, Statement
+from .binding import Binding, Result, Statement, was_resent
 from .bounds import clamp_delay_s
 from .job import QueuedJob, check_name, new_id, now_ms, row_to_job
 from .limits import Meter
@@ -56,14 +56,24 @@ class Outcome:
     error: str | None = None
 
 
-def _held(results: Sequence[Result], spans: Sequence[int]) -> list[bool]:
-    """Per outcome, whether its first statement changed its row: the fence
-    held. (A fail's INSERT…SELECT copies nothing for a stale holder.)"""
-    held, i = [], 0
-    for span in spans:
-        held.append(results[i].changes == 1)
-        i += span
-    return held
+Mark = Literal["held", "resent", "stale", "unsettled"]
+"""How an outcome's settle ended: written ("held": our lease held);
+"resent": written by an earlier send of ours whose reply was lost; "stale":
+another worker holds the job now (our lease lapsed), nothing written;
+"unsettled": D1 refused it every time; the lease will lapse and the job
+run again."""
+
+
+@dataclass
+class Round:
+    """What `settle_and_claim` did: the marks of the outcomes it settled, the
+    jobs it won, how many candidates it saw, and the D1 error that stopped it
+    claiming, if one did (the outcomes were settled all the same)."""
+
+    marks: list[Mark]
+    jobs: list[QueuedJob]
+    candidates: int = 0
+    error: Exception | None = None
 
 
 RECLAIM_NOTE = "lease expired before the job was settled (worker died or overran)"
@@ -135,12 +145,11 @@ class D1Queue:
         job.created_at = job.created_at or now
         params = _insert_params(job)
         if job.unique_key is None:
-            retried = self.binding.retried
             (inserted,) = await self.binding.batch([(sql.INSERT_JOB, params)])
             if inserted.changes != 1 and not (
                 # A transient error hid that the first send landed: the row
                 # with this id is our own job.
-                self.binding.retried > retried and await self.job(job.id) is not None
+                inserted.resent and await self.job(job.id) is not None
             ):
                 raise DuplicateJobId(f"a job with id {job.id!r} is already queued")
             return job.id
@@ -166,9 +175,10 @@ class D1Queue:
             job.created_at = job.created_at or now
             rows.append(job)
         statements: list[Statement] = []
-        for unique in (False, True):
-            group = [j for j in rows if (j.unique_key is not None) == unique]
-            step = sql.INSERT_ROWS_PER_STATEMENT
+        plain = [j for j in rows if j.unique_key is None]
+        keyed = [j for j in rows if j.unique_key is not None]
+        step = sql.INSERT_ROWS_PER_STATEMENT
+        for group, unique in ((plain, False), (keyed, True)):
             for i in range(0, len(group), step):
                 chunk = group[i : i + step]
                 params = [v for j in chunk for v in _insert_params(j)]
@@ -177,8 +187,16 @@ class D1Queue:
         for i in range(0, len(keys), 100):
             chunk_keys = keys[i : i + 100]
             statements.append((sql.select_unique_holders(len(chunk_keys)), chunk_keys))
-        results = await self.binding.batch(statements)
         selects = (len(keys) + 99) // 100  # the holder SELECTs come last
+        try:
+            results = await self.binding.batch(statements)
+        except Exception as exc:
+            # A re-send after a lost reply meets the ids its first send stored
+            # (the batch is one transaction: all of them, or none). The keys'
+            # holders are then read on their own.
+            if not (plain and was_resent(exc) and await self._all_queued(plain)):
+                raise
+            results = await self.binding.batch(statements[len(statements) - selects :])
         holders = {
             r["unique_key"]: str(r["id"])
             for res in results[len(results) - selects :]
@@ -189,6 +207,14 @@ class D1Queue:
             holder = holders.get(job.unique_key, job.id) if job.unique_key else job.id
             out.append((holder, holder != job.id))
         return out
+
+    async def _all_queued(self, jobs: Sequence[QueuedJob]) -> bool:
+        for i in range(0, len(jobs), 100):
+            ids = [j.id for j in jobs[i : i + 100]]
+            found = await self.binding.run(sql.select_job_ids(len(ids)), *ids)
+            if len(found.rows) != len(ids):
+                return False
+        return True
 
     async def dispatch(
         self,
@@ -225,8 +251,10 @@ class D1Queue:
         than won: the rest were lost to other workers). Exhausted jobs are
         included (see `QueuedJob.exhausted`): the caller fails them. At most
         two queries."""
-        _, won, candidates = await self.settle_and_claim((), queue, n)
-        return won, candidates
+        done = await self.settle_and_claim((), queue, n)
+        if done.error is not None:
+            raise done.error
+        return done.jobs, done.candidates
 
     async def settle_and_claim(
         self,
@@ -234,42 +262,68 @@ class D1Queue:
         queue: str,
         n: int,
         admit: Callable[[list[QueuedJob]], list[QueuedJob]] | None = None,
-    ) -> tuple[list[bool], list[QueuedJob], int]:
+    ) -> Round:
         """`settle(outcomes)` and `claim_round(queue, n)` in two round trips
         instead of three: the settle statements travel in one batch with the
         candidate SELECT (which then sees the rows they freed). `admit` picks
         which candidates to claim, in order (the drain's budget and window:
-        it knows their names and so their handlers' needs only now)."""
+        it knows their names and so their handlers' needs only now).
+
+        The settle never depends on the claim: if the shared batch fails, the
+        outcomes are settled on their own (`settle_outcomes`) and the round
+        claims nothing, returning the error. A claim batch that fails is
+        undone where it may have landed, so no attempt is spent on it."""
         check_name("queue", queue)
         now = self.clock()
         statements, spans = self._settle_statements(outcomes, now)
         select = (sql.SELECT_CANDIDATES, (queue, now, n))
-        if statements:
-            results = await self.binding.batch([*statements, select])
-            held, found = _held(results[:-1], spans), results[-1]
-        else:
-            held, found = [], await self.binding.run(select[0], *select[1])
+        marks: list[Mark] = []
+        try:
+            if statements:
+                results = await self.binding.batch([*statements, select])
+                found = results[-1]
+                marks = await self._marks(outcomes, results[:-1], spans)
+            else:
+                found = await self.binding.run(select[0], *select[1])
+        except Exception as exc:
+            if statements:
+                marks = await self.settle_outcomes(outcomes, maybe_sent=True)
+            return Round(marks, [], 0, exc)
         if not found.rows:
-            return held, [], 0
+            return Round(marks, [])
         until = now + round(self.reservation_s * 1000)
         candidates = [row_to_job(r) for r in found.rows]
         chosen = candidates if admit is None else admit(candidates)
         if not chosen:
-            return held, [], len(candidates)
+            return Round(marks, [], len(candidates))
         for job in chosen:
             job.reservation = _token()
-        results = await self.binding.batch(
-            [(sql.CLAIM, (now, until, job.reservation, job.id, job.attempts)) for job in chosen]
-        )
+        claims = [(sql.CLAIM, (now, until, j.reservation, j.id, j.attempts)) for j in chosen]
+        try:
+            results = await self.binding.batch(claims)
+        except Exception as exc:
+            await self._unclaim(chosen)
+            return Round(marks, [], len(candidates), exc)
         won = []
         for job, result in zip(chosen, results, strict=True):
             if result.changes == 1:
-                # The UPDATE incremented the stored count; mirror it so the
-                # attempt number the worker sees matches the row's.
+                # The UPDATE set the stored count to one more than read;
+                # mirror it so the attempt number the worker sees matches.
                 job.attempts += 1
                 job.reserved_until = until
                 won.append(job)
-        return held, won, len(candidates)
+        return Round(marks, won, len(candidates))
+
+    async def _unclaim(self, jobs: Sequence[QueuedJob]) -> None:
+        """Put back jobs whose claim batch failed: it may have committed before
+        the error, and the jobs would sit reserved, an attempt spent, until
+        their lease lapsed. If this fails too, the lease does it later."""
+        try:
+            await self.binding.batch(
+                [(sql.UNCLAIM, (j.attempts, j.id, j.reservation)) for j in jobs]
+            )
+        except Exception as exc:
+            print(f"d1queue: could not undo a failed claim of {len(jobs)} job(s): {exc}")
 
     async def reserve_batch(self, queue: str, n: int) -> list[QueuedJob]:
         """Claim up to `n` runnable jobs. Candidates lost to other workers are
@@ -344,10 +398,83 @@ class D1Queue:
 
     async def settle(self, outcomes: Sequence[Outcome]) -> list[bool]:
         """Apply many outcomes in one db.batch (one transaction). For each,
-        True if this worker still held the job's lease; False if the lease
-        had lapsed and the job moved on, in which case nothing changed."""
+        True if it was written (also when an earlier send of ours landed and
+        its reply was lost); False if the lease had lapsed and the job moved
+        on, in which case nothing changed. Raises if D1 refuses the batch."""
         statements, spans = self._settle_statements(outcomes, self.clock())
-        return _held(await self.binding.batch(statements), spans)
+        marks = await self._marks(outcomes, await self.binding.batch(statements), spans)
+        return [m != "stale" for m in marks]
+
+    async def settle_outcomes(
+        self, outcomes: Sequence[Outcome], *, maybe_sent: bool = False
+    ) -> list[Mark]:
+        """Settle what a drain holds, whatever D1 does: one batch, and if D1
+        refuses it, each outcome in a batch of its own, so one statement D1
+        cannot take costs no other job its outcome. Never raises for a D1
+        error; an outcome D1 refused every time is "unsettled". `maybe_sent`:
+        these outcomes may already have landed (a batch carrying them failed
+        after it may have committed)."""
+        if not outcomes:
+            return []
+        now = self.clock()
+        statements, spans = self._settle_statements(outcomes, now)
+        try:
+            results = await self.binding.batch(statements)
+            return await self._marks(outcomes, results, spans, maybe_sent=maybe_sent)
+        except Exception as exc:
+            first = exc
+        marks: list[Mark] = []
+        for outcome in outcomes:
+            stmts = self._statements(outcome, now)
+            try:
+                results = await self.binding.batch(stmts)
+                marks += await self._marks([outcome], results, [len(stmts)], maybe_sent=True)
+            except Exception as exc:
+                print(
+                    f"d1queue: could not settle job {outcome.job.id} ({outcome.action}): {exc}"
+                    f" (the batch failed first with: {first})"
+                )
+                marks.append("unsettled")
+        return marks
+
+    async def _marks(
+        self,
+        outcomes: Sequence[Outcome],
+        results: Sequence[Result],
+        spans: Sequence[int],
+        *,
+        maybe_sent: bool = False,
+    ) -> list[Mark]:
+        """Each outcome's mark, from its first statement's `changes`. Where a
+        re-send found nothing to change, a deleting outcome (ack, fail) may
+        have landed the first time: one lookup tells, since a row still there
+        was not deleted by us."""
+        marks: list[Mark] = []
+        unsure: list[int] = []
+        i = 0
+        for n, (outcome, span) in enumerate(zip(outcomes, spans, strict=True)):
+            first = results[i]
+            i += span
+            resent = first.resent or maybe_sent
+            if first.changes == 1:
+                marks.append("resent" if resent else "held")
+            elif resent and outcome.action in ("ack", "fail"):
+                marks.append("stale")
+                unsure.append(n)
+            else:
+                marks.append("stale")
+        for start in range(0, len(unsure), 100):
+            chunk = unsure[start : start + 100]
+            ids = [outcomes[n].job.id for n in chunk]
+            try:
+                still = await self.binding.run(sql.select_job_ids(len(ids)), *ids)
+            except Exception:
+                continue  # unknown: left as stale, which writes nothing more
+            present = {r["id"] for r in still.rows}
+            for n in chunk:
+                if outcomes[n].job.id not in present:
+                    marks[n] = "resent"
+        return marks
 
     async def acknowledge(self, job: QueuedJob) -> bool:
         """The job is done: delete it (releasing its unique_key). False if the
@@ -411,7 +538,11 @@ class D1Queue:
         inserted, _ = await self.binding.batch(
             [(sql.RETRY_FAILED_INSERT, (self.clock(), id)), (sql.RETRY_FAILED_DELETE, (id,))]
         )
-        return inserted.changes == 1
+        if inserted.changes == 1:
+            return True
+        # Re-sent after a lost reply, the copy finds the failure gone: if the
+        # job is queued again, the first send did it.
+        return inserted.resent and await self.job(id) is not None
 
 
 def exhausted_outcome(job: QueuedJob) -> Outcome:

@@ -177,7 +177,7 @@ class Service:
         now = self.queue.clock()
         state = (
             "reserved"
-            if found.reservation is not None
+            if found.reserved_until is not None
             else ("ready" if found.available_at <= now else "delayed")
         )
         return {

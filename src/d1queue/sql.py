@@ -44,12 +44,22 @@ SELECT_CANDIDATES = (
 # The claim. `reserved_at IS NULL` makes exactly one of several racing
 # workers change the row; `attempts = ?5` (attempts only ever grows, once per
 # claim) makes the claim fail if the row was claimed and released again since
-# we read it, so the job we hand out is exactly the row we read.
+# we read it, so the job we hand out is exactly the row we read. Re-sent after
+# a reply was lost, it finds its own fresh token (`reservation = ?3`) and sets
+# the same values again: one attempt, not two, and the claim is still ours.
 # ?1 now ?2 reserved_until ?3 reservation ?4 id ?5 attempts as read
 CLAIM = (
-    "UPDATE d1queue_jobs SET attempts = attempts + 1, reserved_at = ?1, "
+    "UPDATE d1queue_jobs SET attempts = ?5 + 1, reserved_at = ?1, "
     "reserved_until = ?2, reservation = ?3 "
-    "WHERE id = ?4 AND reserved_at IS NULL AND attempts = ?5"
+    "WHERE id = ?4 AND ((reserved_at IS NULL AND attempts = ?5) OR reservation = ?3)"
+)
+
+# Undoing a claim whose reply never came (the batch failed after it may have
+# committed): the job goes back as it was read, its attempt not spent.
+# ?1 attempts as read ?2 id ?3 reservation
+UNCLAIM = (
+    "UPDATE d1queue_jobs SET attempts = ?1, reserved_at = NULL, reserved_until = NULL, "
+    "reservation = NULL WHERE id = ?2 AND reservation = ?3"
 )
 
 # Every step after the claim is fenced by the reservation token: a worker
@@ -58,9 +68,12 @@ CLAIM = (
 # ?1 id ?2 reservation
 ACKNOWLEDGE = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reservation = ?2"
 
+# The token stays on a released row (reserved_at alone says whether a job is
+# held), so a release re-sent after its reply was lost matches again and
+# reports the job as released by us; the next claim replaces the token.
 # ?1 available_at ?2 last_error (NULL keeps the previous one) ?3 id ?4 reservation
 RELEASE = (
-    "UPDATE d1queue_jobs SET reserved_at = NULL, reserved_until = NULL, reservation = NULL, "
+    "UPDATE d1queue_jobs SET reserved_at = NULL, reserved_until = NULL, "
     "available_at = ?1, last_error = COALESCE(?2, last_error) "
     "WHERE id = ?3 AND reservation = ?4"
 )
@@ -129,7 +142,8 @@ INSERT_ROWS_PER_STATEMENT = 100 // JOB_PARAMS
 def insert_jobs(n: int, *, unique: bool) -> str:
     """A multi-row INSERT_JOB for `n` (<= INSERT_ROWS_PER_STATEMENT) jobs.
     `unique`: the rows carry unique keys and a held key skips its row;
-    otherwise any conflict (a reused id) fails the statement and its batch."""
+    otherwise any conflict (a reused id) fails the statement and its batch,
+    so a batch is stored whole or not at all."""
     if not 1 <= n <= INSERT_ROWS_PER_STATEMENT:
         raise ValueError(f"1..{INSERT_ROWS_PER_STATEMENT} rows per statement, not {n}")
     return (
@@ -138,6 +152,14 @@ def insert_jobs(n: int, *, unique: bool) -> str:
         + ", ".join([JOB_VALUES] * n)
         + (" ON CONFLICT DO NOTHING" if unique else "")
     )
+
+
+def select_job_ids(n: int) -> str:
+    """Which of `n` job ids are still queued (n <= 100, D1's parameter limit):
+    after a re-sent settle, a row gone is a write of ours that landed."""
+    if not 1 <= n <= 100:
+        raise ValueError(f"1..100 ids per statement, not {n}")
+    return "SELECT id FROM d1queue_jobs WHERE id IN (" + ", ".join(["?"] * n) + ")"
 
 
 def select_unique_holders(n: int) -> str:

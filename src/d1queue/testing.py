@@ -62,10 +62,18 @@ def _check_value(value: Any) -> Any:
 
 
 class Fault:
-    """A rule making matching statements raise, `times` times (None: always)."""
+    """A rule making matching statements raise, `times` times (None: always);
+    `after_commit`: the call commits, then raises, as when D1's reply is lost."""
 
-    def __init__(self, match: Callable[[str], bool], message: str, times: int | None) -> None:
+    def __init__(
+        self,
+        match: Callable[[str], bool],
+        message: str,
+        times: int | None,
+        after_commit: bool = False,
+    ) -> None:
         self.match, self.message, self.times = match, message, times
+        self.after_commit = after_commit
 
     def fire(self, sql: str) -> None:
         if self.times == 0 or not self.match(sql):
@@ -86,7 +94,9 @@ class SqliteStatement:
 
     async def all(self) -> Row:
         await asyncio.sleep(0)
-        return self._db._execute_one(self.sql, self.params)
+        result = self._db._execute_one(self.sql, self.params)
+        self._db._lose_reply([self.sql])
+        return result
 
     run = all  # D1: run() is an alias of all()
 
@@ -135,6 +145,7 @@ class SqliteD1:
             self._conn.execute("ROLLBACK")
             raise
         self._conn.execute("COMMIT")
+        self._lose_reply([s.sql for s in statements])
         return results
 
     async def exec(self, sql: str) -> Row:
@@ -163,6 +174,21 @@ class SqliteD1:
         Inside a batch the whole batch rolls back, as on D1."""
         pred = (lambda s: match in s) if isinstance(match, str) else match
         fault = Fault(pred, message, times)
+        self._faults.append(fault)
+        return fault
+
+    def lose_reply_when(
+        self,
+        match: str | Callable[[str], bool],
+        message: str = "D1_ERROR: Network connection lost.",
+        *,
+        times: int | None = 1,
+    ) -> Fault:
+        """Make calls (a statement or a batch) holding a statement whose SQL
+        contains `match` commit and then raise D1Error(message), the next
+        `times` times: the write landed but its reply was lost."""
+        pred = (lambda s: match in s) if isinstance(match, str) else match
+        fault = Fault(pred, message, times, after_commit=True)
         self._faults.append(fault)
         return fault
 
@@ -201,11 +227,18 @@ class SqliteD1:
     def _cursor(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
         self.statements.append(sql)
         for fault in self._faults:
-            fault.fire(sql)
+            if not fault.after_commit:
+                fault.fire(sql)
         try:
             return self._conn.execute(sql, params)
         except sqlite3.Error as exc:
             raise D1Error(f"D1_ERROR: {exc}: SQLITE_ERROR") from exc
+
+    def _lose_reply(self, sqls: Sequence[str]) -> None:
+        for fault in self._faults:
+            if fault.after_commit:
+                for sql in sqls:
+                    fault.fire(sql)
 
     def _execute_one(self, sql: str, params: tuple[Any, ...], exec_: bool = False) -> Row:
         t0 = time.perf_counter()

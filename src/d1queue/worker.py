@@ -5,10 +5,14 @@ A round costs two D1 queries whatever its size: the previous round's settle
 statements travel in one batch with this round's candidate SELECT, then the
 claim batch; the last round's settle goes alone. Before each round the drain
 checks that the round and the settle it will owe fit in what is left of the
-query budget, so it never claims jobs it could not settle; and it starts no
-round after the time budget, while the lease (`D1Queue.reservation_s`) is
-required to outlast the time budget plus the longest handler timeout, so no
-job runs past its lease.
+invocation's subrequests (its handlers' declared ones included), so it never
+claims jobs it could not settle; it claims no more jobs than can finish inside
+their lease (`D1Queue.reservation_s`), waiting for a handler slot included,
+so no job runs past its lease; and it starts no round after the time budget.
+
+Settling never depends on claiming: if the batch carrying a round's outcomes
+fails, they are settled on their own (one by one if need be), the run stops
+claiming, and whatever D1 refused every time is reported as unsettled.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 from .config import Config, ConfigError
 from .job import Backoff, Fail, Fetch, JobContext, JobSpec, QueuedJob, Registry, Retry
 from .limits import PLANS, Meter, MeteredEnv
-from .queue import D1Queue, Outcome, exhausted_outcome
+from .queue import D1Queue, Mark, Outcome, exhausted_outcome
 
 MAX_ERROR_CHARS = 4000
 """last_error and the failed table's error are kept short: they are read by
@@ -45,13 +49,22 @@ class DrainReport:
     rows_written: int = 0
     subrequests: int = 0
     """Subrequests the invocation spent during the drain, handlers' included."""
+    resent: int = 0
+    """Outcomes written through a re-send after a lost reply (counted in
+    succeeded, retried or failed too); `stale` are those another worker held."""
+    unsettled: list[str] = field(default_factory=list)
+    """Ids of jobs whose outcome D1 refused every time: their lease will lapse
+    and they will run again."""
+    error: str = ""
+    """The D1 error that stopped the run early ("d1_error"), if one did."""
     elapsed_s: float = 0.0
     paused: list[str] = field(default_factory=list)
     stopped: str = ""
     """Why the drain ended: "empty"; "time_budget", "query_budget" (the
     subrequests left could not pay for another round), "max_jobs" (the run's
     job cap, its CPU bound) or "window" (what is left to run would not finish
-    inside the invocation's window: the cron runs it)."""
+    inside the invocation's window: the cron runs it) or "d1_error" (D1
+    failed past its retries; what the run held was settled first)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,11 +178,11 @@ async def drain(
             settings["queues"] = (q,) if isinstance(q, str) else tuple(q)
         config = replace(config, **settings)
     longest = registry.max_timeout_s()
-    if queue.reservation_s <= config.time_budget_s + longest:
+    if queue.reservation_s < longest + SETTLE_MARGIN_S:
         raise ConfigError(
-            f"the lease ({queue.reservation_s:g}s) must outlast the time budget "
-            f"({config.time_budget_s:g}s) plus the longest job timeout ({longest:g}s), "
-            "or a job still running could be reclaimed and run twice"
+            f"the lease ({queue.reservation_s:g}s) must cover the longest job timeout "
+            f"({longest:g}s) and {SETTLE_MARGIN_S:g}s to settle it, or a job still "
+            "running could be reclaimed and run twice"
         )
     meter = meter or queue.binding.meter or Meter.for_plan(PLANS[config.plan])
     queue = queue.metered(meter)
@@ -197,6 +210,16 @@ async def drain(
 
     start = clock()
     report = DrainReport()
+
+    def finish() -> DrainReport:
+        report.queries = usage.queries - base[0]
+        report.statements = usage.statements - base[1]
+        report.rows_read = usage.rows_read - base[2]
+        report.rows_written = usage.rows_written - base[3]
+        report.subrequests = meter.used - used0
+        report.elapsed_s = round(clock() - start, 3)
+        return report
+
     slots = asyncio.Semaphore(config.concurrency)
 
     async def run(job: QueuedJob) -> Outcome:
@@ -237,8 +260,11 @@ async def drain(
     def admit(candidates: list[QueuedJob]) -> list[QueuedJob]:
         """The candidates this round may claim, in order: those whose declared
         subrequests fit in what the invocation has left (stopping at the first
-        that does not, so a large job is not starved by small ones behind it),
-        and, with a window, only those that can finish inside it."""
+        that does not, so a large job is not starved by small ones behind it);
+        as many as can finish inside the lease, each held from the claim until
+        it has waited for a slot and run its whole timeout, with time left to
+        settle (the rest wait for the next round); and, with a window, only
+        those that can finish inside it too."""
         nonlocal stop
         room = left()
         elapsed = clock() - start
@@ -248,39 +274,49 @@ async def drain(
         for job in candidates:
             spec = registry.get(job.name)
             need = spec.subrequests if spec and spec.subrequests <= most else 0
-            if window_s is not None and spec is not None:
-                end = finishes([*timeouts, spec.timeout_s], config.concurrency, elapsed)[-1]
-                if end + SETTLE_MARGIN_S > window_s:
-                    stop = stop or "window"
-                    continue  # too long for this invocation: the cron runs it
+            timeout = spec.timeout_s if spec else 0.0
+            held_for = finishes([*timeouts, timeout], config.concurrency)[-1]
+            if window_s is not None and elapsed + held_for + SETTLE_MARGIN_S > window_s:
+                stop = stop or "window"
+                continue  # too long for this invocation: the cron runs it
+            if held_for + SETTLE_MARGIN_S > queue.reservation_s:
+                stop = stop or "lease"  # it would wait for a slot past its lease
+                break
             if claim_and_settle(len(chosen) + 1) + declared + need > room:
                 stop = "query_budget"
                 break
             chosen.append(job)
             declared += need
-            timeouts.append(spec.timeout_s if spec else 0.0)
+            timeouts.append(timeout)
         return chosen
 
+    paused: set[str] = set()
     if reclaim:
-        report.reclaimed, paused = await queue.reclaim_and_list_paused()
-    else:
-        paused = set()
+        try:
+            report.reclaimed, paused = await queue.reclaim_and_list_paused()
+        except Exception as exc:  # D1 is failing: nothing is held yet
+            report.stopped, report.error = "d1_error", _describe(exc)
+            return finish()
     active = [q for q in config.queues if q not in paused]
     report.paused = sorted(paused & set(config.queues))
     lost: dict[str, int] = {}
     turn = 0
     pending: list[Outcome] = []  # the last round's outcomes, not yet settled
 
-    def record(outcomes: list[Outcome], held: list[bool]) -> None:
-        for outcome, ok in zip(outcomes, held, strict=True):
-            if not ok:
+    def record(outcomes: list[Outcome], marks: list[Mark]) -> None:
+        for outcome, mark in zip(outcomes, marks, strict=True):
+            if mark == "stale":
                 report.stale += 1
+            elif mark == "unsettled":
+                report.unsettled.append(outcome.job.id)
             elif outcome.action == "ack":
                 report.succeeded += 1
             elif outcome.action == "release":
                 report.retried += 1
             else:
                 report.failed += 1
+            if mark == "resent":
+                report.resent += 1
 
     while True:
         if not active:
@@ -302,10 +338,16 @@ async def drain(
             break
         name = active[turn % len(active)]
         stop = ""
-        held, jobs, candidates = await queue.settle_and_claim(pending, name, k, admit=admit)
-        record(pending, held)
+        done = await queue.settle_and_claim(pending, name, k, admit=admit)
+        jobs, candidates = done.jobs, done.candidates
+        record(pending, done.marks)
         pending = []
         report.rounds += 1
+        if done.error is not None:
+            # D1 failed past its retries: what was held is settled; claim no
+            # more this run.
+            report.stopped, report.error = "d1_error", _describe(done.error)
+            break
         if not candidates:
             active.remove(name)  # nothing ready on this queue
             continue
@@ -337,17 +379,10 @@ async def drain(
             report.stopped = "query_budget"  # the next round could not be paid for
             break
     if pending:  # every budget check reserved room for this
-        record(pending, await queue.settle(pending))
+        record(pending, await queue.settle_outcomes(pending))
     if report.stopped == "empty" and windowed:
         report.stopped = "window"
-
-    report.queries = usage.queries - base[0]
-    report.statements = usage.statements - base[1]
-    report.rows_read = usage.rows_read - base[2]
-    report.rows_written = usage.rows_written - base[3]
-    report.subrequests = meter.used - used0
-    report.elapsed_s = round(clock() - start, 3)
-    return report
+    return finish()
 
 
 __all__ = ["DrainReport", "drain", "round_cost", "run_job"]
