@@ -8,6 +8,7 @@ and jobs that exhausted their attempts in a crash failed instead of re-run.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ from . import sql
 from .binding import Binding, Result, Statement, was_resent
 from .bounds import clamp_delay_s
 from .job import QueuedJob, check_name, new_id, now_ms, row_to_job
-from .limits import Meter
+from .limits import Meter, SubrequestLimitExceeded
 
 
 class DuplicateJobId(Exception):
@@ -75,6 +76,9 @@ class Round:
     candidates: int = 0
     error: Exception | None = None
 
+
+SETTLE_TRIES = 3
+"""Sends of one outcome, alone, after the batch carrying it failed."""
 
 RECLAIM_NOTE = "lease expired before the job was settled (worker died or overran)"
 
@@ -425,17 +429,28 @@ class D1Queue:
             first = exc
         marks: list[Mark] = []
         for outcome in outcomes:
-            stmts = self._statements(outcome, now)
+            marks.append(await self._settle_alone(outcome, now, first))
+        return marks
+
+    async def _settle_alone(self, outcome: Outcome, now: int, first: Exception) -> Mark:
+        """One outcome in a batch of its own, tried SETTLE_TRIES times: even an
+        error D1 says not to retry ("overloaded") is worth a short wait here,
+        since the alternative is running a finished job again."""
+        stmts = self._statements(outcome, now)
+        for attempt in range(SETTLE_TRIES):
             try:
                 results = await self.binding.batch(stmts)
-                marks += await self._marks([outcome], results, [len(stmts)], maybe_sent=True)
+                (mark,) = await self._marks([outcome], results, [len(stmts)], maybe_sent=True)
+                return mark
             except Exception as exc:
-                print(
-                    f"d1queue: could not settle job {outcome.job.id} ({outcome.action}): {exc}"
-                    f" (the batch failed first with: {first})"
-                )
-                marks.append("unsettled")
-        return marks
+                if attempt + 1 == SETTLE_TRIES or isinstance(exc, SubrequestLimitExceeded):
+                    print(
+                        f"d1queue: could not settle job {outcome.job.id} ({outcome.action}): "
+                        f"{exc} (the batch failed first with: {first})"
+                    )
+                    break
+                await asyncio.sleep(0.05 * 4**attempt)
+        return "unsettled"
 
     async def _marks(
         self,
