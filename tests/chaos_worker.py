@@ -36,7 +36,7 @@ OVERLOADED = 0.002
 """Per statement: "D1 DB is overloaded", which the binding does not retry."""
 FLAKY = 0.03
 """Handler attempts that raise (and are retried)."""
-CANCEL_EVERY_S = (1.0, 3.0)
+CANCEL_EVERY_S = (0.3, 1.0)
 
 
 class Ledger:

@@ -37,6 +37,10 @@ def spawn(db: Path, ledger: Path, seed: int) -> subprocess.Popen[bytes]:
     )
 
 
+def finished(ledgers: list[Path]) -> int:
+    return sum(p.read_text().count("done ") for p in ledgers if p.exists())
+
+
 def test_chaos_loses_nothing_and_reruns_only_what_died(tmp_path: Path) -> None:
     db_path = tmp_path / "d1.sqlite"
     db = SqliteD1(db_path)
@@ -59,7 +63,8 @@ def test_chaos_loses_nothing_and_reruns_only_what_died(tmp_path: Path) -> None:
     for _ in range(PROCESSES):
         launch()
     deadline = time.monotonic() + DEADLINE_S
-    next_kill = time.monotonic() + rng.uniform(1.0, 2.5)
+    # Kills come with progress, not time, so every run meets them all.
+    kill_at = sorted(rng.sample(range(150, JOBS - 300), KILLS))
     kills = 0
     while procs and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -69,7 +74,7 @@ def test_chaos_loses_nothing_and_reruns_only_what_died(tmp_path: Path) -> None:
                 assert p.returncode == 0 or pid in killed, (
                     p.stderr.read() if p.stderr else b""
                 ).decode()
-        if kills < KILLS and procs and time.monotonic() >= next_kill:
+        if kills < KILLS and procs and finished(ledgers) >= kill_at[kills]:
             pid = rng.choice(sorted(procs))
             procs[pid].send_signal(signal.SIGKILL)
             procs[pid].wait()
@@ -77,7 +82,6 @@ def test_chaos_loses_nothing_and_reruns_only_what_died(tmp_path: Path) -> None:
             del procs[pid]
             kills += 1
             launch()
-            next_kill = time.monotonic() + rng.uniform(1.0, 2.5)
     for p in procs.values():
         p.kill()
     assert not procs, f"the workers did not finish within {DEADLINE_S:.0f}s"
@@ -88,6 +92,8 @@ def test_chaos_loses_nothing_and_reruns_only_what_died(tmp_path: Path) -> None:
     unsettled: list[str] = []
     stale: list[str] = []
     for ledger in ledgers:
+        if not ledger.exists():
+            continue  # started as the queue emptied: it wrote nothing
         for line in ledger.read_text().splitlines():
             kind, *rest = line.split()
             if kind == "start":
@@ -108,7 +114,9 @@ def test_chaos_loses_nothing_and_reruns_only_what_died(tmp_path: Path) -> None:
     failed = {int(r["payload"]) for r in db.query("SELECT payload FROM d1queue_failed_jobs")}
     lost = [i for i in range(JOBS) if not done[i] and i not in failed]
     rerun = {i: ids for i, ids in done.items() if len(ids) > 1}
-    excused = {i for i, ids in rerun.items() if all(died(d) for d in ids[:-1])}
+    # The ledgers are read one after another, not in time order: a re-run is
+    # excused when at most one of the drains that finished the job lived on.
+    excused = {i for i, ids in rerun.items() if sum(not died(d) for d in ids) <= 1}
     our_fault = sorted(set(rerun) - excused)
     succeeded_then_failed = sorted(
         i for i in failed if done[i] and not all(died(d) for d in done[i])
@@ -127,10 +135,10 @@ def test_chaos_loses_nothing_and_reruns_only_what_died(tmp_path: Path) -> None:
     if our_fault:
         ids = set(rerun[our_fault[0]])
         for ledger in ledgers:
-            for line in ledger.read_text().splitlines():
+            for line in ledger.read_text().splitlines() if ledger.exists() else []:
                 if any(d in line.split() for d in ids) and not line.startswith(("start", "done")):
                     print(ledger.name, line)
     assert our_fault == [], {i: rerun[i] for i in our_fault[:10]}
     assert succeeded_then_failed == []
     assert unsettled == []
-    assert kills >= 3 and cancelled, "the run did meet kills and cancellations"
+    assert kills == KILLS and cancelled, "the run did meet kills and cancellations"

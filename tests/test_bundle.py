@@ -1,0 +1,87 @@
+"""tools/bundle.py: what the upload must carry, and the check that fails when
+`wrangler deploy --dry-run`'s output lacks it (make check-wrangler)."""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from pathlib import Path
+
+from tools import bundle
+
+from .conftest import ROOT
+
+
+def test_the_sdk_is_vendored_first_and_pinned_in_one_place() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    reqs = bundle.requirements(ROOT)
+    assert reqs[0].startswith("workers-runtime-sdk==")
+    assert reqs == list(pyproject["dependency-groups"]["worker"]) + list(
+        pyproject["project"]["dependencies"]
+    )
+    assert {"include-group": "worker"} in pyproject["dependency-groups"]["dev"]
+    assert not any(
+        isinstance(r, str) and r.startswith("workers-runtime-sdk")
+        for r in pyproject["dependency-groups"]["dev"]
+    ), "the SDK is pinned in the worker group only"
+
+
+def test_a_worker_without_pyproject_gets_the_worker_group(tmp_path: Path) -> None:
+    assert bundle.requirements(tmp_path) == bundle.requirements(ROOT)[:1]
+
+
+def test_runtime_imports_are_what_src_imports_from_outside(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("from . import sub\nimport json\n")
+    (src / "pkg" / "sub.py").write_text("def f():\n    import croniter.parser\n")
+    (src / "entry.py").write_text(
+        "import pkg, helper\nfrom workers import Response\nfrom js import Object\n"
+        "import pyodide.ffi\n"
+    )
+    (src / "helper.py").write_text("from typing import Any\n")
+    assert bundle.runtime_imports(src) == {
+        "workers": {"entry.py"},
+        "croniter": {"pkg/sub.py"},
+    }
+    # The real Worker: everything it imports from outside src/ is the SDK or
+    # a dependency the bundle vendors.
+    imported = set(bundle.runtime_imports(ROOT / "src"))
+    assert "workers" in imported
+
+
+def fake_upload(outdir: Path) -> None:
+    """A dry-run output of the real Worker, as wrangler lays it out."""
+    shutil.copytree(ROOT / "src", outdir, ignore=shutil.ignore_patterns("__pycache__"))
+    sdk = outdir / "python_modules" / "workers"
+    sdk.mkdir(parents=True)
+    (sdk / "__init__.py").write_text("")
+    (outdir / "python_modules" / "pyvenv.cfg").write_text("")
+    for name in bundle.runtime_imports(ROOT / "src"):
+        if name != "workers":
+            (outdir / "python_modules" / f"{name}.py").write_text("")
+
+
+def test_the_check_passes_on_a_complete_upload(tmp_path: Path) -> None:
+    fake_upload(tmp_path / "out")
+    assert bundle.check(ROOT, tmp_path / "out") == []
+
+
+def test_the_check_fails_without_the_sdk(tmp_path: Path) -> None:
+    fake_upload(tmp_path / "out")
+    shutil.rmtree(tmp_path / "out" / "python_modules" / "workers")
+    [problem] = bundle.check(ROOT, tmp_path / "out")
+    assert "python_modules/workers/ is missing" in problem
+
+
+def test_the_check_fails_without_a_module_src_imports(tmp_path: Path) -> None:
+    worker = tmp_path / "worker"
+    shutil.copytree(ROOT / "src", worker / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "wrangler.toml", worker)
+    entry = worker / "src" / "entry.py"
+    entry.write_text(entry.read_text() + "\nimport croniter\n")
+    fake_upload(tmp_path / "out")
+    (tmp_path / "out" / "jobs.py").unlink()
+    problems = bundle.check(worker, tmp_path / "out")
+    assert any("the Worker's own module jobs is not in" in p for p in problems)
+    assert any(p.startswith("croniter (imported by entry.py) is in neither") for p in problems)

