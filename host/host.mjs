@@ -362,6 +362,20 @@ function copyTree(src, dest, skip = new Set()) {
   }
 }
 
+// CPU is what the Worker itself runs (limits.mjs, Invocation.cpuMs): every
+// step of Pyodide's event loop goes through scheduleCallback, so each is timed
+// and charged to the invocation it belongs to.
+{
+  const schedule = pyodide._api.scheduleCallback;
+  pyodide.registerJsModule('_d1queue_host_loop', {
+    scheduleCallback: (callback, delay) => schedule(() => limits.timed(() => callback()), delay),
+  });
+  pyodide.runPython(`
+import pyodide.webloop, _d1queue_host_loop
+pyodide.webloop.scheduleCallback = _d1queue_host_loop.scheduleCallback
+`);
+}
+
 // Stand-ins for the modules only Cloudflare's runtime has; the flags are workerd's own.
 pyodide.registerJsModule('_cloudflare_compat_flags', compatFlags);
 pyodide.registerJsModule('_pyodide_entrypoint_helper', {
@@ -475,7 +489,7 @@ async function runFetch(req, res) {
     let allow = '';
     try {
       const probe = new Request(new URL(req.url, `http://${req.headers.host ?? 'localhost'}`), { method: 'OPTIONS' });
-      allow = (await inv.run(() => pyhost.call_method(true, inst, 'fetch', probe))).headers.get('allow') ?? '';
+      allow = (await inv.run(() => limits.timed(() => pyhost.call_method(true, inst, 'fetch', probe)))).headers.get('allow') ?? '';
     } finally {
       inst.destroy();
       endInvocation(inv, ctx);
@@ -486,7 +500,7 @@ async function runFetch(req, res) {
   const request = await toRequest(req);
   const { ctx, inv, inst } = newEntrypoint();
   try {
-    const response = await inv.run(() => pyhost.call_method(true, inst, 'fetch', request));
+    const response = await inv.run(() => limits.timed(() => pyhost.call_method(true, inst, 'fetch', request)));
     if (!(response instanceof Response)) throw new TypeError(`fetch returned ${response} instead of a Response`);
     if (inv.outcome === 'exceededCpu') text(res, 503, CPU_EXCEEDED_BODY);
     else await send(res, response, req.method);
@@ -503,7 +517,7 @@ async function runFetch(req, res) {
 async function runScheduled(cron, scheduledTime) {
   const { ctx, inv, inst } = newEntrypoint('scheduled');
   try {
-    await inv.run(() => pyhost.call_method(false, inst, 'scheduled', new ScheduledController(cron, scheduledTime), undefined, undefined));
+    await inv.run(() => limits.timed(() => pyhost.call_method(false, inst, 'scheduled', new ScheduledController(cron, scheduledTime), undefined, undefined)));
   } catch (e) {
     if (inv.outcome !== 'exceededCpu') throw e;
     process.stderr.write(`${oneError(e)}\n`); // answered as exceededCpu below
@@ -519,7 +533,7 @@ async function runTestPython(req, res) {
   for await (const chunk of req) chunks.push(chunk);
   const { ctx, inv, inst } = newEntrypoint('test');
   try {
-    const answer = await inv.run(() => pyhost.run_test(Buffer.concat(chunks).toString('utf8'), inst));
+    const answer = await inv.run(() => limits.timed(() => pyhost.run_test(Buffer.concat(chunks).toString('utf8'), inst)));
     if (!ctx.own.size) await endInvocation(inv, ctx); // no waitUntil work: its lines before the answer
     if (inv.outcome !== 'exceededCpu') return text(res, 200, answer, 'application/json');
     // Out of CPU: the invocation failed (503, as a fetch); what Python saw is in `detail`.
@@ -540,7 +554,7 @@ async function runTestRpc(name, req, res) {
   const args = JSON.parse(Buffer.concat(chunks).toString('utf8') || '[]');
   const { ctx, inv, inst } = newEntrypoint('rpc');
   try {
-    const result = await inv.run(() => pyhost.call_method(false, inst, name, ...args));
+    const result = await inv.run(() => limits.timed(() => pyhost.call_method(false, inst, name, ...args)));
     if (!ctx.own.size) await endInvocation(inv, ctx); // no waitUntil work: its lines before the answer
     if (inv.outcome === 'exceededCpu') throw new Error(CPU_EXCEEDED);
     text(res, 200, JSON.stringify({ ok: true, result: result ?? null }), 'application/json');

@@ -26,10 +26,12 @@
 //   d1-api.ts sends D1 calls through the binding's fetcher (`_wrappedFetch`
 //   outside its try), so the limit error reaches the caller unwrapped.
 // - CPU: free 10 ms, paid 30 s, measured as the main thread's CPU
-//   (process.threadCpuUsage; Pyodide and the host's JS run there, the D1
-//   relay's round trips do not: relay.mjs) from the start to the end of the
-//   invocation, waitUntil work included. Concurrent invocations overlap, so
-//   it can over-count, and Node is not workerd: --cpu warn. Past it
+//   (process.threadCpuUsage) while the Worker's own code runs: the call that
+//   starts a handler and every step of Pyodide's event loop (host.mjs routes
+//   its scheduleCallback through timed()), charged to the invocation the
+//   step belongs to, waitUntil work included. Node's I/O around it (HTTP
+//   serving, outbound fetch, the D1 relay's replies) is not counted, as
+//   workerd does it off the isolate. Node is not workerd: --cpu warn. Past it
 //   the invocation's next I/O throws and its outcome is `exceededCpu`: a
 //   fetch is answered 503, error 1102 "Worker exceeded CPU time limit."
 //   (Workers docs, observability/errors); in Python the error reads
@@ -117,6 +119,21 @@ export class Limits {
     return this.als.getStore();
   }
 
+  /** Run `fn` (one step of the Worker's code: an event-loop callback of
+   * Pyodide's, or the call that starts a handler) and charge its CPU to the
+   * current invocation. */
+  timed(fn) {
+    const inv = this.current();
+    if (!inv || inv.stepStart !== null) return fn(); // no invocation, or nested
+    inv.stepStart = cpuNow();
+    try {
+      return fn();
+    } finally {
+      inv.workerCpu += cpuNow() - inv.stepStart;
+      inv.stepStart = null;
+    }
+  }
+
   /** A new invocation of `kind` ('fetch', 'scheduled', 'rpc', 'test') for `ctx`. */
   begin(kind, ctx) {
     return new Invocation(this, kind, ctx);
@@ -189,7 +206,8 @@ class Invocation {
     this.kind = kind;
     this.ctx = ctx;
     if (ctx) ctx.invocation = this;
-    this.startCpu = cpuNow();
+    this.workerCpu = 0; // ms spent running the Worker's own code (timed())
+    this.stepStart = null; // cpuNow() when the step running now began
     this.startWall = Date.now();
     this.subrequests = 0;
     this.d1Queries = 0;
@@ -206,8 +224,13 @@ class Invocation {
     this.deadline = kind === 'scheduled' ? this.startWall + limits.scheduledMs : null;
   }
 
+  /** CPU the Worker itself has used: its Python steps and the JS they call
+   * synchronously (the SDK, the D1 binding's prepare and bind), as workerd
+   * counts an isolate's execution; not the host's Node I/O (HTTP serving,
+   * the D1 relay's replies, outbound fetch), which workerd does off the
+   * isolate. */
   cpuMs() {
-    return cpuNow() - this.startCpu;
+    return this.workerCpu + (this.stepStart === null ? 0 : cpuNow() - this.stepStart);
   }
 
   /** Run fn inside this invocation (a scheduled run is also cut at its wall-time deadline). */
