@@ -309,3 +309,36 @@ def test_cpu_enforcement_answers_fetch_503_scheduled_500_and_fails_rpc(
         ("scheduled", "exceededCpu"),
         ("rpc", "exceededCpu"),
     ]
+
+
+def test_a_scheduled_run_past_its_wall_time_is_cut() -> None:
+    """Cron runs may take 15 minutes of wall time; this host allows 2 s
+    (--scheduled-s). The run's only job waits 4 s for its server: the run is
+    cut, and its settle, which comes after, can do no more I/O."""
+    from ..http_server import running_server
+
+    host = start_host("--plan", "paid", "--scheduled-s", "2")
+    try:
+        with running_server() as server:
+            server.script["/slow"] = [(200, {}, "late", 4.0)]
+            pushed = host.api(
+                "POST",
+                "/v1/queues/default/jobs",
+                {"name": "http.request", "payload": {"url": f"{server.url}/slow"}},
+            )
+            assert pushed.status == 201
+            since = len(host.output())
+            reply = host.get("/__scheduled?cron=*+*+*+*+*")
+            assert (reply.status, reply.text.strip()) == (
+                500,
+                "Scheduled event outcome: exceededWallTime",
+            )
+            lines = host.wait_for_output('"kind":"scheduled"', since)
+            line = next(json.loads(x) for x in lines if '"kind":"scheduled"' in x)
+            assert (line["outcome"], line["wall_ms"] < 3000) == ("exceededWallTime", True)
+            # The drain, cut before it could settle, says so.
+            [report] = events(host, since, "d1queue.drain")
+            assert (report["claimed"], report["succeeded"]) == (1, 0)
+            assert report["unsettled"] == [pushed.json()["id"]]
+    finally:
+        host.stop()
