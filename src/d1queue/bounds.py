@@ -15,6 +15,18 @@ import math
 import re
 from typing import Any
 
+NAME_RULE = "[A-Za-z0-9._:-]{1,64}"
+"""Queue names and job names: short, URL-safe, no surprises in logs or SQL."""
+NAME_PATTERN = re.compile(NAME_RULE)
+
+MAX_UNIQUE_KEY = 255
+"""Characters of a unique_key."""
+MAX_ATTEMPTS = 100
+PRIORITY_RANGE = (-1000, 1000)
+"""Higher runs first."""
+MAX_BATCH = 100
+"""Jobs in one batch push."""
+
 MAX_SAFE_INT = 2**53 - 2
 """The largest int a Python Worker can bind: Pyodide turns ints from 2^53 - 1
 up into a JS BigInt, which D1 refuses (seen on Pyodide 314 with Miniflare)."""

@@ -7,18 +7,22 @@ import inspect
 import json
 import os
 import random
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bounds import MAX_DELAY_S, MAX_JSON_DEPTH, MAX_SAFE_INT, json_depth, value_depth
+from .bounds import (
+    MAX_DELAY_S,
+    MAX_JSON_DEPTH,
+    MAX_SAFE_INT,
+    MAX_UNIQUE_KEY,
+    NAME_PATTERN,
+    NAME_RULE,
+    json_depth,
+    value_depth,
+)
 from .limits import PLANS, Meter
-
-NAME_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
-"""Queue names and job names: short, URL-safe, no surprises in logs or SQL."""
-
 
 MAX_JOB_SUBREQUESTS = PLANS["paid"].subrequests
 """No attempt can make more subrequests than a whole paid invocation."""
@@ -51,7 +55,7 @@ def new_id(at_ms: int | None = None) -> str:
 def check_name(kind: str, value: object) -> str:
     """Raise ValueError unless `value` is a well-formed queue or job name."""
     if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
-        raise ValueError(f"{kind} must match [A-Za-z0-9._:-]{{1,64}}, got {value!r}")
+        raise ValueError(f"{kind} must match {NAME_RULE}, got {value!r}")
     return value
 
 
@@ -129,9 +133,11 @@ class QueuedJob:
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
         if self.unique_key is not None and (
-            not isinstance(self.unique_key, str) or not 0 < len(self.unique_key) <= 255
+            not isinstance(self.unique_key, str) or not 0 < len(self.unique_key) <= MAX_UNIQUE_KEY
         ):
-            raise ValueError("unique_key must be a non-empty string of at most 255 characters")
+            raise ValueError(
+                f"unique_key must be a non-empty string of at most {MAX_UNIQUE_KEY} characters"
+            )
 
     def payload_json(self) -> str:
         """The payload as stored: compact JSON; NaN and Infinity are refused

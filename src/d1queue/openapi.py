@@ -11,17 +11,19 @@ from typing import Any
 
 from .admin import CURSOR_PATTERN
 from .api import MAX_BODY_BYTES
-from .bounds import MAX_DELAY_S, MAX_PAYLOAD_BYTES
-from .service import (
+from .bounds import (
     MAX_ATTEMPTS,
     MAX_BATCH,
-    MAX_LIST,
-    MAX_OLDER_THAN_S,
+    MAX_DELAY_S,
+    MAX_JSON_DEPTH,
+    MAX_PAYLOAD_BYTES,
     MAX_UNIQUE_KEY,
+    NAME_RULE,
     PRIORITY_RANGE,
 )
+from .service import MAX_LIST, MAX_OLDER_THAN_S
 
-NAME = {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,64}$"}
+NAME = {"type": "string", "pattern": f"^{NAME_RULE}$"}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -47,7 +49,10 @@ JOB_IN = {
     "additionalProperties": False,
     "properties": {
         "name": NAME | {"description": "a registered job name"},
-        "payload": {"description": f"any JSON value, at most {MAX_PAYLOAD_BYTES} bytes"},
+        "payload": {
+            "description": f"any JSON value, at most {MAX_PAYLOAD_BYTES} bytes and "
+            f"{MAX_JSON_DEPTH} levels deep (a request nested deeper is refused: 422 too_deep)"
+        },
         "delay_s": {"type": "number", "minimum": 0, "maximum": MAX_DELAY_S},
         "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS},
         "priority": {

@@ -12,14 +12,21 @@ from dataclasses import asdict
 from typing import Any
 
 from .admin import Admin, QueueStats
-from .bounds import MAX_DELAY_S, MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES, value_depth
-from .job import NAME_PATTERN, QueuedJob, Registry
+from .bounds import (
+    MAX_ATTEMPTS,
+    MAX_BATCH,
+    MAX_DELAY_S,
+    MAX_JSON_DEPTH,
+    MAX_PAYLOAD_BYTES,
+    MAX_UNIQUE_KEY,
+    NAME_PATTERN,
+    NAME_RULE,
+    PRIORITY_RANGE,
+    value_depth,
+)
+from .job import QueuedJob, Registry
 from .queue import D1Queue, FailedJob
 
-MAX_BATCH = 100
-MAX_ATTEMPTS = 100
-PRIORITY_RANGE = (-1000, 1000)
-MAX_UNIQUE_KEY = 255
 MAX_LIST = 500
 MAX_OLDER_THAN_S = 10**12  # ~31,700 years: every failure, in a bindable number
 JOB_FIELDS = {"name", "payload", "delay_s", "max_attempts", "priority", "unique_key"}
@@ -44,7 +51,7 @@ def too_deep(what: str) -> ApiError:
 
 def check_queue(name: Any) -> str:
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-        raise ApiError(400, "invalid_queue", "queue names match [A-Za-z0-9._:-]{1,64}")
+        raise ApiError(400, "invalid_queue", f"queue names match {NAME_RULE}")
     return name
 
 
@@ -90,7 +97,7 @@ class Service:
             raise invalid(f"{where}unknown field(s): {', '.join(unknown)}")
         name = obj.get("name")
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-            raise invalid(f"{where}name must match [A-Za-z0-9._:-]{{1,64}}")
+            raise invalid(f"{where}name must match {NAME_RULE}")
         if name not in self.registry:
             raise invalid(f"{where}no job is registered under the name {name!r}")
         delay = obj.get("delay_s", 0)
