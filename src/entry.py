@@ -111,6 +111,8 @@ class Default(WorkerEntrypoint):
 
     def _queue(self, config: Config) -> D1Queue:
         db = Binding(self.env.DB, meter=self._invocation(config))
+        if config.reservation_s is None:
+            return D1Queue(db)
         return D1Queue(db, reservation_s=config.reservation_s)
 
     def _service(self) -> Service:

@@ -219,6 +219,19 @@ async def test_a_stale_settle_is_counted_not_applied(queue: D1Queue, clock: Cloc
     assert row["reservation"] is not None, "still held by the second worker"
 
 
+async def test_the_configured_lease_is_the_one_claims_get(queue: D1Queue, clock: Clock) -> None:
+    reg = Registry()
+    leases: list[int] = []
+
+    @reg.job("long", timeout_s=200)
+    async def long(payload: Any, ctx: JobContext) -> None:
+        leases.append((ctx.job.reserved_until or 0) - clock())
+
+    await queue.dispatch("long", None)
+    report = await drain(queue, reg, Config(reservation_s=300))
+    assert report.succeeded == 1 and leases == [300_000]
+
+
 async def test_the_lease_must_cover_the_longest_job(db: SqliteD1) -> None:
     reg = Registry()
 

@@ -56,10 +56,11 @@ class Config:
     concurrency: int = 10
     """D1QUEUE_CONCURRENCY: handlers running at once (D1 calls in flight are
     capped at 6 separately, the platform's connection limit)."""
-    reservation_s: float = 90.0
+    reservation_s: float | None = None
     """D1QUEUE_RESERVATION_S: a claim's lease; must cover the longest handler
     timeout. A round claims only as many jobs as can wait for a slot, run and
-    be settled inside it."""
+    be settled inside it. Default: the D1Queue's own (90 s unless made
+    otherwise); set, it applies to every claim the drain makes."""
     drain_on_push: bool = False
     """D1QUEUE_DRAIN_ON_PUSH: start a short drain after a push (API issue)."""
     max_jobs: int | None = None
@@ -93,7 +94,10 @@ class Config:
             (self.job_cap >= 1, "D1QUEUE_MAX_JOBS must be >= 1"),
             (1 <= self.batch_size <= 100, "D1QUEUE_BATCH_SIZE must be 1..100"),
             (1 <= self.concurrency <= 100, "D1QUEUE_CONCURRENCY must be 1..100"),
-            (self.reservation_s > 0, "D1QUEUE_RESERVATION_S must be > 0"),
+            (
+                self.reservation_s is None or self.reservation_s > 0,
+                "D1QUEUE_RESERVATION_S must be > 0",
+            ),
             (
                 self.batch_counts_as in ("query", "statements"),
                 "D1QUEUE_BATCH_COUNTS_AS must be 'query' or 'statements'",

@@ -18,6 +18,7 @@ claiming, and whatever D1 refused every time is reported as unsettled.
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 import traceback
 from collections.abc import Callable
@@ -177,6 +178,9 @@ async def drain(
             q = settings["queues"]
             settings["queues"] = (q,) if isinstance(q, str) else tuple(q)
         config = replace(config, **settings)
+    if config.reservation_s is not None and config.reservation_s != queue.reservation_s:
+        queue = copy.copy(queue)  # the configured lease, for every claim of this drain
+        queue.reservation_s = config.reservation_s
     longest = registry.max_timeout_s()
     if queue.reservation_s < longest + SETTLE_MARGIN_S:
         raise ConfigError(
