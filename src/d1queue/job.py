@@ -19,6 +19,7 @@ from .bounds import (
     MAX_UNIQUE_KEY,
     NAME_PATTERN,
     NAME_RULE,
+    PRIORITY_RANGE,
     json_depth,
     value_depth,
 )
@@ -266,6 +267,33 @@ class JobSpec:
     subrequests: int = 0
     """Subrequests one attempt may make (D1 calls, fetches, binding calls
     through its ctx): the drain plans each invocation with it."""
+    priority: int = 0
+
+    def new(
+        self,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        delay_s: float = 0,
+        max_attempts: int | None = None,
+        priority: int | None = None,
+        unique_key: str | None = None,
+        at_ms: int | None = None,
+    ) -> QueuedJob:
+        """A job of this kind, ready to push: the one place a job's registered
+        defaults (queue, max_attempts, priority) are applied, whichever way it
+        is dispatched (Python, HTTP, RPC); a value given here overrides them.
+        (timeout_s, backoff and subrequests apply when the job runs.)"""
+        return QueuedJob.new(
+            self.name,
+            payload,
+            queue=self.queue if queue is None else queue,
+            delay_s=delay_s,
+            max_attempts=self.max_attempts if max_attempts is None else max_attempts,
+            priority=self.priority if priority is None else priority,
+            unique_key=unique_key,
+            at_ms=at_ms,
+        )
 
     async def call(self, payload: Any, ctx: JobContext) -> Any:
         if self.wants_context:
@@ -290,6 +318,7 @@ class Registry:
         backoff: Backoff | None = None,
         queue: str = "default",
         subrequests: int = 0,
+        priority: int = 0,
     ) -> Callable[[Handler], Handler]:
         """Decorator: register `async def handler(payload[, ctx])` under `name`
         (default: the function's name). `subrequests` is how many D1 calls,
@@ -304,6 +333,7 @@ class Registry:
                 backoff=backoff,
                 queue=queue,
                 subrequests=subrequests,
+                priority=priority,
             )
             return fn
 
@@ -319,6 +349,7 @@ class Registry:
         backoff: Backoff | None = None,
         queue: str = "default",
         subrequests: int = 0,
+        priority: int = 0,
     ) -> JobSpec:
         check_name("job name", name)
         check_name("queue", queue)
@@ -330,6 +361,9 @@ class Registry:
             raise ValueError(f"job {name!r}: max_attempts must be an integer >= 1")
         if not timeout_s > 0:
             raise ValueError(f"job {name!r}: timeout_s must be > 0")
+        lo, hi = PRIORITY_RANGE
+        if isinstance(priority, bool) or not isinstance(priority, int) or not lo <= priority <= hi:
+            raise ValueError(f"job {name!r}: priority must be an integer from {lo} to {hi}")
         if (
             isinstance(subrequests, bool)
             or not isinstance(subrequests, int)
@@ -354,6 +388,7 @@ class Registry:
             queue=queue,
             wants_context=len(params) == 2,
             subrequests=subrequests,
+            priority=priority,
         )
         self._specs[name] = spec
         return spec

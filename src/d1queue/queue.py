@@ -18,7 +18,7 @@ from typing import Any, Literal
 from . import sql
 from .binding import Binding, Result, Statement, was_resent
 from .bounds import clamp_delay_s
-from .job import QueuedJob, check_name, new_id, now_ms, row_to_job
+from .job import JobSpec, QueuedJob, Registry, check_name, new_id, now_ms, row_to_job
 from .limits import Meter, SubrequestLimitExceeded
 
 
@@ -99,6 +99,10 @@ def _insert_params(job: QueuedJob) -> tuple[Any, ...]:
     )
 
 
+async def _unregistered(payload: Any) -> None:
+    raise AssertionError("a stand-in spec, never run")
+
+
 def _token() -> str:
     return os.urandom(8).hex()
 
@@ -119,6 +123,7 @@ class D1Queue:
         reservation_s: float = 90,
         max_claim_attempts: int = 5,
         clock: Callable[[], int] = now_ms,
+        registry: Registry | None = None,
     ) -> None:
         if not reservation_s > 0:
             raise ValueError(f"reservation_s must be > 0, got {reservation_s!r}")
@@ -130,6 +135,8 @@ class D1Queue:
         self.reservation_s = reservation_s
         self.max_claim_attempts = max_claim_attempts
         self.clock = clock
+        self.registry = registry
+        """Whose job defaults `dispatch` applies (None: the built-in ones)."""
 
     def metered(self, meter: Meter) -> D1Queue:
         """This queue, its D1 calls counted into `meter` (a job's budget)."""
@@ -225,17 +232,19 @@ class D1Queue:
         name: str,
         payload: Any = None,
         *,
-        queue: str = "default",
+        queue: str | None = None,
         delay_s: float = 0,
-        max_attempts: int = 3,
-        priority: int = 0,
+        max_attempts: int | None = None,
+        priority: int | None = None,
         unique_key: str | None = None,
     ) -> str:
         """Queue job `name` with `payload`; returns the new job's id, or the id
-        of the queued job already holding `unique_key`. Any well-formed name
-        is accepted: the queue does not know the registry."""
-        job = QueuedJob.new(
-            name,
+        of the queued job already holding `unique_key`. With a registry (given
+        to the D1Queue, or by the drain to its handlers' `ctx.queue`), the
+        job's registered queue, max_attempts and priority apply unless given
+        here; without one, or for a name it does not know: "default", 3, 0."""
+        spec = self.registry.get(name) if self.registry is not None else None
+        job = (spec or JobSpec(name, _unregistered)).new(
             payload,
             queue=queue,
             delay_s=delay_s,

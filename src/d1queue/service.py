@@ -110,12 +110,11 @@ class Service:
         spec = self.registry.get(name)
         assert spec is not None
         max_attempts = _int(obj, "max_attempts", spec.max_attempts, 1, MAX_ATTEMPTS)
-        priority = _int(obj, "priority", 0, *PRIORITY_RANGE)
+        priority = _int(obj, "priority", spec.priority, *PRIORITY_RANGE)
         key = obj.get("unique_key")
         if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY):
             raise invalid(f"{where}unique_key must be a string of 1 to {MAX_UNIQUE_KEY} characters")
-        job = QueuedJob.new(
-            name,
+        job = spec.new(
             obj.get("payload"),
             queue=queue,
             delay_s=delay,

@@ -188,6 +188,9 @@ async def drain(
             f"({longest:g}s) and {SETTLE_MARGIN_S:g}s to settle it, or a job still "
             "running could be reclaimed and run twice"
         )
+    if queue.registry is None:
+        queue = copy.copy(queue)  # handlers' ctx.queue.dispatch applies job defaults
+        queue.registry = registry
     meter = meter or queue.binding.meter or Meter.for_plan(PLANS[config.plan])
     queue = queue.metered(meter)
     usage = queue.binding.usage
