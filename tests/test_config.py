@@ -21,7 +21,7 @@ def test_the_shipped_wrangler_vars_are_valid_and_complete() -> None:
     assert (d1["binding"], d1["database_name"], d1["migrations_dir"]) == (
         "DB",
         "d1queue",
-        "migrations",
+        "src/d1queue/migrations",
     )
     assert wrangler["triggers"]["crons"] == ["* * * * *"]
 

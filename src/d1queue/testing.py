@@ -1,13 +1,16 @@
-"""SqliteD1: the D1 binding's API over a real SQLite database, for tests.
+"""A test kit for users: SqliteD1, the D1 binding's API over a real SQLite
+database, with d1queue's schema; a job run by name; what was enqueued.
 
 Test your own handlers and Worker code with it under plain CPython::
 
     from d1queue import D1Queue
-    from d1queue.testing import SqliteD1
+    from d1queue.testing import database, enqueued, run_job
 
-    db = SqliteD1()                       # or SqliteD1("jobs.db")
-    db.apply_migrations("migrations")     # the same .sql files wrangler applies
-    queue = D1Queue(db)
+    db = database()                       # SQLite with the migrations wrangler applies
+    queue = D1Queue(db, registry=registry)
+    outcome = await run_job(registry, "mail.send", {"to": "ada@example.com"})
+    assert outcome.action == "ack"
+    assert [j.payload for j in enqueued(db, "mail.send")] == [...]
 
 It behaves as D1 does where that matters to a queue: `batch()` is one
 transaction; `exec()` runs each line as its own statement; values D1 refuses
@@ -29,6 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from .bounds import MAX_SAFE_INT
+from .job import JobContext, QueuedJob, Registry, row_to_job
+from .queue import D1Queue, Outcome
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+"""d1queue's migrations, shipped in the package: point wrangler.toml's
+`migrations_dir` here, or copy them into your own."""
 
 
 class D1Error(Exception):
@@ -195,7 +204,7 @@ class SqliteD1:
     def clear_faults(self) -> None:
         self._faults.clear()
 
-    def apply_migrations(self, directory: str | Path) -> list[str]:
+    def apply_migrations(self, directory: str | Path = MIGRATIONS) -> list[str]:
         """Apply the `*.sql` files of `directory` not yet applied, in name
         order, recording them in `d1_migrations` as wrangler does; returns the
         names applied."""
@@ -260,3 +269,44 @@ class SqliteD1:
             size_after=0,
         )
         return Row(success=True, meta=meta, results=rows)
+
+
+def database(path: str | Path = ":memory:") -> SqliteD1:
+    """A SqliteD1 with d1queue's schema applied, as wrangler applies it."""
+    db = SqliteD1(path)
+    db.apply_migrations(MIGRATIONS)
+    return db
+
+
+async def run_job(
+    registry: Registry,
+    name: str,
+    payload: Any = None,
+    *,
+    db: SqliteD1 | None = None,
+    env: Any = None,
+    fetch: Any = None,
+    attempt: int = 1,
+) -> Outcome:
+    """Run job `name`'s handler once, as the drain would (its timeout, its
+    Retry and Fail, its ctx), and return the outcome without storing it:
+    `action` is "ack", "release" (retry, after `delay_s`) or "fail", with the
+    `error`. Follow-up jobs the handler dispatches go to `db` (default: a
+    fresh database), where `enqueued` finds them."""
+    from .worker import run_job as run
+
+    spec = registry.get(name)
+    if spec is None:
+        raise KeyError(f"no job is registered under the name {name!r}")
+    queue = D1Queue(db if db is not None else database(), registry=registry)
+    job = spec.new(payload)
+    job.attempts = attempt
+    return await run(job, registry, JobContext(job=job, queue=queue, env=env, http=fetch))
+
+
+def enqueued(db: SqliteD1, name: str | None = None, queue: str | None = None) -> list[QueuedJob]:
+    """The jobs queued in `db` (those of job `name`, on `queue`, if given),
+    oldest first: what a test asserts was dispatched."""
+    rows = db.query("SELECT * FROM d1queue_jobs ORDER BY created_at, id")
+    jobs = [row_to_job(r) for r in rows]
+    return [j for j in jobs if (name is None or j.name == name) and (queue in (None, j.queue))]

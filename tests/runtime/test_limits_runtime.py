@@ -35,7 +35,7 @@ def wait_lines(
     """The `event` lines since `since`, once `done` says they are all there:
     the host prints a drain's line when its invocation ends, which may be
     after the HTTP answer."""
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while not done(lines := lines_of(host, since, event)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return lines
