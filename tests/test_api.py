@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from d1queue import Config, D1Queue, Registry, drain
-from d1queue.api import MAX_BODY_BYTES, Api, HttpResponse
+from d1queue.api import MAX_BODY_BYTES, Api, ApiReply
 from d1queue.bounds import MAX_PAYLOAD_BYTES
 from d1queue.openapi import SPEC
 from d1queue.service import Service
@@ -46,7 +46,7 @@ class Client:
         *,
         auth: bool = True,
         raw: bytes | None = None,
-    ) -> HttpResponse:
+    ) -> ApiReply:
         data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
         return await self.api.handle(method, f"https://q.example{path}", AUTH if auth else {}, data)
 

@@ -181,7 +181,7 @@ async def test_the_drain_stops_at_its_time_budget_losing_nothing(
     for i in range(50):
         await queue.dispatch("tick", i)
     config = Config(plan="paid", time_budget_s=12, batch_size=5, query_budget=1000)
-    report = await drain(queue, reg, config, clock=mono)
+    report = await drain(queue, reg, config, monotonic=mono)
     assert report.stopped == "time_budget"
     assert report.claimed == 15, "three rounds of five started before 12 s had passed"
     assert report.succeeded == 15 and max(runs.values()) == 1
@@ -259,7 +259,7 @@ async def test_a_round_claims_only_what_can_finish_inside_the_lease(
 
     for i in range(25):
         await queue.dispatch("slow", i)
-    report = await drain(queue, reg, Config(plan="paid", batch_size=25), clock=mono)
+    report = await drain(queue, reg, Config(plan="paid", batch_size=25), monotonic=mono)
     assert report.claimed == 25 and report.rounds == 2
     assert (await queue.binding.run("SELECT COUNT(*) AS n FROM d1queue_jobs")).rows[0]["n"] == 0
 

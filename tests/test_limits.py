@@ -227,7 +227,7 @@ async def test_a_window_counts_the_wait_for_a_slot(queue: D1Queue) -> None:
     # by 30 s, past the 30 s window less the settle margin. The four take 20 s
     # in all, after which no 10 s job fits.
     report = await drain(
-        queue, reg, Config(concurrency=2, batch_size=7), reclaim=False, window_s=30, clock=clock
+        queue, reg, Config(concurrency=2, batch_size=7), reclaim=False, window_s=30, monotonic=clock
     )
     assert report.claimed == 4
     assert await queue.size("default") == 3

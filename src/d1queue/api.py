@@ -23,13 +23,13 @@ MAX_BODY_BYTES = 1024 * 1024
 
 
 @dataclass
-class HttpResponse:
+class ApiReply:
     status: int
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Handler = Callable[..., Awaitable[Any]]
+Route = Callable[..., Awaitable[Any]]
 QUERY_PARAMS = {"_failed": {"queue", "limit", "cursor"}, "_prune": {"older_than_s"}}
 """The query parameters each handler reads; any other is refused."""
 SEGMENT = r"([^/]+)"
@@ -44,7 +44,7 @@ class Api:
     ) -> None:
         self.service, self.token, self.version, self.openapi = service, token, version, openapi
         s = service
-        table: list[tuple[str, str, Handler]] = [
+        table: list[tuple[str, str, Route]] = [
             ("GET", "/v1/openapi.json", self._openapi),
             ("POST", f"/v1/queues/{SEGMENT}/jobs", self._dispatch),
             ("POST", f"/v1/queues/{SEGMENT}/jobs/batch", self._dispatch_batch),
@@ -64,18 +64,18 @@ class Api:
 
     async def handle(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes
-    ) -> HttpResponse:
+    ) -> ApiReply:
         parsed = urlparse(url)
         path, query = parsed.path, parse_qs(parsed.query, keep_blank_values=True)
         allowed = self._allowed(path)
         if method == "OPTIONS" and allowed:
             # What a path accepts (RFC 9110); no token needed to ask.
-            return HttpResponse(204, None, {"allow": ", ".join(["OPTIONS", *allowed])})
+            return ApiReply(204, None, {"allow": ", ".join(["OPTIONS", *allowed])})
         if path == "/health":
             if method not in ("GET", "HEAD"):
                 error = ApiError(405, "method_not_allowed", f"{path} accepts GET")
                 return _error(error, {"allow": "GET, HEAD, OPTIONS"})
-            return HttpResponse(200, {"ok": True, "version": self.version})
+            return ApiReply(200, {"ok": True, "version": self.version})
         try:
             self._authorize(headers)
             for route_method, pattern, handler in self.routes:
@@ -89,7 +89,7 @@ class Api:
                         raise ApiError(400, "invalid_query", message)
                     args = [unquote(g) for g in match.groups()]
                     status, result = await handler(*args, query=query, body=body, headers=headers)
-                    return HttpResponse(status, result)
+                    return ApiReply(status, result)
             if allowed:
                 raise ApiError(405, "method_not_allowed", f"{path} accepts {', '.join(allowed)}")
             raise ApiError(404, "not_found", f"no route {method} {path}")
@@ -129,19 +129,19 @@ class Api:
     async def _openapi(self, **_: Any) -> tuple[int, Any]:
         return 200, self.openapi
 
-    def _path(self, call: Callable[[str], Awaitable[Any]]) -> Handler:
+    def _path(self, call: Callable[[str], Awaitable[Any]]) -> Route:
         async def handler(arg: str, **_: Any) -> tuple[int, Any]:
             return 200, await call(arg)
 
         return handler
 
-    def _none(self, call: Callable[[], Awaitable[Any]]) -> Handler:
+    def _none(self, call: Callable[[], Awaitable[Any]]) -> Route:
         async def handler(**_: Any) -> tuple[int, Any]:
             return 200, await call()
 
         return handler
 
-    def _pause(self, paused: bool) -> Handler:
+    def _pause(self, paused: bool) -> Route:
         async def handler(queue: str, **_: Any) -> tuple[int, Any]:
             return 200, await self.service.set_paused(queue, paused)
 
@@ -205,5 +205,5 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _error(exc: ApiError, headers: dict[str, str] | None = None) -> HttpResponse:
-    return HttpResponse(exc.status, exc.body(), headers or {})
+def _error(exc: ApiError, headers: dict[str, str] | None = None) -> ApiReply:
+    return ApiReply(exc.status, exc.body(), headers or {})

@@ -25,13 +25,13 @@ from urllib.parse import urlparse
 from .job import Backoff, Fail, JobContext, Registry, Retry
 from .limits import SubrequestLimitExceeded
 
-NAME = "http.request"
+JOB_NAME = "http.request"
 EXCERPT_CHARS = 300
 MAX_TIMEOUT_S = 60.0
 METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 
-class HttpResponse(Protocol):
+class FetchResponse(Protocol):
     status: int
 
     def header(self, name: str) -> str | None: ...
@@ -120,7 +120,7 @@ def register_http_job(
         req = parse(payload)
         target = f"{req['method']} {req['url']}"
         try:
-            response: HttpResponse = await asyncio.wait_for(
+            response: FetchResponse = await asyncio.wait_for(
                 ctx.fetch(
                     req["url"],
                     method=req["method"],
@@ -148,7 +148,7 @@ def register_http_job(
         raise Fail(said)
 
     registry.register(
-        NAME,
+        JOB_NAME,
         http_request,
         max_attempts=max_attempts,
         timeout_s=MAX_TIMEOUT_S + 5,

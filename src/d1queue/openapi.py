@@ -23,7 +23,7 @@ from .bounds import (
 )
 from .service import MAX_LIST, MAX_OLDER_THAN_S
 
-NAME = {"type": "string", "pattern": f"^{NAME_RULE}$"}
+NAME_SCHEMA = {"type": "string", "pattern": f"^{NAME_RULE}$"}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -40,7 +40,7 @@ def _op(summary: str, ok: dict[str, Any], *codes: int, **extra: Any) -> dict[str
     return {"summary": summary, "responses": ok | errors, **extra}
 
 
-QUEUE_PARAM = {"name": "queue", "in": "path", "required": True, "schema": NAME}
+QUEUE_PARAM = {"name": "queue", "in": "path", "required": True, "schema": NAME_SCHEMA}
 ID_PARAM = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 JOB_IN = {
@@ -48,7 +48,7 @@ JOB_IN = {
     "required": ["name"],
     "additionalProperties": False,
     "properties": {
-        "name": NAME | {"description": "a registered job name"},
+        "name": NAME_SCHEMA | {"description": "a registered job name"},
         "payload": {
             "description": f"any JSON value, at most {MAX_PAYLOAD_BYTES} bytes and "
             f"{MAX_JSON_DEPTH} levels deep (a request nested deeper is refused: 422 too_deep)"
@@ -290,7 +290,7 @@ SPEC: dict[str, Any] = {
                 },
                 400,
                 parameters=[
-                    {"name": "queue", "in": "query", "schema": NAME},
+                    {"name": "queue", "in": "query", "schema": NAME_SCHEMA},
                     {
                         "name": "limit",
                         "in": "query",

@@ -154,7 +154,7 @@ async def drain(
     fetch: Fetch | None = None,
     meter: Meter | None = None,
     window_s: float | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    monotonic: Callable[[], float] = time.monotonic,
     reclaim: bool = True,
     **settings: Any,
 ) -> DrainReport:
@@ -215,7 +215,7 @@ async def drain(
 
     most = config.budget - 3  # a fresh drain's room for one job's handler
 
-    start = clock()
+    start = monotonic()
     report = DrainReport()
 
     def finish() -> DrainReport:
@@ -224,7 +224,7 @@ async def drain(
         report.rows_read = usage.rows_read - base[2]
         report.rows_written = usage.rows_written - base[3]
         report.subrequests = meter.used - used0
-        report.elapsed_s = round(clock() - start, 3)
+        report.elapsed_s = round(monotonic() - start, 3)
         return report
 
     slots = asyncio.Semaphore(config.concurrency)
@@ -274,7 +274,7 @@ async def drain(
         those that can finish inside it too."""
         nonlocal stop
         room = left()
-        elapsed = clock() - start
+        elapsed = monotonic() - start
         chosen: list[QueuedJob] = []
         timeouts: list[float] = []
         declared = 0
@@ -329,7 +329,7 @@ async def drain(
         if not active:
             report.stopped = "empty"
             break
-        if clock() - start >= config.time_budget_s:
+        if monotonic() - start >= config.time_budget_s:
             report.stopped = "time_budget"
             break
         if report.claimed >= config.job_cap:
