@@ -5,8 +5,11 @@ Importable under plain CPython: nothing here imports the `workers` SDK or
 """
 
 from .config import Config, ConfigError
-from .job import Backoff, Fail, JobContext, JobSpec, QueuedJob, Registry, Retry
+from .context import JobContext
+from .errors import Fail, Retry
+from .job import QueuedJob
 from .queue import D1Queue, DuplicateJobId, FailedJob, Outcome
+from .registry import Backoff, JobSpec, Registry
 from .worker import DrainReport, drain
 
 __version__ = "0.1.0"

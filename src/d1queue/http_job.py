@@ -22,8 +22,10 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from .job import Backoff, Fail, JobContext, Registry, Retry
+from .context import JobContext
+from .errors import Fail, Retry
 from .limits import SubrequestLimitExceeded
+from .registry import Backoff, Registry
 
 JOB_NAME = "http.request"
 EXCERPT_CHARS = 300

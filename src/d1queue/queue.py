@@ -18,8 +18,9 @@ from typing import Any, Literal
 from . import sql
 from .binding import Binding, Result, Statement, was_resent
 from .bounds import clamp_delay_s
-from .job import JobSpec, QueuedJob, Registry, check_name, new_id, now_ms, row_to_job
+from .job import QueuedJob, check_name, new_id, now_ms, row_to_job
 from .limits import Meter, SubrequestLimitExceeded
+from .registry import JobSpec, Registry
 
 
 class DuplicateJobId(Exception):

@@ -24,8 +24,9 @@ from .bounds import (
     PRIORITY_RANGE,
     value_depth,
 )
-from .job import QueuedJob, Registry
+from .job import QueuedJob
 from .queue import D1Queue, FailedJob
+from .registry import Registry
 
 MAX_LIST = 500
 MAX_OLDER_THAN_S = 10**12  # ~31,700 years: every failure, in a bindable number

@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from .bounds import MAX_SAFE_INT
-from .job import JobContext, QueuedJob, Registry, row_to_job
+from .context import JobContext
+from .job import QueuedJob, row_to_job
 from .queue import D1Queue, Outcome
+from .registry import Registry
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 """d1queue's migrations, shipped in the package: point wrangler.toml's

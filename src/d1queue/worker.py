@@ -26,9 +26,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .config import Config, ConfigError
-from .job import Backoff, Fail, Fetch, JobContext, JobSpec, QueuedJob, Registry, Retry
+from .context import Fetch, JobContext
+from .errors import Fail, Retry
+from .job import QueuedJob
 from .limits import PLANS, Meter, MeteredEnv
 from .queue import D1Queue, Mark, Outcome, exhausted_outcome
+from .registry import Backoff, JobSpec, Registry
 
 MAX_ERROR_CHARS = 4000
 """last_error and the failed table's error are kept short: they are read by

@@ -224,11 +224,11 @@ def test_randomness_is_back_once_the_worker_is_loaded(host: Host) -> None:
     assert host.python(
         """
         import os, random, uuid
-        import d1queue.job as job
+        import d1queue.registry as registry
 
         async def main(env):
             return [len(os.urandom(8)), 0 <= random.random() < 1,
-                    0 <= job.random.random() < 1, len(str(uuid.uuid4()))]
+                    0 <= registry.random.random() < 1, len(str(uuid.uuid4()))]
         """
     ) == [8, True, True, 36]
 

@@ -1,0 +1,62 @@
+"""JobContext: what a handler may use besides its payload, every call that
+reaches the network counted against the job's declared subrequests."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .job import QueuedJob
+from .limits import Meter
+
+Fetch = Callable[..., Awaitable[Any]]
+"""The Worker's outbound HTTP: fetch(url, *, method, headers, body, service, env)
+returning a response with `status`, `header(name)` and `async text()`;
+`service` names a service binding in `env` to send the request through."""
+
+
+@dataclass
+class JobContext:
+    """What a handler may use besides its payload.
+
+    Everything here that reaches the network counts against the job's
+    declared subrequests (`registry.job(..., subrequests=N)`): `queue`,
+    bindings read from `env`, and `fetch`. A call past that budget raises
+    SubrequestLimitExceeded before it is sent, and the attempt is retried, so
+    one handler cannot make the whole invocation cross Cloudflare's cap."""
+
+    job: QueuedJob
+    queue: Any  # the D1Queue, to dispatch follow-up jobs (typed Any: no import cycle)
+    env: Any = None  # the Worker's env, bindings metered, when run by a Worker
+    meter: Meter | None = None
+    """This attempt's subrequest budget (None: not metered, as in unit tests)."""
+    http: Fetch | None = None
+    """The Worker's fetch, as given to `drain(fetch=...)`."""
+    raw_env: Any = None
+    """The env underneath `env`, for the service bindings `fetch` sends through."""
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt this is, from 1."""
+        return self.job.attempts
+
+    async def fetch(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        headers: Mapping[str, str] | None = None,
+        body: str | None = None,
+        service: str | None = None,
+    ) -> Any:
+        """An HTTP request through the Worker's fetch (or the service binding
+        `service`), counted as one subrequest."""
+        if self.http is None:
+            raise RuntimeError("this drain was given no fetch: pass drain(..., fetch=...)")
+        if self.meter is not None:
+            self.meter.spend("binding" if service else "fetch")
+        env = self.raw_env if self.raw_env is not None else self.env
+        return await self.http(
+            url, method=method, headers=dict(headers or {}), body=body, service=service, env=env
+        )

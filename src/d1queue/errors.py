@@ -1,0 +1,18 @@
+"""What a handler raises to decide its job's outcome (besides returning, which
+acknowledges it, and any other exception, which retries it with its backoff)."""
+
+from __future__ import annotations
+
+
+class Retry(Exception):
+    """Raised by a handler to be run again after `delay_s` seconds (None: the
+    job's backoff decides). Counts as an attempt."""
+
+    def __init__(self, reason: str = "retry requested", *, delay_s: float | None = None):
+        super().__init__(reason)
+        self.delay_s = delay_s
+
+
+class Fail(Exception):
+    """Raised by a handler to fail the job now, whatever attempts remain: the
+    input is wrong and running it again cannot help."""

@@ -1,0 +1,203 @@
+"""The registry of handlers: each job name with its handler and its defaults
+(queue, attempts, priority, timeout, backoff, subrequests)."""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .bounds import PRIORITY_RANGE
+from .context import JobContext
+from .job import QueuedJob, check_name
+from .limits import PLANS
+
+MAX_JOB_SUBREQUESTS = PLANS["paid"].subrequests
+"""No attempt can make more subrequests than a whole paid invocation."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with jitter: attempt n waits about base * factor**(n-1)
+    seconds, capped; with jitter the wait is drawn from [d/2, d] so retries of
+    many jobs that failed together spread out instead of stampeding."""
+
+    base_s: float = 5.0
+    factor: float = 2.0
+    max_s: float = 3600.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.base_s < 0 or self.factor < 1 or self.max_s < self.base_s:
+            raise ValueError(f"invalid backoff {self!r}")
+
+    def delay_s(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        exponent = max(attempt - 1, 0)
+        # Cap the exponent first: factor ** 1000 would overflow a float.
+        d = self.max_s if exponent > 64 else min(self.max_s, self.base_s * self.factor**exponent)
+        if self.jitter:
+            d = d / 2 + (rng or random).uniform(0, d / 2)
+        return d
+
+
+Handler = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A registered handler and its defaults."""
+
+    name: str
+    handler: Handler
+    max_attempts: int = 3
+    timeout_s: float = 30.0
+    backoff: Backoff = field(default_factory=Backoff)
+    queue: str = "default"
+    wants_context: bool = True
+    subrequests: int = 0
+    """Subrequests one attempt may make (D1 calls, fetches, binding calls
+    through its ctx): the drain plans each invocation with it."""
+    priority: int = 0
+
+    def new(
+        self,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        delay_s: float = 0,
+        max_attempts: int | None = None,
+        priority: int | None = None,
+        unique_key: str | None = None,
+        at_ms: int | None = None,
+    ) -> QueuedJob:
+        """A job of this kind, ready to push: the one place a job's registered
+        defaults (queue, max_attempts, priority) are applied, whichever way it
+        is dispatched (Python, HTTP, RPC); a value given here overrides them.
+        (timeout_s, backoff and subrequests apply when the job runs.)"""
+        return QueuedJob.new(
+            self.name,
+            payload,
+            queue=self.queue if queue is None else queue,
+            delay_s=delay_s,
+            max_attempts=self.max_attempts if max_attempts is None else max_attempts,
+            priority=self.priority if priority is None else priority,
+            unique_key=unique_key,
+            at_ms=at_ms,
+        )
+
+    async def call(self, payload: Any, ctx: JobContext) -> Any:
+        if self.wants_context:
+            return await self.handler(payload, ctx)
+        return await self.handler(payload)
+
+
+class Registry:
+    """Handlers by job name. One per Worker, built at import time (imports are
+    snapshotted at deploy, so registering costs nothing per request) and passed
+    explicitly to `drain` — there is no global registry."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, JobSpec] = {}
+
+    def job(
+        self,
+        name: str | None = None,
+        *,
+        max_attempts: int = 3,
+        timeout_s: float = 30.0,
+        backoff: Backoff | None = None,
+        queue: str = "default",
+        subrequests: int = 0,
+        priority: int = 0,
+    ) -> Callable[[Handler], Handler]:
+        """Decorator: register `async def handler(payload[, ctx])` under `name`
+        (default: the function's name). `subrequests` is how many D1 calls,
+        fetches and binding calls one attempt makes through its ctx."""
+
+        def register(fn: Handler) -> Handler:
+            self.register(
+                name or fn.__name__,
+                fn,
+                max_attempts=max_attempts,
+                timeout_s=timeout_s,
+                backoff=backoff,
+                queue=queue,
+                subrequests=subrequests,
+                priority=priority,
+            )
+            return fn
+
+        return register
+
+    def register(
+        self,
+        name: str,
+        handler: Handler,
+        *,
+        max_attempts: int = 3,
+        timeout_s: float = 30.0,
+        backoff: Backoff | None = None,
+        queue: str = "default",
+        subrequests: int = 0,
+        priority: int = 0,
+    ) -> JobSpec:
+        check_name("job name", name)
+        check_name("queue", queue)
+        if name in self._specs:
+            raise ValueError(f"job {name!r} is already registered")
+        if not inspect.iscoroutinefunction(handler):
+            raise TypeError(f"job {name!r}: the handler must be an async function")
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"job {name!r}: max_attempts must be an integer >= 1")
+        if not timeout_s > 0:
+            raise ValueError(f"job {name!r}: timeout_s must be > 0")
+        lo, hi = PRIORITY_RANGE
+        if isinstance(priority, bool) or not isinstance(priority, int) or not lo <= priority <= hi:
+            raise ValueError(f"job {name!r}: priority must be an integer from {lo} to {hi}")
+        if (
+            isinstance(subrequests, bool)
+            or not isinstance(subrequests, int)
+            or not 0 <= subrequests <= MAX_JOB_SUBREQUESTS
+        ):
+            raise ValueError(
+                f"job {name!r}: subrequests must be an integer from 0 to {MAX_JOB_SUBREQUESTS}"
+            )
+        params = [
+            p
+            for p in inspect.signature(handler).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        if len(params) not in (1, 2):
+            raise TypeError(f"job {name!r}: the handler must take (payload) or (payload, ctx)")
+        spec = JobSpec(
+            name=name,
+            handler=handler,
+            max_attempts=max_attempts,
+            timeout_s=float(timeout_s),
+            backoff=backoff or Backoff(),
+            queue=queue,
+            wants_context=len(params) == 2,
+            subrequests=subrequests,
+            priority=priority,
+        )
+        self._specs[name] = spec
+        return spec
+
+    def get(self, name: str) -> JobSpec | None:
+        return self._specs.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def max_subrequests(self) -> int:
+        return max((s.subrequests for s in self._specs.values()), default=0)
+
+    def max_timeout_s(self) -> float:
+        """The longest any handler may run: the lease must outlast it."""
+        return max((s.timeout_s for s in self._specs.values()), default=0.0)
