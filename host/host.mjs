@@ -11,6 +11,7 @@
 //                      [--var NAME=VALUE ...] [--site DIR ...]   (over [vars] and .dev.vars; tests set secrets so)
 //                      [--plan free|paid] [--cpu enforce|warn] [--cpu-ms N] [--no-limits]
 //                      [--wait-until-s 30] [--scheduled-s 900]
+//                      [--d1-fault RATE] [--d1-fault-kinds K,...] [--d1-latency-ms N] [--d1-seed N]
 //
 // Limits mode (limits.mjs, on unless --no-limits; --plan paid by default): each
 // invocation (a fetch, a scheduled run, an RPC or test-hook call, with its
@@ -23,6 +24,13 @@
 //   with --test-hooks: POST /__test/python (body: `async def main(env)` source)
 //                      GET  /__test/idle   (answers once all waitUntil work is done)
 //                      POST /__test/rpc/<method> (body: JSON array of arguments)
+//                      GET  /__test/faults (the D1 faults injected so far, by kind)
+//                      POST /__test/faults (body: {"rate", "kinds", "latency_ms", "seed"}: new settings)
+//
+// D1 faults (faults.mjs): on a fraction RATE of the Worker's D1 calls,
+// "Network connection lost." before the call or after it committed, or "D1 DB
+// is overloaded"; every call may first wait up to --d1-latency-ms. Seeded;
+// the ready line says how (GET /__test/faults, with --test-hooks: the totals).
 //
 // --bundle DIR serves an upload already built; without it the host builds one
 // into --root's .wrangler/bundle first (tools/bundle.py --outdir).
@@ -35,6 +43,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import v8 from 'node:v8';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
@@ -81,6 +90,10 @@ try {
       'no-limits': { type: 'boolean', default: false },
       'wait-until-s': { type: 'string', default: '30' },
       'scheduled-s': { type: 'string', default: '900' },
+      'd1-fault': { type: 'string', default: '0' },
+      'd1-fault-kinds': { type: 'string' },
+      'd1-latency-ms': { type: 'string', default: '0' },
+      'd1-seed': { type: 'string' },
     },
   }));
 } catch (e) {
@@ -101,6 +114,20 @@ try {
     cpuMs: opts['cpu-ms'] === undefined ? undefined : Number(opts['cpu-ms']),
     waitUntilS: Number(opts['wait-until-s']),
     scheduledS: Number(opts['scheduled-s']),
+  });
+} catch (e) {
+  die(e.message);
+}
+
+// D1 faults (faults.mjs): where the Worker's D1 calls pass, inside limits.d1.
+const { D1Faults } = await import('./faults.mjs');
+let faults;
+try {
+  faults = new D1Faults({
+    rate: Number(opts['d1-fault']),
+    latencyMs: Number(opts['d1-latency-ms']),
+    ...(opts['d1-fault-kinds'] === undefined ? {} : { kinds: opts['d1-fault-kinds'].split(',').map((k) => k.trim()).filter(Boolean) }),
+    ...(opts['d1-seed'] === undefined ? {} : { seed: Number(opts['d1-seed']) }),
   });
 } catch (e) {
   die(e.message);
@@ -221,7 +248,7 @@ const [pyodide, compatFlags, bundleDir] = await Promise.all([
     ({ mf, relay } = await startMiniflare(workerOptions, persistRoot));
     for (const d1 of config.d1_databases ?? []) {
       const Binding = opts['raw-db'] ? RawD1Database : D1Database;
-      d1Bindings.set(d1.binding, new Binding(limits.d1(relay(d1.binding)))); // counted per invocation
+      d1Bindings.set(d1.binding, new Binding(limits.d1(relay(d1.binding), faults))); // counted per invocation, faulted
     }
   })(),
 ]).catch(async (e) => fail(`start-up failed: ${e.message}`));
@@ -551,7 +578,15 @@ async function runTestPython(req, res) {
 async function runTestRpc(name, req, res) {
   const chunks = [];
   for await (const chunk of req) chunks.push(chunk);
-  const args = JSON.parse(Buffer.concat(chunks).toString('utf8') || '[]');
+  let args = JSON.parse(Buffer.concat(chunks).toString('utf8') || '[]');
+  try {
+    // Workers RPC carries arguments by V8's structured clone, in the calling
+    // Worker: a value it cannot serialize (nested a few thousand levels deep,
+    // say) fails there and never reaches this Worker.
+    args = v8.deserialize(v8.serialize(args));
+  } catch (e) {
+    return text(res, 200, JSON.stringify({ ok: false, error: `the caller could not send the arguments: ${e.name}: ${e.message}` }), 'application/json');
+  }
   const { ctx, inv, inst } = newEntrypoint('rpc');
   try {
     const result = await inv.run(() => limits.timed(() => pyhost.call_method(false, inst, name, ...args)));
@@ -580,6 +615,19 @@ const server = http.createServer(async (req, res) => {
     if (opts['test-hooks'] && url.pathname === '/__test/python' && req.method === 'POST') return await runTestPython(req, res);
     if (opts['test-hooks'] && url.pathname.startsWith('/__test/rpc/') && req.method === 'POST') {
       return await runTestRpc(url.pathname.slice('/__test/rpc/'.length), req, res);
+    }
+    if (opts['test-hooks'] && url.pathname === '/__test/faults') {
+      if (req.method === 'POST') {
+        const chunks = [];
+        for await (const chunk of req) chunks.push(chunk);
+        try {
+          const { rate, kinds, latency_ms: latencyMs, seed } = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}');
+          faults.configure({ rate, kinds, latencyMs, seed });
+        } catch (e) {
+          return text(res, 400, `${e.message}\n`);
+        }
+      }
+      return text(res, 200, JSON.stringify(faults.totals()), 'application/json');
     }
     if (opts['test-hooks'] && url.pathname === '/__test/idle') {
       await settle(pending);
@@ -621,6 +669,7 @@ async function shutdown(signal) {
   server.close();
   server.closeAllConnections();
   await Promise.race([settle(pending), new Promise((r) => setTimeout(r, 30000).unref())]);
+  if (faults.active || faults.calls) process.stdout.write(`${JSON.stringify({ event: 'd1queue.d1_faults', ...faults.totals() })}\n`);
   await cleanup();
   process.exit(0);
 }
@@ -633,6 +682,6 @@ process.on('SIGTERM', () => shutdown('SIGTERM'));
 
 server.on('error', (e) => fail(`cannot listen on 127.0.0.1:${port}: ${e.message}`));
 server.listen(port, '127.0.0.1', () => {
-  process.stderr.write(`d1queue host: ready in ${((Date.now() - started) / 1000).toFixed(1)}s (Python ${pyodide.runPython("import sys; sys.version.split()[0]")} on Pyodide ${pyodide.version}, selected by ${release.flag}; upload: ${bundleDir}; D1 state: ${persistRoot}${opts['raw-db'] ? ', raw D1 binding' : ''}; ${limits.describe()})\n`);
+  process.stderr.write(`d1queue host: ready in ${((Date.now() - started) / 1000).toFixed(1)}s (Python ${pyodide.runPython("import sys; sys.version.split()[0]")} on Pyodide ${pyodide.version}, selected by ${release.flag}; upload: ${bundleDir}; D1 state: ${persistRoot}${opts['raw-db'] ? ', raw D1 binding' : ''}; ${limits.describe()}${faults.active ? `; ${faults.describe()}` : ''})\n`);
   process.stdout.write(`d1queue host listening on http://127.0.0.1:${server.address().port}\n`);
 });

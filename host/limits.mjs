@@ -44,6 +44,7 @@
 //
 // At its end every invocation prints one JSON line,
 //   {"event":"d1queue.invocation","kind":..,"plan":..,"cpu_ms":..,"subrequests":..,"d1_queries":..,"outcome":..}
+// (with "d1_faults": {kind: n} when --d1-fault failed some of its D1 calls: faults.mjs)
 // and the drain's report lines ("event": "d1queue.drain") printed during it
 // are held and printed then, with "cpu_ms", "host_subrequests" and
 // "host_d1_queries" added (the invocation's totals; the drain's own
@@ -139,12 +140,17 @@ export class Limits {
     return new Invocation(this, kind, ctx);
   }
 
-  /** Wrap a D1 round trip `call(op, stmts, arg)` (d1.mjs): one subrequest and one D1 query. */
-  d1(call) {
+  /**
+   * Wrap a D1 round trip `call(op, stmts, arg)` (d1.mjs): one subrequest and
+   * one D1 query; `faults` (faults.mjs), if given, may delay or fail it.
+   */
+  d1(call, faults = null) {
     const als = this.als;
     return async (op, stmts, arg) => {
-      als.getStore()?.admit('d1');
-      return als.exit(() => call(op, stmts, arg)); // the relay's own I/O belongs to no invocation
+      const inv = als.getStore();
+      inv?.admit('d1');
+      // The relay's own I/O belongs to no invocation.
+      return als.exit(() => (faults ? faults.run(inv, () => call(op, stmts, arg)) : call(op, stmts, arg)));
     };
   }
 
@@ -219,6 +225,7 @@ class Invocation {
     this.cutPromise = new Promise((resolve) => { this.onCut = resolve; });
     this.held = [];
     this.ended = false;
+    this.faults = null; // D1 faults injected into its calls, by kind (faults.mjs)
     // A scheduled run's wall time counts from its start; other invocations'
     // waitUntil window opens at the response (responded()).
     this.deadline = kind === 'scheduled' ? this.startWall + limits.scheduledMs : null;
@@ -378,6 +385,7 @@ class Invocation {
     if (this.refused) line.refused = this.refused;
     if (this.cpuWarned || (this.outcome !== 'exceededCpu' && cpu > limits.caps.cpuMs)) line.cpu_over_limit = true;
     if (this.cancelled) line.wait_until_cancelled = this.cancelled;
+    if (this.faults) line.d1_faults = this.faults;
     limits.out(JSON.stringify(line) + '\n');
   }
 }

