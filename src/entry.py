@@ -11,7 +11,7 @@ from typing import Any
 from workers import Response, WorkerEntrypoint, fetch
 
 from d1queue import Config, ConfigError, D1Queue, __version__, drain
-from d1queue.api import MAX_BODY_BYTES, Api
+from d1queue.api import MAX_BODY_BYTES, Api, json_object
 from d1queue.binding import Binding
 from d1queue.http_job import register_http_job
 from d1queue.limits import PLANS, Meter
@@ -173,6 +173,14 @@ class Default(WorkerEntrypoint):
 
     async def dispatch(self, queue: str, job: Any) -> dict[str, Any]:
         return await self._service().dispatch(str(queue), _py(job))
+
+    async def dispatch_json(self, queue: str, job: str) -> dict[str, Any]:
+        """`dispatch` with the job as JSON text: checked for size and depth
+        before it is parsed, as the HTTP API checks a body. Object arguments
+        are converted by the workers SDK before any method runs, and that
+        conversion fails past about 1,000 levels: use this for input the
+        calling Worker did not make itself."""
+        return await self._service().dispatch(str(queue), json_object(str(job).encode()))
 
     async def dispatch_batch(self, queue: str, jobs: Any) -> dict[str, Any]:
         return await self._service().dispatch_batch(str(queue), _py(jobs))

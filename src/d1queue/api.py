@@ -148,11 +148,11 @@ class Api:
         return handler
 
     async def _dispatch(self, queue: str, *, body: bytes, **_: Any) -> tuple[int, Any]:
-        result = await self.service.dispatch(queue, _json_object(body))
+        result = await self.service.dispatch(queue, json_object(body))
         return (200 if result["deduplicated"] else 201), result
 
     async def _dispatch_batch(self, queue: str, *, body: bytes, **_: Any) -> tuple[int, Any]:
-        obj = _json_object(body)
+        obj = json_object(body)
         if set(obj) - {"jobs"}:
             raise ApiError(422, "invalid", 'the body is {"jobs": [...]} and nothing else')
         return 201, await self.service.dispatch_batch(queue, obj.get("jobs"))
@@ -181,7 +181,9 @@ def _query(query: dict[str, list[str]], key: str, default: Any) -> Any:
     return values[-1] if values else default
 
 
-def _json_object(body: bytes) -> dict[str, Any]:
+def json_object(body: bytes) -> dict[str, Any]:
+    """A request body as a JSON object: size and depth checked before it is
+    parsed (ApiError otherwise)."""
     if len(body) > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
     try:

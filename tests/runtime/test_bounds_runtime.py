@@ -5,6 +5,7 @@ it cannot run again (issue 9: 8,000 levels in a 16 KB body stopped it)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -109,4 +110,15 @@ def test_an_rpc_payload_8000_deep_is_refused_and_the_worker_keeps_serving(
     job = f'{{"name": "example.echo", "payload": {nested(8000, "array")}}}'
     line = rpc(deep_host, "dispatch", f'["deep", {job}]')
     assert "the caller could not send the arguments" in line, line
+    still_serving(deep_host)
+
+
+def test_dispatch_json_checks_depth_before_parsing(deep_host: Host) -> None:
+    """The RPC method for input the calling Worker did not make: JSON text,
+    checked as an HTTP body is."""
+    deep = json.dumps(f'{{"name": "example.echo", "payload": {nested(8000, "array")}}}')
+    line = rpc(deep_host, "dispatch_json", f'["deep", {deep}]')
+    assert raised(line).startswith("too_deep:"), line
+    pushed = deep_host.rpc("dispatch_json", "deep", '{"name": "example.echo", "payload": [1]}')
+    assert pushed["queue"] == "deep" and not pushed["deduplicated"]
     still_serving(deep_host)
