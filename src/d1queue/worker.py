@@ -135,19 +135,6 @@ SETTLE_MARGIN_S = 2.0
 the invocation's window, for the settle that records its outcome."""
 
 
-def finishes(timeouts: list[float], concurrency: int, start_s: float = 0.0) -> list[float]:
-    """When each job would end at the latest, started in order on
-    `concurrency` slots from `start_s`, each running its whole timeout: the
-    time a drain may hold a claimed job, waiting for a slot included."""
-    slots = [start_s] * concurrency
-    ends = []
-    for timeout in timeouts:
-        i = slots.index(min(slots))
-        slots[i] += timeout
-        ends.append(slots[i])
-    return ends
-
-
 async def drain(
     queue: D1Queue,
     registry: Registry,
@@ -279,13 +266,16 @@ async def drain(
         room = left()
         elapsed = monotonic() - start
         chosen: list[QueuedJob] = []
-        timeouts: list[float] = []
+        # When each handler slot frees at the latest, the chosen jobs started
+        # in order and each running its whole timeout: a candidate is held
+        # from the claim until the earliest slot frees and it has run too.
+        slots = [0.0] * config.concurrency
         declared = 0
         for job in candidates:
             spec = registry.get(job.name)
             need = spec.subrequests if spec and spec.subrequests <= most else 0
-            timeout = spec.timeout_s if spec else 0.0
-            held_for = finishes([*timeouts, timeout], config.concurrency)[-1]
+            slot = slots.index(min(slots))
+            held_for = slots[slot] + (spec.timeout_s if spec else 0.0)
             if window_s is not None and elapsed + held_for + SETTLE_MARGIN_S > window_s:
                 stop = stop or "window"
                 continue  # too long for this invocation: the cron runs it
@@ -297,7 +287,7 @@ async def drain(
                 break
             chosen.append(job)
             declared += need
-            timeouts.append(timeout)
+            slots[slot] = held_for
         return chosen
 
     paused: set[str] = set()
