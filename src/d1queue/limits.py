@@ -34,17 +34,13 @@ class Plan:
     """Subrequests of every kind, D1 queries included."""
     d1_queries: int
     """D1 queries (a db.batch is one) within `subrequests`."""
-    cpu_ms: int
-    """CPU per invocation (paid: the default; `limits.cpu_ms` raises it)."""
     wait_until_s: float = 30.0
     """How long `waitUntil` work may go on after the response."""
-    cron_wall_s: float = 900.0
-    """Wall time of one cron run."""
 
 
 PLANS: dict[str, Plan] = {
-    "free": Plan("free", subrequests=50, d1_queries=50, cpu_ms=10),
-    "paid": Plan("paid", subrequests=10_000, d1_queries=1_000, cpu_ms=30_000),
+    "free": Plan("free", subrequests=50, d1_queries=50),
+    "paid": Plan("paid", subrequests=10_000, d1_queries=1_000),
 }
 
 
