@@ -130,10 +130,10 @@ so a topped-up backlog stays FIFO behind what is already queued."""
 
 OURS_INSERT = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
-    "available_at, created_at) "
+    "available_at, created_at, band) "
     "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?1) "
     "SELECT printf('b%012d', ?2 + i), ?3, ?4, printf('{\"i\": %d}', ?2 + i), 0, 3, 0, "
-    "?5 + ?2 + i, ?5 FROM c"
+    "?5 + ?2 + i, ?5, 0 FROM c"
 )
 SEED_INSERT = (
     f"INSERT INTO {JOBS} (id, queue, name, payload, attempts, max_attempts, available_at, "
@@ -344,6 +344,6 @@ async def probe(db: Any, n: int = 20) -> dict[str, Any]:
 
 
 CLAIM_SHAPED = (
-    "UPDATE d1queue_jobs SET attempts = attempts + 1, reserved_at = ?1, reserved_until = ?2, "
-    "reservation = ?3 WHERE id = ?4 AND reserved_at IS NULL AND attempts = ?5"
+    "UPDATE d1queue_jobs SET attempts = attempts + 1, reserved_at = ?1, locked_until = ?2, "
+    "reservation = ?3 WHERE id = ?4 AND locked_until <= ?1 AND attempts = ?5"
 )

@@ -123,12 +123,12 @@ class Default(WorkerEntrypoint):
             if config.drain_on_push:
                 short = replace(config, queues=(name,), **PUSH_DRAIN)
                 window = PLANS[config.plan].wait_until_s
-                self.ctx.waitUntil(self._drain(short, reclaim=False, why="push", window_s=window))
+                self.ctx.waitUntil(self._drain(short, why="push", window_s=window))
 
         return Service(queue, registry, on_push=drain_after_push)
 
     async def _drain(
-        self, config: Config, *, reclaim: bool, why: str, window_s: float | None = None
+        self, config: Config, *, why: str, window_s: float | None = None
     ) -> dict[str, Any]:
         report = await drain(
             self._queue(config),
@@ -136,7 +136,6 @@ class Default(WorkerEntrypoint):
             config,
             env=self.env,
             fetch=_fetch,
-            reclaim=reclaim,
             window_s=window_s,
         )
         line = {"event": "d1queue.drain", "trigger": why, **report.as_dict()}
@@ -163,9 +162,9 @@ class Default(WorkerEntrypoint):
         return _json(reply.body, reply.status, reply.headers)
 
     async def scheduled(self, controller: Any, env: Any, ctx: Any) -> None:
-        """The cron: reclaim leases that lapsed, then drain within the budgets.
+        """The cron: drain within the budgets (claims take over lapsed leases).
         The report is logged as one JSON line, for `wrangler tail` and Logpush."""
-        await self._drain(settings(self.env), reclaim=True, why=f"cron {controller.cron}")
+        await self._drain(settings(self.env), why=f"cron {controller.cron}")
 
     # -- RPC: for Workers with a service binding to this one ---------------------
     # Same validation as the HTTP API; errors raise (the caller sees

@@ -86,7 +86,14 @@ async def case_acknowledge_release_fail(db: Any, clock: Clock) -> None:
     assert left["id"] == b.id and left["reserved_at"] is None
     # The token stays until the next claim, so a re-sent release still matches.
     assert left["reservation"] == b.reservation
-    assert left["available_at"] == clock() + 30_000 and left["last_error"] == "try later"
+    # A retry within a lease waits in place: locked until its time, not moved.
+    assert left["locked_until"] == clock() + 30_000 and left["last_error"] == "try later"
+    assert left["available_at"] == b.available_at
+    assert (await queue.job(b.id)).available_at == clock() + 30_000  # type: ignore[union-attr]
+    assert await queue.reserve("default") is None, "not before its retry time"
+    clock.advance(30)
+    again = await queue.reserve("default")
+    assert again is not None and again.id == b.id and again.attempts == 2
     (failed,) = await queue.failed_jobs()
     assert (failed.id, failed.error, failed.attempts, failed.payload) == (c.id, "exploded", 1, "2")
 
@@ -119,6 +126,55 @@ async def case_reclaim_frees_lapsed_leases_only(db: Any, clock: Clock) -> None:
 
 
 # -- beyond the seed ------------------------------------------------------------------
+
+
+async def case_a_claim_takes_over_a_lapsed_lease(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    await queue.dispatch("t")
+    first = await queue.reserve("default")
+    assert first is not None
+    clock.advance(queue.reservation_s - 1)
+    assert await queue.reserve("default") is None, "still held"
+    clock.advance(2)
+    won, _ = await queue.claim_round("default", 5)
+    assert [j.id for j in won] == [first.id] and won[0].attempts == 2
+    assert won[0].held, "counted as reclaimed"
+    assert "lease expired" in (won[0].last_error or "")
+    assert await queue.acknowledge(first) is False, "the first holder is fenced off"
+    assert await queue.acknowledge(won[0]) is True
+
+
+async def case_a_long_retry_moves_out_of_the_way(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    await queue.dispatch("t")
+    job = await queue.reserve("default")
+    assert job is not None
+    wait_s = queue.reservation_s * 10
+    assert await queue.release(job, wait_s, "later") is True
+    (row,) = await rows(queue)
+    assert row["available_at"] == clock() + round(wait_s * 1000) and row["locked_until"] == 0
+    assert await queue.release(job, wait_s, "later") is True, "a re-sent release still matches"
+    clock.advance(wait_s - 1)
+    assert await queue.reserve("default") is None
+    clock.advance(1)
+    again = await queue.reserve("default")
+    assert again is not None and again.id == job.id and again.last_error == "later"
+
+
+async def case_due_jobs_run_by_priority_whether_pushed_now_or_delayed(
+    db: Any, clock: Clock
+) -> None:
+    queue = await fresh(db, clock)
+    low = await queue.dispatch("t", priority=-5)
+    late_high = await queue.dispatch("t", delay_s=10, priority=7)
+    mid = await queue.dispatch("t")
+    late_mid = await queue.dispatch("t", delay_s=5)
+    high = await queue.dispatch("t", priority=7)
+    never = await queue.dispatch("t", delay_s=3600, priority=100)
+    clock.advance(20)
+    order = [j.id for j in await queue.reserve_batch("default", 10)]
+    assert order == [high, late_high, mid, late_mid, low], "priority, then the longest due"
+    assert never not in order
 
 
 async def case_racing_workers_never_both_win_a_job(db: Any, clock: Clock) -> None:

@@ -21,13 +21,13 @@ from d1queue.testing import SqliteD1
 BATCH = 25
 
 # A drain of 200 queued jobs at batch 25, the queue emptied:
-#   reclaim + paused queues                       1 query   2 statements
+#   paused queues                                 1 query   1 statement
 #   round 1: candidate SELECT; claim batch        2         1 + 25
 #   rounds 2-8: [25 acks + SELECT]; claim batch   2 each    26 + 25 each
 #   round 9: [25 acks + SELECT] finds nothing     1         26
-DRAIN_200 = {"queries": 18, "statements": 411, "rounds": 9}
+DRAIN_200 = {"queries": 18, "statements": 410, "rounds": 9}
 
-# One invocation, a batch counting as one query: reclaim (1), then rounds of
+# One invocation, a batch counting as one query: paused queues (1), then rounds of
 # two queries while a whole round (3, its settle included) still fits, then
 # the last round's settle (1). 50 queries: 24 rounds of 25; 1,000: 499.
 JOBS_PER_INVOCATION_QUERY = {50: 24 * BATCH, 1000: 499 * BATCH}
@@ -35,7 +35,7 @@ JOBS_PER_INVOCATION_QUERY = {50: 24 * BATCH, 1000: 499 * BATCH}
 # A batch counting as its statements: a round needs the owed settle + SELECT,
 # 25 claims and up to 50 settle statements (every job failing) in what is
 # left, so rounds shrink as the budget runs down.
-JOBS_PER_INVOCATION_STATEMENTS = {50: 21, 1000: 487}
+JOBS_PER_INVOCATION_STATEMENTS = {50: 22, 1000: 488}
 
 # The seed's design: reclaim's SELECT, then SELECT + UPDATE + DELETE a job,
 # one job at a time, a job started only while its three queries fit.
@@ -67,8 +67,9 @@ async def test_each_job_costs_one_claim_and_one_delete(bench_db: SqliteD1) -> No
     run = await drain_of(bench_db, "d1queue", 200, query_budget=1000)
     statements = {kind: r["statements"] for kind, r in run["rows_by_kind"].items()}
     # SELECTs: one a round, and the paused-queues read. UPDATEs: a claim a
-    # job, and the reclaim. DELETEs: an acknowledgement a job.
-    assert statements == {"SELECT": 9 + 1, "UPDATE": 200 + 1, "DELETE": 200}
+    # job (a claim takes over lapsed leases: no reclaim). DELETEs: an
+    # acknowledgement a job.
+    assert statements == {"SELECT": 9 + 1, "UPDATE": 200, "DELETE": 200}
 
 
 @pytest.mark.parametrize("budget", [50, 1000])
@@ -116,14 +117,14 @@ async def test_a_job_life_in_statements(bench_db: SqliteD1, fail: bool) -> None:
     life = await inside.job_life(bench_db, "d1queue", 10, fail=fail)
     assert life["done"] == 10
     assert life["push_queries"] == 10  # dispatch: one INSERT, one round trip
-    # reclaim; SELECT (10 < 25 found: the queue is empty after this round);
+    # paused queues; SELECT (10 < 25 found: the queue is empty after this round);
     # claim batch; the settle batch, alone.
     assert life["drain_queries"] == 4
     statements = {kind: r["statements"] for kind, r in life["rows_by_kind"].items()}
     assert statements == {
         # push, and failing copies the row into the failed table first
         "INSERT": 20 if fail else 10,
-        "UPDATE": 10 + 1,  # the claims, and the reclaim
+        "UPDATE": 10,  # the claims
         "SELECT": 2,  # paused queues, candidates
         "DELETE": 10,  # acknowledge, or the delete half of failing
     }

@@ -167,7 +167,7 @@ async def test_reclaim_keeps_the_error_a_job_had(queue: D1Queue, clock: Clock) -
 # -- settling and every write, under D1 faults and lost replies ---------------
 
 ACK = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reservation"
-RELEASE = "UPDATE d1queue_jobs SET reserved_at = NULL, reserved_until = NULL, available_at"
+RELEASE = "UPDATE d1queue_jobs SET reserved_at = NULL, locked_until = ?1"
 CLAIM = "OR reservation = ?3"
 NO_WAIT = RetryPolicy(tries=5, base_s=0, cap_s=0)
 

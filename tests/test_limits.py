@@ -204,7 +204,7 @@ async def test_a_drain_with_a_window_leaves_jobs_too_long_for_it(queue: D1Queue)
     await queue.dispatch("slow", None)
     await queue.dispatch("quick", None)
     report = await drain(
-        queue, reg, Config(plan="paid", reservation_s=120), reclaim=False, window_s=30
+        queue, reg, Config(plan="paid", reservation_s=120), window_s=30
     )
     assert ran == ["quick"]
     assert report.stopped == "window"
@@ -227,7 +227,7 @@ async def test_a_window_counts_the_wait_for_a_slot(queue: D1Queue) -> None:
     # by 30 s, past the 30 s window less the settle margin. The four take 20 s
     # in all, after which no 10 s job fits.
     report = await drain(
-        queue, reg, Config(concurrency=2, batch_size=7), reclaim=False, window_s=30, monotonic=clock
+        queue, reg, Config(concurrency=2, batch_size=7), window_s=30, monotonic=clock
     )
     assert report.claimed == 4
     assert await queue.size("default") == 3

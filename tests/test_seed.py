@@ -20,14 +20,20 @@ def ping(**kw: object) -> QueuedJob:
 def test_the_row_entities_describe_their_tables(db: SqliteD1) -> None:
     tables = {r["name"] for r in db.query("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"d1queue_jobs", "d1queue_failed_jobs"} <= tables
-    for table in ("d1queue_jobs", "d1queue_failed_jobs"):
-        pk = [r["name"] for r in db.query(f"PRAGMA table_info({table})") if r["pk"]]
-        assert pk == ["id"]
+    def key(table: str) -> list[str]:
+        cols = [r for r in db.query(f"PRAGMA table_info({table})") if r["pk"]]
+        return [r["name"] for r in sorted(cols, key=lambda r: r["pk"])]
+
+    # The failed table by id; the queue in claim order, with ids unique by index.
+    assert key("d1queue_failed_jobs") == ["id"]
+    assert key("d1queue_jobs") == ["queue", "band", "available_at", "id"]
+    (by_id,) = [r for r in db.query("PRAGMA index_list(d1queue_jobs)") if r["name"].endswith("_id")]
+    assert by_id["unique"] == 1
 
 
 def test_the_driver_ships_its_own_migrations() -> None:
     names = sorted(p.name for p in MIGRATIONS.glob("*.sql"))
-    assert names == ["0001_init.sql", "0002_queue_state.sql"]
+    assert names == ["0001_init.sql", "0002_queue_state.sql", "0003_claim_order.sql"]
     fresh = SqliteD1()
     assert fresh.apply_migrations(MIGRATIONS) == names
     assert fresh.apply_migrations(MIGRATIONS) == [], "applying twice is a no-op"
@@ -60,7 +66,7 @@ async def test_reserving_selects_only_free_available_jobs(
     await queue.dispatch("test.ping", queue="other")
     assert await queue.reserve("default") is None, "reserved, delayed or elsewhere"
     select = next(s for s in db.statements if s.startswith("SELECT"))
-    assert "reserved_at IS NULL" in select
+    assert "locked_until <=" in select, "held (and retrying) jobs are skipped"
     assert "available_at <=" in select
     assert "ORDER BY" in select
     clock.advance(60)
@@ -70,12 +76,12 @@ async def test_reserving_selects_only_free_available_jobs(
 async def test_a_claim_is_conditional_on_the_job_still_being_free(
     db: SqliteD1, queue: D1Queue
 ) -> None:
-    # The race guard: the UPDATE must carry `reserved_at IS NULL`, or two
-    # workers could both believe they claimed the same job.
+    # The race guard: the UPDATE must carry `locked_until <= now` and the
+    # attempts it read, or two workers could both believe they claimed the job.
     await queue.push(ping())
     assert await queue.reserve("default") is not None
     update = next(s for s in db.statements if s.startswith("UPDATE"))
-    assert "reserved_at IS NULL" in update
+    assert "locked_until <= ?1 AND attempts = ?5" in update
     # And the guard holds: an UPDATE for the now-reserved row changes nothing.
     row = db.query("SELECT id, attempts FROM d1queue_jobs")[0]
     again = await db.prepare(update).bind(1, 2, "x", row["id"], row["attempts"]).run()
@@ -127,7 +133,7 @@ async def test_releasing_clears_the_reservation_and_pushes_availability_out(
     assert (
         row["reserved_at"] is None and row["reservation"] == job.reservation
     )  # kept: see sql.RELEASE
-    assert row["available_at"] == clock() + 30_000
+    assert row["locked_until"] == clock() + 30_000, "a short retry waits in place"
     assert await queue.reserve("default") is None
     clock.advance(30)
     assert (await queue.reserve("default")).attempts == 2  # type: ignore[union-attr]
@@ -170,7 +176,7 @@ async def test_reclaiming_releases_jobs_held_past_their_deadline(
     assert await queue.reserve("default") is not None
     clock.advance(2)
     assert await queue.reclaim_expired() == 1, "the first lease lapsed"
-    assert "reserved_until" in db.statements[-1] and "IS NOT NULL" in db.statements[-1]
+    assert "locked_until <" in db.statements[-1] and "IS NOT NULL" in db.statements[-1]
     again = await queue.reserve("default")
     assert again is not None and again.attempts == 2
     assert again.last_error is not None and "lease expired" in again.last_error

@@ -55,15 +55,13 @@ class Admin:
         one round trip."""
         now = self.queue.clock()
         if name is None:
-            unreserved: tuple[str, tuple[Any, ...]] = (sql.UNRESERVED_STATS, (now,))
+            jobs: tuple[str, tuple[Any, ...]] = (sql.JOB_STATS, (now,))
             failed: tuple[str, tuple[Any, ...]] = (sql.FAILED_COUNTS, ())
         else:
             check_name("queue", name)
-            unreserved = (sql.UNRESERVED_STATS_ONE, (now, name))
+            jobs = (sql.JOB_STATS_ONE, (now, name))
             failed = (sql.FAILED_COUNT_ONE, (name,))
-        results = await self.binding.batch(
-            [unreserved, (sql.RESERVED_COUNTS, ()), failed, (sql.QUEUE_STATES, ())]
-        )
+        results = await self.binding.batch([jobs, failed, (sql.QUEUE_STATES, ())])
         by_name: dict[str, QueueStats] = {}
 
         def entry(q: Any) -> QueueStats:
@@ -72,15 +70,13 @@ class Admin:
         for r in results[0].rows:
             s = entry(r["queue"])
             s.ready, s.delayed = int(r["ready"] or 0), int(r["delayed"] or 0)
+            s.reserved = int(r["reserved"] or 0)
             if r["oldest_ready_at"] is not None:
                 s.oldest_ready_age_s = max(0, now - int(r["oldest_ready_at"])) / 1000
         for r in results[1].rows:
-            if name is None or r["queue"] == name:
-                entry(r["queue"]).reserved = int(r["reserved"])
-        for r in results[2].rows:
             if r["queue"] is not None:
                 entry(r["queue"]).failed = int(r["failed"])
-        for r in results[3].rows:
+        for r in results[2].rows:
             if name is None or r["name"] == name:
                 entry(r["name"]).paused = bool(r["paused"])
         if name is not None:

@@ -70,7 +70,11 @@ class QueuedJob:
     unique_key: str | None = None
     reservation: str | None = None
     reserved_until: int | None = None
+    """When the lease ends, while a worker holds the job (else None)."""
     last_error: str | None = None
+    held: bool = field(default=False, compare=False)
+    """The row was marked held when read. A claim candidate that is held is a
+    lease that lapsed: claiming it reclaims the job."""
     payload_error: str | None = field(default=None, compare=False)
     """Why the stored payload could not be decoded, if it could not: such a job
     is failed by the drain rather than run with a wrong payload."""
@@ -164,6 +168,11 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         payload = json.loads(row["payload"])
     except (TypeError, ValueError) as exc:
         payload, payload_error = row["payload"], f"undecodable payload: {exc}"
+    held = row.get("reserved_at") is not None
+    locked_until = int(row.get("locked_until") or 0)
+    # A job waiting out a retry in place stays where it was in the key; when
+    # it runs next is the later of the two times.
+    available_at = int(row["available_at"])
     return QueuedJob(
         id=row["id"],
         name=row["name"],
@@ -172,11 +181,12 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         attempts=int(row["attempts"]),
         max_attempts=int(row["max_attempts"]),
         priority=int(row["priority"]),
-        available_at=int(row["available_at"]),
+        available_at=available_at if held else max(available_at, locked_until),
         created_at=int(row["created_at"]),
         unique_key=row.get("unique_key"),
         reservation=row.get("reservation"),
-        reserved_until=row.get("reserved_until"),
+        reserved_until=locked_until if held else None,
+        held=held,
         last_error=row.get("last_error"),
         payload_error=payload_error,
     )

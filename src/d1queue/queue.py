@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from . import sql
 from .binding import Binding, Result, Statement, was_resent
-from .bounds import clamp_delay_s
+from .bounds import MAX_SAFE_INT, clamp_delay_s
 from .job import QueuedJob, check_name, new_id, now_ms, row_to_job
 from .limits import Meter, SubrequestLimitExceeded
 from .registry import JobSpec, Registry
@@ -77,11 +77,37 @@ class Round:
     candidates: int = 0
     error: Exception | None = None
 
+    @property
+    def reclaimed(self) -> int:
+        """Jobs won whose previous lease had lapsed: their worker died or
+        overran, and this claim took them over."""
+        return sum(1 for j in self.jobs if j.held)
+
 
 SETTLE_TRIES = 3
 """Sends of one outcome, alone, after the batch carrying it failed."""
 
-RECLAIM_NOTE = "lease expired before the job was settled (worker died or overran)"
+RECLAIM_NOTE = sql.RECLAIM_NOTE
+
+
+def noted(last_error: str | None) -> str:
+    """A reclaimed job's last_error as CLAIM writes it (sql._NOTED): the
+    reclaim note first, once, then the error it had, cut at 4,000 characters."""
+    if last_error is None:
+        return RECLAIM_NOTE
+    if last_error.startswith(RECLAIM_NOTE):
+        return last_error
+    return f"{RECLAIM_NOTE}; before that: {last_error}"[:4000]
+
+
+def claim_order(rows: Sequence[Any], n: int) -> list[QueuedJob]:
+    """The first `n` of SELECT_CANDIDATES' rows in claim order: highest
+    priority first, then the one due longest, then by id. The SELECT returns
+    the heads of the ready and the delayed band, each in its own order; this
+    merges them."""
+    jobs = [row_to_job(r) for r in rows]
+    jobs.sort(key=lambda j: (-j.priority, j.available_at, j.id))
+    return jobs[:n]
 
 
 def _insert_params(job: QueuedJob) -> tuple[Any, ...]:
@@ -111,8 +137,8 @@ def _token() -> str:
 class D1Queue:
     """A job queue in a D1 database (or anything shaped like a D1 binding).
 
-    `reservation_s` is how long a claim lasts before `reclaim_expired` may hand
-    the job to another worker: it must exceed the longest a handler runs, or a
+    `reservation_s` is how long a claim lasts before another worker's claim may
+    take the job over: it must exceed the longest a handler runs, or a
     slow job could be run twice. `clock` returns epoch milliseconds (tests move
     time with it).
     """
@@ -138,6 +164,10 @@ class D1Queue:
         self.clock = clock
         self.registry = registry
         """Whose job defaults `dispatch` applies (None: the built-in ones)."""
+
+    @property
+    def reservation_ms(self) -> int:
+        return round(self.reservation_s * 1000)
 
     def metered(self, meter: Meter) -> D1Queue:
         """This queue, its D1 calls counted into `meter` (a job's budget)."""
@@ -306,7 +336,7 @@ class D1Queue:
         if not found.rows:
             return Round(marks, [])
         until = now + round(self.reservation_s * 1000)
-        candidates = [row_to_job(r) for r in found.rows]
+        candidates = claim_order(found.rows, n)
         chosen = candidates if admit is None else admit(candidates)
         if not chosen:
             return Round(marks, [], len(candidates))
@@ -325,6 +355,8 @@ class D1Queue:
                 # mirror it so the attempt number the worker sees matches.
                 job.attempts += 1
                 job.reserved_until = until
+                if job.held:
+                    job.last_error = noted(job.last_error)
                 won.append(job)
         return Round(marks, won, len(candidates))
 
@@ -366,8 +398,7 @@ class D1Queue:
         now = self.clock()
         found = await self.binding.run(sql.SELECT_CANDIDATES, queue, now, self.max_claim_attempts)
         until = now + round(self.reservation_s * 1000)
-        for row in found.rows:
-            job = row_to_job(row)
+        for job in claim_order(found.rows, self.max_claim_attempts):
             job.reservation = _token()
             claimed = await self.binding.run(
                 sql.CLAIM, now, until, job.reservation, job.id, job.attempts
@@ -376,6 +407,8 @@ class D1Queue:
                 continue  # another worker got there first: try the next one
             job.attempts += 1
             job.reserved_until = until
+            if job.held:
+                job.last_error = noted(job.last_error)
             if job.exhausted:
                 await self.settle([exhausted_outcome(job)])
                 continue
@@ -391,8 +424,13 @@ class D1Queue:
         if outcome.action == "release":
             # Clamped: a Retry(delay_s=inf) or a Retry-After of 10^14 must not
             # push available_at past what D1 binds, failing the whole batch.
-            available_at = now + round(clamp_delay_s(outcome.delay_s) * 1000)
-            return [(sql.RELEASE, (available_at, outcome.error, job.id, job.reservation))]
+            delay_ms = round(clamp_delay_s(outcome.delay_s) * 1000)
+            # Within a lease's length the job waits where it is (one row
+            # written), costing each claim scan no more than a job in flight
+            # does; a longer wait moves it to the delayed band, out of the
+            # claim's way.
+            release = sql.RELEASE if delay_ms <= self.reservation_ms else sql.RELEASE_DELAYED
+            return [(release, (now + delay_ms, outcome.error, job.id, job.reservation))]
         return [
             (sql.FAIL_RECORD, (outcome.error or "failed", now, job.id, job.reservation)),
             (sql.ACKNOWLEDGE, (job.id, job.reservation)),
@@ -532,20 +570,15 @@ class D1Queue:
 
     async def reclaim_expired(self) -> int:
         """Free every lease that lapsed (its worker died or overran); returns
-        how many. One UPDATE over the lease index."""
-        result = await self.binding.run(sql.RECLAIM_EXPIRED, self.clock(), RECLAIM_NOTE)
+        how many. Maintenance only, as it reads every job: the drain never
+        needs it, since a claim takes over a lapsed lease when it meets one."""
+        result = await self.binding.run(sql.RECLAIM_EXPIRED, self.clock())
         return result.changes
 
-    async def reclaim_and_list_paused(self) -> tuple[int, set[str]]:
-        """What a drain does first, in one round trip: reclaim_expired's UPDATE,
-        and the names of the paused queues."""
-        reclaimed, paused = await self.binding.batch(
-            [
-                (sql.RECLAIM_EXPIRED, (self.clock(), RECLAIM_NOTE)),
-                (sql.PAUSED_QUEUES, ()),
-            ]
-        )
-        return reclaimed.changes, {str(r["name"]) for r in paused.rows}
+    async def paused_queues(self) -> set[str]:
+        """The names of the paused queues."""
+        paused = await self.binding.run(sql.PAUSED_QUEUES)
+        return {str(r["name"]) for r in paused.rows}
 
     async def job(self, id: str) -> QueuedJob | None:
         """The queued job `id`, or None (acknowledged, failed or never queued)."""
@@ -554,7 +587,8 @@ class D1Queue:
 
     async def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
         """Failed jobs, newest first."""
-        result = await self.binding.run(sql.LIST_FAILED, max(0, int(limit)))
+        cursor = (MAX_SAFE_INT, "")  # before every failure: the newest first
+        result = await self.binding.run(sql.LIST_FAILED_PAGE, *cursor, max(0, int(limit)))
         return [FailedJob(**row) for row in result.rows]
 
     async def retry_failed(self, id: str) -> bool:

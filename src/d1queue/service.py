@@ -183,8 +183,8 @@ class Service:
             return _failed(found)
         now = self.queue.clock()
         state = (
-            "reserved"
-            if found.reserved_until is not None
+            "reserved"  # a lapsed lease is ready: the next claim takes it over
+            if found.reserved_until is not None and found.reserved_until > now
             else ("ready" if found.available_at <= now else "delayed")
         )
         return {

@@ -9,73 +9,120 @@ Each statement binds at most a handful of values, far below D1's limit of
 
 from __future__ import annotations
 
+from .bounds import PRIORITY_RANGE
+
 JOB_COLUMNS = (
     "id, queue, name, payload, attempts, max_attempts, priority, available_at, "
-    "reserved_at, reserved_until, reservation, created_at, unique_key, last_error"
+    "reserved_at, locked_until, reservation, created_at, unique_key, last_error"
 )
 
 FAILED_COLUMNS = (
     "id, queue, name, payload, error, attempts, max_attempts, priority, created_at, failed_at"
 )
 
+DELAYED_BAND = PRIORITY_RANGE[0] - 1
+"""The key's band for a job pushed to wait: below every priority, so per queue
+the delayed band follows the ready one (see migrations/0003_claim_order.sql,
+which states it as a literal)."""
+
+# A job's band: its priority if it is due as it is pushed, else the delayed band.
+_BAND = "CASE WHEN {at} > {created} THEN " + str(DELAYED_BAND) + " ELSE {priority} END"
+
 # ?1 id ?2 queue ?3 name ?4 payload ?5 attempts ?6 max_attempts ?7 priority
 # ?8 available_at ?9 created_at ?10 unique_key
 # `ON CONFLICT DO NOTHING`: a unique_key already held by a queued job makes
 # this insert nothing (changes == 0) instead of failing the request.
-INSERT_JOB = (
+_INSERT_INTO = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
-    "available_at, created_at, unique_key) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT DO NOTHING"
+    "available_at, created_at, unique_key, band) VALUES "
 )
+
+
+def _job_values(base: int) -> str:
+    """One row of INSERT_JOB's values, its parameters numbered from base + 1."""
+    n = [f"?{base + i}" for i in range(1, 11)]
+    band = _BAND.format(at=n[7], created=n[8], priority=n[6])
+    return "(" + ", ".join(n) + ", " + band + ")"
+
+
+INSERT_JOB = _INSERT_INTO + _job_values(0) + " ON CONFLICT DO NOTHING"
 
 # Sent in the same batch as INSERT_JOB: the id now holding the key — ours if
 # the insert won, the earlier job's if it was a duplicate. One round trip.
 SELECT_UNIQUE_HOLDER = "SELECT id FROM d1queue_jobs WHERE unique_key = ?1"
 
-# Candidates, read from the partial ready index in its own order, so SQLite
-# stops after ?3 matching entries and needs no temporary B-tree to sort.
-# ?1 queue ?2 now ?3 limit
+# Candidates: the head of the ready band, in claim order (highest priority,
+# oldest, id), and the head of the due part of the delayed band (soonest
+# first), each a range of the primary key cut off by its LIMIT. Jobs waiting
+# for a later time are outside both ranges and never read, however many; a
+# locked row (held, or waiting out a short retry) is read and skipped. The
+# driver merges the two heads by priority. ?1 queue ?2 now ?3 limit
 SELECT_CANDIDATES = (
-    f"SELECT {JOB_COLUMNS} FROM d1queue_jobs "
-    "WHERE queue = ?1 AND reserved_at IS NULL AND available_at <= ?2 "
-    "ORDER BY priority DESC, available_at, id LIMIT ?3"
+    f"SELECT * FROM (SELECT {JOB_COLUMNS} FROM d1queue_jobs "
+    f"WHERE queue = ?1 AND band > {DELAYED_BAND} AND locked_until <= ?2 "
+    "ORDER BY band DESC, available_at, id LIMIT ?3) "
+    f"UNION ALL SELECT * FROM (SELECT {JOB_COLUMNS} FROM d1queue_jobs "
+    f"WHERE queue = ?1 AND band = {DELAYED_BAND} AND available_at <= ?2 AND locked_until <= ?2 "
+    "ORDER BY available_at, id LIMIT ?3)"
 )
 
-# The claim. `reserved_at IS NULL` makes exactly one of several racing
-# workers change the row; `attempts = ?5` (attempts only ever grows, once per
-# claim) makes the claim fail if the row was claimed and released again since
-# we read it, so the job we hand out is exactly the row we read. Re-sent after
-# a reply was lost, it finds its own fresh token (`reservation = ?3`) and sets
-# the same values again: one attempt, not two, and the claim is still ours.
-# ?1 now ?2 reserved_until ?3 reservation ?4 id ?5 attempts as read
+RECLAIM_NOTE = "lease expired before the job was settled (worker died or overran)"
+_NOTE = "'" + RECLAIM_NOTE.replace("'", "''") + "'"
+# The note a reclaimed job's last_error gets, before the error it had (cut at
+# 4,000 characters), so the failure record of a job that also crashed still
+# names its real cause; written once however often the lease lapses.
+_NOTED = (
+    f"CASE WHEN last_error IS NULL THEN {_NOTE} "
+    f"WHEN substr(last_error, 1, {len(RECLAIM_NOTE)}) = {_NOTE} THEN last_error "
+    f"ELSE substr({_NOTE} || '; before that: ' || last_error, 1, 4000) END"
+)
+
+# The claim. `locked_until <= now` with `attempts = ?5` (attempts only ever
+# grows, once per claim) makes exactly one of several racing workers change
+# the row, and only if it is still the row we read. A row still marked held
+# (reserved_at) is a lease that lapsed: the claim reclaims it and notes why.
+# Re-sent after a lost reply, it finds its own fresh token (`reservation =
+# ?3`) and sets the same values again: one attempt, not two.
+# ?1 now ?2 locked_until (the lease's end) ?3 reservation ?4 id ?5 attempts as read
 CLAIM = (
-    "UPDATE d1queue_jobs SET attempts = ?5 + 1, reserved_at = ?1, "
-    "reserved_until = ?2, reservation = ?3 "
-    "WHERE id = ?4 AND ((reserved_at IS NULL AND attempts = ?5) OR reservation = ?3)"
+    "UPDATE d1queue_jobs SET attempts = ?5 + 1, reserved_at = ?1, locked_until = ?2, "
+    f"reservation = ?3, last_error = CASE WHEN reserved_at IS NULL OR reservation = ?3 "
+    f"THEN last_error ELSE {_NOTED} END "
+    "WHERE id = ?4 AND ((locked_until <= ?1 AND attempts = ?5) OR reservation = ?3)"
 )
 
 # Undoing a claim whose reply never came (the batch failed after it may have
-# committed): the job goes back as it was read, its attempt not spent.
+# committed): the job goes back free, its attempt not spent.
 # ?1 attempts as read ?2 id ?3 reservation
 UNCLAIM = (
-    "UPDATE d1queue_jobs SET attempts = ?1, reserved_at = NULL, reserved_until = NULL, "
+    "UPDATE d1queue_jobs SET attempts = ?1, reserved_at = NULL, locked_until = 0, "
     "reservation = NULL WHERE id = ?2 AND reservation = ?3"
 )
 
 # Every step after the claim is fenced by the reservation token: a worker
-# whose lease lapsed, and whose job was reclaimed and claimed again, matches
-# no row and changes nothing.
+# whose lease lapsed, and whose job was claimed again, matches no row and
+# changes nothing.
 # ?1 id ?2 reservation
 ACKNOWLEDGE = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reservation = ?2"
 
-# The token stays on a released row (reserved_at alone says whether a job is
-# held), so a release re-sent after its reply was lost matches again and
-# reports the job as released by us; the next claim replaces the token.
-# ?1 available_at ?2 last_error (NULL keeps the previous one) ?3 id ?4 reservation
+# A retry, in place: the row stays where it is in the key, locked until the
+# retry time, so it writes one row and no index entry. The token stays on
+# the row (reserved_at alone says whether a job is held), so a release
+# re-sent after its reply was lost matches again and reports the job as
+# released by us; the next claim replaces the token.
+# ?1 retry time ?2 last_error (NULL keeps the previous one) ?3 id ?4 reservation
 RELEASE = (
-    "UPDATE d1queue_jobs SET reserved_at = NULL, reserved_until = NULL, "
-    "available_at = ?1, last_error = COALESCE(?2, last_error) "
-    "WHERE id = ?3 AND reservation = ?4"
+    "UPDATE d1queue_jobs SET reserved_at = NULL, locked_until = ?1, "
+    "last_error = COALESCE(?2, last_error) WHERE id = ?3 AND reservation = ?4"
+)
+
+# A retry further off than a lease (see D1Queue.release_in_place_ms) moves to
+# the delayed band instead (the row and its id entry: 2 rows written), so
+# long backoffs never pile up in front of ready jobs for every claim to read.
+# ?1 retry time ?2 last_error ?3 id ?4 reservation
+RELEASE_DELAYED = (
+    f"UPDATE d1queue_jobs SET band = {DELAYED_BAND}, available_at = ?1, reserved_at = NULL, "
+    "locked_until = 0, last_error = COALESCE(?2, last_error) WHERE id = ?3 AND reservation = ?4"
 )
 
 # Failing is FAIL_RECORD then ACKNOWLEDGE in one db.batch (a transaction):
@@ -91,32 +138,37 @@ FAIL_RECORD = (
 )
 
 # Unreserved jobs on a queue (delayed ones included), as the seed counts
-# size. Answered from the ready index alone.
+# size. ?1 queue
 COUNT_UNRESERVED = "SELECT COUNT(*) AS n FROM d1queue_jobs WHERE queue = ?1 AND reserved_at IS NULL"
 
 CLEAR_QUEUE = "DELETE FROM d1queue_jobs WHERE queue = ?1"
 
-# One UPDATE over the lease index frees every lease that lapsed: its worker
-# died or overran. attempts is left as it is, so a job that keeps killing
-# its worker runs out of attempts (see D1Queue.reserve_batch). The note goes
-# before the error the job had, which is kept (cut at 4,000 characters), so
-# the failure record of a job that also crashed still names its real cause.
-# ?1 now ?2 the note
+
+def _walk_queues(table: str) -> str:
+    """A recursive CTE `q(name)`: the distinct queues of `table`, each found
+    by one seek past the last (a skip scan of the key's first column), so it
+    reads about one row per queue, not one per job."""
+    return (
+        f"WITH RECURSIVE q(name) AS (SELECT MIN(queue) FROM {table} UNION ALL "
+        f"SELECT (SELECT MIN(queue) FROM {table} WHERE queue > q.name) FROM q "
+        "WHERE q.name IS NOT NULL) "
+    )
+
+
+# The queues holding jobs, in name order. Rows read: about two per queue.
+QUEUE_NAMES = _walk_queues("d1queue_jobs") + "SELECT name FROM q WHERE name IS NOT NULL"
+
+# Freeing every lapsed lease at once (the seed's reclaim_expired). The drain
+# never sends it: a claim reclaims a lapsed lease when it meets one. This
+# reads every job of every queue, so it is for maintenance only.
+# ?1 now
 RECLAIM_EXPIRED = (
-    "UPDATE d1queue_jobs SET reserved_at = NULL, reserved_until = NULL, reservation = NULL, "
-    "last_error = CASE "
-    "WHEN last_error IS NULL THEN ?2 "
-    "WHEN substr(last_error, 1, length(?2)) = ?2 THEN last_error "
-    "ELSE substr(?2 || '; before that: ' || last_error, 1, 4000) END "
-    "WHERE reserved_at IS NOT NULL AND reserved_until < ?1"
+    "UPDATE d1queue_jobs SET reserved_at = NULL, locked_until = 0, reservation = NULL, "
+    f"last_error = {_NOTED} WHERE queue IN ({QUEUE_NAMES}) "
+    "AND reserved_at IS NOT NULL AND locked_until < ?1"
 )
 
 SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM d1queue_jobs WHERE id = ?1"
-
-# ?1 limit
-LIST_FAILED = (
-    f"SELECT {FAILED_COLUMNS} FROM d1queue_failed_jobs ORDER BY failed_at DESC, id DESC LIMIT ?1"
-)
 
 # Retrying a failure is RETRY_FAILED_INSERT then RETRY_FAILED_DELETE in one
 # batch. As in the seed, the job gets one fresh attempt and does not take its
@@ -125,15 +177,14 @@ LIST_FAILED = (
 # ?1 now ?2 id
 RETRY_FAILED_INSERT = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
-    "available_at, created_at, unique_key, last_error) "
-    "SELECT id, queue, name, payload, 0, 1, priority, ?1, ?1, NULL, error "
+    "available_at, created_at, unique_key, last_error, band) "
+    "SELECT id, queue, name, payload, 0, 1, priority, ?1, ?1, NULL, error, priority "
     "FROM d1queue_failed_jobs WHERE id = ?2"
 )
 RETRY_FAILED_DELETE = "DELETE FROM d1queue_failed_jobs WHERE id = ?1"
 
 # -- the API's statements ----------------------------------------------------
 
-JOB_VALUES = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 JOB_PARAMS = 10
 INSERT_ROWS_PER_STATEMENT = 100 // JOB_PARAMS
 """D1 binds at most 100 parameters per statement: ten 10-value rows."""
@@ -147,9 +198,8 @@ def insert_jobs(n: int, *, unique: bool) -> str:
     if not 1 <= n <= INSERT_ROWS_PER_STATEMENT:
         raise ValueError(f"1..{INSERT_ROWS_PER_STATEMENT} rows per statement, not {n}")
     return (
-        "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
-        "available_at, created_at, unique_key) VALUES "
-        + ", ".join([JOB_VALUES] * n)
+        _INSERT_INTO
+        + ", ".join(_job_values(JOB_PARAMS * k) for k in range(n))
         + (" ON CONFLICT DO NOTHING" if unique else "")
     )
 
@@ -171,21 +221,32 @@ def select_unique_holders(n: int) -> str:
     )
 
 
-# Counts per queue by state, from the indexes: the ready index for unreserved
-# jobs (reads every unreserved row of the queue — counting cannot do less),
-# the lease index for jobs in flight. ?1 now
-UNRESERVED_STATS = (
-    "SELECT queue, SUM(available_at <= ?1) AS ready, SUM(available_at > ?1) AS delayed, "
-    "MIN(CASE WHEN available_at <= ?1 THEN available_at END) AS oldest_ready_at "
-    "FROM d1queue_jobs WHERE reserved_at IS NULL GROUP BY queue"
+# Counts per queue by state: a job is reserved while its lease runs, ready
+# when claimable now, delayed otherwise (pushed to wait, or waiting out a
+# retry). The queues are walked by seeks and each is read by its key range:
+# every job is read once, as counting needs, and no table is scanned.
+# ?1 now
+_JOB_STATS = (
+    "SELECT j.queue AS queue, "
+    "SUM(j.reserved_at IS NOT NULL AND j.locked_until > ?1) AS reserved, "
+    "SUM(j.locked_until <= ?1 AND j.available_at <= ?1) AS ready, "
+    "SUM((j.reserved_at IS NULL OR j.locked_until <= ?1) "
+    "AND NOT (j.locked_until <= ?1 AND j.available_at <= ?1)) AS delayed, "
+    "MIN(CASE WHEN j.locked_until <= ?1 AND j.available_at <= ?1 "
+    "THEN max(j.available_at, j.locked_until) END) AS oldest_ready_at "
+)
+JOB_STATS = (
+    _walk_queues("d1queue_jobs")
+    + _JOB_STATS
+    + "FROM q JOIN d1queue_jobs j ON j.queue = q.name GROUP BY j.queue"
 )
 # ?1 now ?2 queue
-UNRESERVED_STATS_ONE = UNRESERVED_STATS.replace("WHERE ", "WHERE queue = ?2 AND ")
-RESERVED_COUNTS = (
-    "SELECT queue, COUNT(*) AS reserved FROM d1queue_jobs "
-    "WHERE reserved_at IS NOT NULL GROUP BY queue"
+JOB_STATS_ONE = _JOB_STATS + "FROM d1queue_jobs j WHERE j.queue = ?2 GROUP BY j.queue"
+FAILED_COUNTS = (
+    _walk_queues("d1queue_failed_jobs")
+    + "SELECT q.name AS queue, (SELECT COUNT(*) FROM d1queue_failed_jobs f "
+    "WHERE f.queue = q.name) AS failed FROM q WHERE q.name IS NOT NULL"
 )
-FAILED_COUNTS = "SELECT queue, COUNT(*) AS failed FROM d1queue_failed_jobs GROUP BY queue"
 FAILED_COUNT_ONE = "SELECT queue, COUNT(*) AS failed FROM d1queue_failed_jobs WHERE queue = ?1"
 QUEUE_STATES = "SELECT name, paused FROM d1queue_queues"
 PAUSED_QUEUES = "SELECT name FROM d1queue_queues WHERE paused = 1"

@@ -139,6 +139,20 @@ class SqliteD1:
         self._faults: list[Fault] = []
         self.statements: list[str] = []
         """Every statement run, in order: what a test can assert about."""
+        self.vm_steps = 0
+        """SQLite VM instructions run since `count_vm_steps()`: a deterministic
+        measure of the work a statement did, for tests of how it scales."""
+
+    def count_vm_steps(self, on: bool = True) -> None:
+        """Count every SQLite VM instruction into `vm_steps` (from 0), or stop.
+        Slow (a Python call per instruction): for tests, not benches."""
+        self.vm_steps = 0
+
+        def step() -> int:
+            self.vm_steps += 1
+            return 0
+
+        self._conn.set_progress_handler(step if on else None, 1)
 
     # -- D1's API ---------------------------------------------------------
 

@@ -1,5 +1,6 @@
-"""The drain: reclaim lapsed leases, then claim → run → settle in rounds until
-the queues are empty or a budget is spent.
+"""The drain: claim → run → settle in rounds until the queues are empty or a
+budget is spent. A claim takes over a job whose lease lapsed (its worker died
+or overran) when it meets one, so there is no separate reclaim step.
 
 A round costs two D1 queries whatever its size: the previous round's settle
 statements travel in one batch with this round's candidate SELECT, then the
@@ -145,11 +146,10 @@ async def drain(
     meter: Meter | None = None,
     window_s: float | None = None,
     monotonic: Callable[[], float] = time.monotonic,
-    reclaim: bool = True,
     **settings: Any,
 ) -> DrainReport:
-    """Reclaim (and skip paused queues), then drain `config.queues` within the
-    budgets; see the module docstring.
+    """Drain `config.queues` (paused ones skipped) within the budgets; see the
+    module docstring.
 
     `env` and `fetch` are what handlers reach through their ctx (the Worker's
     env and outbound fetch). `meter` is the invocation's subrequest meter
@@ -157,9 +157,7 @@ async def drain(
     with what it has left, its handlers' declared subrequests included.
     `window_s` is how long the invocation may still run (drain-on-push runs
     inside `waitUntil`, cut 30 s after the response): only jobs that can
-    finish inside it are claimed, the cron takes the rest. `reclaim=False`
-    skips the first step, for the short drain after a push, which the cron's
-    full drain backs up. Keyword `settings` override `config`'s fields
+    finish inside it are claimed, the cron takes the rest. Keyword `settings` override `config`'s fields
     (`drain(q, reg, queues=["mail"], batch_size=10)`) and are validated as
     Config's are."""
     config = config or Config()
@@ -290,13 +288,11 @@ async def drain(
             slots[slot] = held_for
         return chosen
 
-    paused: set[str] = set()
-    if reclaim:
-        try:
-            report.reclaimed, paused = await queue.reclaim_and_list_paused()
-        except Exception as exc:  # D1 is failing: nothing is held yet
-            report.stopped, report.error = "d1_error", _describe(exc)
-            return finish()
+    try:
+        paused = await queue.paused_queues()
+    except Exception as exc:  # D1 is failing: nothing is held yet
+        report.stopped, report.error = "d1_error", _describe(exc)
+        return finish()
     active = [q for q in config.queues if q not in paused]
     report.paused = sorted(paused & set(config.queues))
     lost: dict[str, int] = {}
@@ -341,6 +337,7 @@ async def drain(
         done = await queue.settle_and_claim(pending, name, k, admit=admit)
         jobs, candidates = done.jobs, done.candidates
         record(pending, done.marks)
+        report.reclaimed += done.reclaimed
         pending = []
         report.rounds += 1
         if done.error is not None:
