@@ -347,3 +347,103 @@ CLAIM_SHAPED = (
     "UPDATE d1queue_jobs SET attempts = attempts + 1, reserved_at = ?1, locked_until = ?2, "
     "reservation = ?3 WHERE id = ?4 AND locked_until <= ?1 AND attempts = ?5"
 )
+
+
+# -- what the claim reads, whatever the backlog holds --------------------------------
+
+BACKLOG_QUEUE = "backlog"
+NOW_MS = 1_900_000_000_000
+"""The clock of the backlog scenarios (2030): jobs seeded relative to it."""
+
+_SEED_JOBS = (
+    "INSERT INTO d1queue_jobs (id, queue, name, payload, max_attempts, priority, band, "
+    "available_at, created_at, locked_until, reserved_at, reservation) "
+    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) "
+    "SELECT printf('%s%07d', ?2, i), ?3, 'bench.noop', 'null', 3, i % ?4, "
+    "CASE WHEN ?5 THEN ?6 ELSE i % ?4 END, ?7 + i, 0, ?8, ?9, ?10 FROM n"
+)
+
+
+async def seed_jobs(
+    db: Any,
+    *,
+    delayed: int = 0,
+    due: int = 0,
+    in_flight: int = 0,
+    levels: int = 1,
+    queue: str = BACKLOG_QUEUE,
+) -> dict[str, Any]:
+    """Replace `queue`'s jobs with: `delayed` jobs pushed to run after NOW_MS,
+    `due` jobs ready, `in_flight` jobs held by a live lease and keyed ahead of
+    the ready ones; priorities spread over `levels` levels."""
+    b = Binding(db)
+    await b.run("DELETE FROM d1queue_jobs WHERE queue = ?1", queue)
+    band = -1001  # sql.DELAYED_BAND, by value: the bench reads no private module
+    kinds = (
+        (delayed, "d", 1, NOW_MS + 60_000, 0, None, None),
+        (due, "r", 0, NOW_MS - 100_000, 0, None, None),
+        (in_flight, "f", 0, NOW_MS - 200_000, NOW_MS + 600_000, NOW_MS - 1, "held"),
+    )
+    for n, prefix, is_delayed, at, locked, reserved_at, token in kinds:
+        if n:
+            await b.run(
+                _SEED_JOBS,
+                n,
+                prefix,
+                queue,
+                levels,
+                is_delayed,
+                band,
+                at,
+                locked,
+                reserved_at,
+                token,
+            )
+    return {"ok": True}
+
+
+async def claim_cost(db: Any, n: int = BATCH, queue: str = BACKLOG_QUEUE) -> dict[str, Any]:
+    """One claim round of up to `n` jobs on `queue` at NOW_MS, then their
+    acknowledgements: rows read and written by the candidate SELECT, the
+    claims and the acks."""
+    target = InstrumentedD1(db)
+    q = D1Queue(target, reservation_s=RESERVATION_S, clock=lambda: NOW_MS)
+    jobs, candidates = await q.claim_round(queue, n)
+    claim_rows = {k: dict(v) for k, v in target.rows.items()}
+    for job in jobs:
+        await q.acknowledge(job)
+
+    def rows(kind: str, key: str, src: dict[str, dict[str, int]]) -> int:
+        return src.get(kind, {}).get(key, 0)
+
+    return {
+        "claimed": len(jobs),
+        "candidates": candidates,
+        "select_rows_read": rows("SELECT", "rows_read", claim_rows),
+        "claim_rows_read": rows("UPDATE", "rows_read", claim_rows),
+        "claim_rows_written": rows("UPDATE", "rows_written", claim_rows),
+        "ack_rows_read": rows("DELETE", "rows_read", target.rows),
+        "ack_rows_written": rows("DELETE", "rows_written", target.rows),
+    }
+
+
+async def retry_cost(db: Any, n: int = 20, delay_s: float = 5.0) -> dict[str, Any]:
+    """Claim `n` fresh jobs and release each for a retry after `delay_s`:
+    rows written per retry (a retry within a lease waits in place)."""
+    queue = "retry"
+    b = Binding(db)
+    await b.run("DELETE FROM d1queue_jobs WHERE queue = ?1", queue)
+    target = InstrumentedD1(db)
+    q = D1Queue(target, reservation_s=RESERVATION_S)
+    for i in range(n):
+        await q.dispatch("bench.noop", {"i": i}, queue=queue)
+    jobs = await q.reserve_batch(queue, n)
+    before = dict(target.rows.get("UPDATE", {}))
+    for job in jobs:
+        await q.release(job, delay_s, "retry")
+    after = target.rows.get("UPDATE", {})
+    return {
+        "retried": len(jobs),
+        "rows_written": after.get("rows_written", 0) - before.get("rows_written", 0),
+        "rows_read": after.get("rows_read", 0) - before.get("rows_read", 0),
+    }

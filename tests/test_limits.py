@@ -203,9 +203,7 @@ async def test_a_drain_with_a_window_leaves_jobs_too_long_for_it(queue: D1Queue)
 
     await queue.dispatch("slow", None)
     await queue.dispatch("quick", None)
-    report = await drain(
-        queue, reg, Config(plan="paid", reservation_s=120), window_s=30
-    )
+    report = await drain(queue, reg, Config(plan="paid", reservation_s=120), window_s=30)
     assert ran == ["quick"]
     assert report.stopped == "window"
     (left,) = (await queue.binding.run("SELECT name, attempts FROM d1queue_jobs")).rows

@@ -27,7 +27,9 @@ def statements() -> dict[str, str]:
     found = {
         name: value
         for name, value in vars(sql).items()
-        if name.isupper() and not name.startswith("_") and isinstance(value, str)
+        if name.isupper()
+        and not name.startswith("_")
+        and isinstance(value, str)
         and SQL_START.match(value)
     }
     found["insert_jobs(3, unique=False)"] = sql.insert_jobs(3, unique=False)

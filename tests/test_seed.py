@@ -20,6 +20,7 @@ def ping(**kw: object) -> QueuedJob:
 def test_the_row_entities_describe_their_tables(db: SqliteD1) -> None:
     tables = {r["name"] for r in db.query("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"d1queue_jobs", "d1queue_failed_jobs"} <= tables
+
     def key(table: str) -> list[str]:
         cols = [r for r in db.query(f"PRAGMA table_info({table})") if r["pk"]]
         return [r["name"] for r in sorted(cols, key=lambda r: r["pk"])]

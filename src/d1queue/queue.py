@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import sql
@@ -76,6 +76,8 @@ class Round:
     jobs: list[QueuedJob]
     candidates: int = 0
     error: Exception | None = None
+    found: dict[str, int] = field(default_factory=dict)
+    """Candidates each queue of the round offered (at most its share)."""
 
     @property
     def reclaimed(self) -> int:
@@ -98,6 +100,15 @@ def noted(last_error: str | None) -> str:
     if last_error.startswith(RECLAIM_NOTE):
         return last_error
     return f"{RECLAIM_NOTE}; before that: {last_error}"[:4000]
+
+
+def interleave(lists: Sequence[Sequence[QueuedJob]]) -> list[QueuedJob]:
+    """The first of each list, then the second of each, and so on: a round
+    over several queues offers each its turn before any gets a second."""
+    out: list[QueuedJob] = []
+    for i in range(max((len(xs) for xs in lists), default=0)):
+        out += [xs[i] for xs in lists if i < len(xs)]
+    return out
 
 
 def claim_order(rows: Sequence[Any], n: int) -> list[QueuedJob]:
@@ -303,43 +314,51 @@ class D1Queue:
     async def settle_and_claim(
         self,
         outcomes: Sequence[Outcome],
-        queue: str,
+        queue: str | Mapping[str, int],
         n: int,
         admit: Callable[[list[QueuedJob]], list[QueuedJob]] | None = None,
     ) -> Round:
         """`settle(outcomes)` and `claim_round(queue, n)` in two round trips
         instead of three: the settle statements travel in one batch with the
-        candidate SELECT (which then sees the rows they freed). `admit` picks
-        which candidates to claim, in order (the drain's budget and window:
-        it knows their names and so their handlers' needs only now).
+        candidate SELECT (which then sees the rows they freed). `queue` may
+        map several queues to their shares of the round: one SELECT each, in
+        the same batch, and the candidates taken in turns, one from each
+        queue, so a queue with one job is not kept waiting behind another
+        with thousands. `admit` picks which candidates to claim, in order
+        (the drain's budget and window: it knows their names and so their
+        handlers' needs only now).
 
         The settle never depends on the claim: if the shared batch fails, the
         outcomes are settled on their own (`settle_outcomes`) and the round
         claims nothing, returning the error. A claim batch that fails is
         undone where it may have landed, so no attempt is spent on it."""
-        check_name("queue", queue)
+        shares = {queue: n} if isinstance(queue, str) else dict(queue)
+        for name in shares:
+            check_name("queue", name)
         now = self.clock()
         statements, spans = self._settle_statements(outcomes, now)
-        select = (sql.SELECT_CANDIDATES, (queue, now, n))
+        selects = [(sql.SELECT_CANDIDATES, (q, now, k)) for q, k in shares.items()]
         marks: list[Mark] = []
         try:
-            if statements:
-                results = await self.binding.batch([*statements, select])
-                found = results[-1]
-                marks = await self._marks(outcomes, results[:-1], spans)
+            if statements or len(selects) > 1:
+                results = await self.binding.batch([*statements, *selects])
+                found = results[len(statements) :]
+                marks = await self._marks(outcomes, results[: len(statements)], spans)
             else:
-                found = await self.binding.run(select[0], *select[1])
+                found = [await self.binding.run(selects[0][0], *selects[0][1])]
         except Exception as exc:
             if statements:
                 marks = await self.settle_outcomes(outcomes, maybe_sent=True)
             return Round(marks, [], 0, exc)
-        if not found.rows:
-            return Round(marks, [])
-        until = now + round(self.reservation_s * 1000)
-        candidates = claim_order(found.rows, n)
+        heads = [claim_order(r.rows, k) for r, k in zip(found, shares.values(), strict=True)]
+        offered = dict(zip(shares, (len(h) for h in heads), strict=True))
+        candidates = interleave(heads)[:n]
+        if not candidates:
+            return Round(marks, [], 0, found=offered)
+        until = now + self.reservation_ms
         chosen = candidates if admit is None else admit(candidates)
         if not chosen:
-            return Round(marks, [], len(candidates))
+            return Round(marks, [], len(candidates), found=offered)
         for job in chosen:
             job.reservation = _token()
         claims = [(sql.CLAIM, (now, until, j.reservation, j.id, j.attempts)) for j in chosen]
@@ -347,7 +366,7 @@ class D1Queue:
             results = await self.binding.batch(claims)
         except Exception as exc:
             await self._unclaim(chosen)
-            return Round(marks, [], len(candidates), exc)
+            return Round(marks, [], len(candidates), exc, found=offered)
         won = []
         for job, result in zip(chosen, results, strict=True):
             if result.changes == 1:
@@ -358,7 +377,7 @@ class D1Queue:
                 if job.held:
                     job.last_error = noted(job.last_error)
                 won.append(job)
-        return Round(marks, won, len(candidates))
+        return Round(marks, won, len(candidates), found=offered)
 
     async def _unclaim(self, jobs: Sequence[QueuedJob]) -> None:
         """Put back jobs whose claim batch failed: it may have committed before

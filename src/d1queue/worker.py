@@ -157,9 +157,9 @@ async def drain(
     with what it has left, its handlers' declared subrequests included.
     `window_s` is how long the invocation may still run (drain-on-push runs
     inside `waitUntil`, cut 30 s after the response): only jobs that can
-    finish inside it are claimed, the cron takes the rest. Keyword `settings` override `config`'s fields
-    (`drain(q, reg, queues=["mail"], batch_size=10)`) and are validated as
-    Config's are."""
+    finish inside it are claimed, the cron takes the rest. Keyword
+    `settings` override `config`'s fields (`drain(q, reg, queues=["mail"],
+    batch_size=10)`) and are validated as Config's are."""
     config = config or Config()
     if settings:
         if "queues" in settings:  # a list, a tuple, or one name

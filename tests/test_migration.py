@@ -1,0 +1,219 @@
+"""Migration 0003 moves a live deployment's jobs into the claim-ordered table
+with nothing lost: every row, every lease and token, every unique lock, and
+the queue then runs them as it would have."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from d1queue import sql
+from d1queue.queue import D1Queue
+from d1queue.testing import MIGRATIONS, SqliteD1
+
+from .contract import Clock
+
+NOW = 1_700_000_000_000
+"""The test's clock. Migration 0003 reads the wall clock to tell delayed jobs
+from due ones, so times here are far in the past or far in the future."""
+FUTURE = 4_000_000_000_000  # year 2096
+
+OLD_INSERT = (
+    "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
+    "available_at, reserved_at, reserved_until, reservation, created_at, unique_key, "
+    "last_error) VALUES (?1, ?2, 't', ?3, ?4, 3, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+)
+
+
+def old_rows() -> list[tuple[Any, ...]]:
+    """Jobs in every state the 0001 schema held, on two queues."""
+    rows: list[tuple[Any, ...]] = []
+    for i in range(300):
+        # id, queue, payload, attempts, priority, available_at, reserved_at,
+        # reserved_until, reservation, created_at, unique_key, last_error
+        queue = "default" if i % 3 else "mail"
+        priority = (i % 5) - 2
+        kind = i % 6
+        if kind == 0:  # ready
+            rows.append(
+                (
+                    f"j{i:04d}",
+                    queue,
+                    f'{{"i":{i}}}',
+                    0,
+                    priority,
+                    NOW - 10_000 + i,
+                    None,
+                    None,
+                    None,
+                    NOW - 20_000,
+                    None,
+                    None,
+                )
+            )
+        elif kind == 1:  # delayed
+            rows.append(
+                (
+                    f"j{i:04d}",
+                    queue,
+                    f'{{"i":{i}}}',
+                    0,
+                    priority,
+                    FUTURE + i,
+                    None,
+                    None,
+                    None,
+                    NOW - 20_000,
+                    None,
+                    None,
+                )
+            )
+        elif kind == 2:  # held, lease running
+            rows.append(
+                (
+                    f"j{i:04d}",
+                    queue,
+                    f'{{"i":{i}}}',
+                    1,
+                    priority,
+                    NOW - 5_000,
+                    NOW - 1_000,
+                    NOW + 60_000,
+                    f"tok{i}",
+                    NOW - 20_000,
+                    None,
+                    None,
+                )
+            )
+        elif kind == 3:  # released for a retry later, token kept
+            rows.append(
+                (
+                    f"j{i:04d}",
+                    queue,
+                    f'{{"i":{i}}}',
+                    1,
+                    priority,
+                    FUTURE + i,
+                    None,
+                    None,
+                    f"tok{i}",
+                    NOW - 20_000,
+                    None,
+                    "boom",
+                )
+            )
+        elif kind == 4:  # unique, ready
+            rows.append(
+                (
+                    f"j{i:04d}",
+                    queue,
+                    f'{{"i":{i}}}',
+                    0,
+                    priority,
+                    NOW - 9_000 + i,
+                    None,
+                    None,
+                    None,
+                    NOW - 20_000,
+                    f"key{i}",
+                    None,
+                )
+            )
+        else:  # held, lease lapsed
+            rows.append(
+                (
+                    f"j{i:04d}",
+                    queue,
+                    f'{{"i":{i}}}',
+                    2,
+                    priority,
+                    NOW - 8_000,
+                    NOW - 200_000,
+                    NOW - 100_000,
+                    f"tok{i}",
+                    NOW - 300_000,
+                    None,
+                    "x",
+                )
+            )
+    return rows
+
+
+def populated_v2(tmp_path: Path) -> SqliteD1:
+    before = tmp_path / "before"
+    before.mkdir()
+    for name in ("0001_init.sql", "0002_queue_state.sql"):
+        shutil.copy(MIGRATIONS / name, before / name)
+    db = SqliteD1(tmp_path / "d1.sqlite")
+    assert db.apply_migrations(before) == ["0001_init.sql", "0002_queue_state.sql"]
+    conn = db._conn
+    conn.executemany(OLD_INSERT, old_rows())
+    conn.execute(
+        "INSERT INTO d1queue_failed_jobs (id, queue, name, payload, error, attempts, "
+        "max_attempts, priority, created_at, failed_at) "
+        "VALUES ('gone', 'mail', 't', 'null', 'bad', 3, 3, 0, 1, 2)"
+    )
+    conn.execute("INSERT INTO d1queue_queues (name, paused, updated_at) VALUES ('x', 1, 5)")
+    return db
+
+
+def test_the_migration_states_the_delayed_band_the_code_uses() -> None:
+    text = (MIGRATIONS / "0003_claim_order.sql").read_text()
+    assert f"THEN {sql.DELAYED_BAND} ELSE priority END" in text
+
+
+async def test_every_row_moves_over_unchanged(tmp_path: Path) -> None:
+    db = populated_v2(tmp_path)
+    before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    assert db.apply_migrations() == ["0003_claim_order.sql"]
+    after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    assert after.keys() == before.keys() and len(after) == 300
+    for id, old in before.items():
+        new = after[id]
+        for column in (
+            "queue",
+            "name",
+            "payload",
+            "attempts",
+            "max_attempts",
+            "priority",
+            "available_at",
+            "reserved_at",
+            "reservation",
+            "created_at",
+            "unique_key",
+            "last_error",
+        ):
+            assert new[column] == old[column], (id, column)
+        held = old["reserved_at"] is not None
+        assert new["locked_until"] == (old["reserved_until"] if held else 0), id
+        delayed = old["available_at"] > NOW
+        assert new["band"] == (sql.DELAYED_BAND if delayed else old["priority"]), id
+    assert [r["id"] for r in db.query("SELECT id FROM d1queue_failed_jobs")] == ["gone"]
+    assert db.query("SELECT name, paused FROM d1queue_queues") == [{"name": "x", "paused": 1}]
+    assert db.apply_migrations() == [], "applied once"
+
+
+async def test_the_queue_runs_the_moved_jobs_as_before(tmp_path: Path) -> None:
+    db = populated_v2(tmp_path)
+    db.apply_migrations()
+    clock = Clock(NOW)
+    queue = D1Queue(db, clock=clock)
+    expected = {
+        row[0]
+        for row in old_rows()
+        if row[1] == "default" and (row[5] <= NOW and (row[7] is None or row[7] < NOW))
+    }
+    got = await queue.reserve_batch("default", 200)
+    assert {j.id for j in got} == expected, "ready and lapsed jobs; not delayed or held ones"
+    priorities = [j.priority for j in got]
+    assert priorities == sorted(priorities, reverse=True), "highest priority first"
+    lapsed = [j for j in got if j.held]
+    assert lapsed and all("lease expired" in (j.last_error or "") for j in lapsed)
+    # A held job's lease and token still fence it; unique locks still hold.
+    held = db.query("SELECT * FROM d1queue_jobs WHERE id = 'j0002'")[0]
+    assert held["reservation"] == "tok2" and held["locked_until"] == NOW + 60_000
+    assert await queue.dispatch("t", unique_key="key10") == "j0010"
+    found = await queue.job("j0001")
+    assert found is not None and found.available_at == FUTURE + 1, "looked up by id"
