@@ -596,8 +596,17 @@ class D1Queue:
 
     async def paused_queues(self) -> set[str]:
         """The names of the paused queues."""
-        paused = await self.binding.run(sql.PAUSED_QUEUES)
-        return {str(r["name"]) for r in paused.rows}
+        return (await self.survey())[0]
+
+    async def survey(self, *, every_queue: bool = False) -> tuple[set[str], list[str]]:
+        """What a drain reads first, in one round trip: the paused queues and,
+        if `every_queue`, the names of every queue holding jobs (found by a
+        walk of the key: about two rows read per queue, whatever it holds)."""
+        if not every_queue:
+            paused = await self.binding.run(sql.PAUSED_QUEUES)
+            return {str(r["name"]) for r in paused.rows}, []
+        paused, names = await self.binding.batch([(sql.PAUSED_QUEUES, ()), (sql.QUEUE_NAMES, ())])
+        return {str(r["name"]) for r in paused.rows}, [str(r["name"]) for r in names.rows]
 
     async def job(self, id: str) -> QueuedJob | None:
         """The queued job `id`, or None (acknowledged, failed or never queued)."""

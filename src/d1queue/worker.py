@@ -75,14 +75,15 @@ class DrainReport:
         return asdict(self)
 
 
-def round_cost(k: int, owed: int, batch_counts_as: str) -> int:
+def round_cost(k: int, owed: int, batch_counts_as: str, queues: int = 1) -> int:
     """Worst-case budget a round claiming `k` jobs needs, with `owed` settle
     statements of the previous round still to send: the batch carrying them
-    and the SELECT, the claim batch (k UPDATEs), and the settle this round
-    will owe (up to 2 statements a job, when every job fails)."""
+    and a SELECT for each of the round's `queues`, the claim batch (k
+    UPDATEs), and the settle this round will owe (up to 2 statements a job,
+    when every job fails)."""
     if batch_counts_as == "query":
         return 3
-    return (owed + 1) + k + 2 * k
+    return (owed + queues) + k + 2 * k
 
 
 def _describe(exc: BaseException) -> str:
@@ -288,14 +289,18 @@ async def drain(
             slots[slot] = held_for
         return chosen
 
+    listed = [q for q in config.queues if q != "*"]
     try:
-        paused = await queue.paused_queues()
+        paused, found = await queue.survey(every_queue=config.queues[-1] == "*")
     except Exception as exc:  # D1 is failing: nothing is held yet
         report.stopped, report.error = "d1_error", _describe(exc)
         return finish()
-    active = [q for q in config.queues if q not in paused]
-    report.paused = sorted(paused & set(config.queues))
-    lost: dict[str, int] = {}
+    # The listed queues first, in their order, then (with "*") every other
+    # queue holding jobs, by name. Each round offers each queue an equal share.
+    names = listed + [q for q in found if q not in listed]
+    active = [q for q in names if q not in paused]
+    report.paused = sorted(paused & set(names))
+    lost = 0
     turn = 0
     pending: list[Outcome] = []  # the last round's outcomes, not yet settled
 
@@ -327,14 +332,18 @@ async def drain(
         room = left()
         owed = sum(2 if o.action == "fail" else 1 for o in pending)
         k = min(config.batch_size, config.job_cap - report.claimed)
-        while k > 0 and round_cost(k, owed, config.batch_counts_as) > room:
+        # The round's queues: as many as it has jobs to claim, in turn.
+        m = min(len(active), k)
+        while k > 0 and round_cost(k, owed, config.batch_counts_as, m) > room:
             k -= 1
+            m = min(m, k)
         if k == 0:
             report.stopped = "query_budget"
             break
-        name = active[turn % len(active)]
+        turns = [active[(turn + i) % len(active)] for i in range(m)]
+        share = -(-k // m)  # an equal share, rounded up: k is the round's cap
         stop = ""
-        done = await queue.settle_and_claim(pending, name, k, admit=admit)
+        done = await queue.settle_and_claim(pending, {q: share for q in turns}, k, admit=admit)
         jobs, candidates = done.jobs, done.candidates
         record(pending, done.marks)
         report.reclaimed += done.reclaimed
@@ -345,31 +354,37 @@ async def drain(
             # more this run.
             report.stopped, report.error = "d1_error", _describe(done.error)
             break
+        for name in turns:
+            if not done.found.get(name):
+                active.remove(name)  # nothing ready on this queue
         if not candidates:
-            active.remove(name)  # nothing ready on this queue
             continue
         if stop == "query_budget" and not jobs:
             report.stopped = "query_budget"
             break
         windowed = windowed or stop == "window"
         if stop == "window" and not jobs:
-            active.remove(name)  # what is ready here is the cron's to run
+            for name in turns:  # what is ready there is the cron's to run
+                if name in active:
+                    active.remove(name)
             continue
         if not jobs:
             # Every candidate went to another drain running at the same time;
-            # the queue is not empty. Try it again, a bounded number of times.
-            lost[name] = lost.get(name, 0) + 1
-            if lost[name] >= queue.max_claim_attempts:
-                active.remove(name)
+            # the queues are not empty. Try again, a bounded number of times.
+            lost += 1
+            if lost >= queue.max_claim_attempts:
+                break
             continue
-        lost[name] = 0
-        if candidates < k and not stop:
-            # Fewer ready jobs than asked for: this round empties the queue,
-            # so skip the SELECT that would only say so. Jobs pushed from now
-            # on wait for the next run (or start a drain of their own).
-            active.remove(name)
-        else:
-            turn += 1
+        lost = 0
+        if not stop:
+            # A queue that offered fewer jobs than its share is emptied by
+            # this round: skip the SELECT that would only say so. Jobs pushed
+            # from now on wait for the next run (or start a drain of their own).
+            for name in turns:
+                if name in active and done.found.get(name, 0) < share:
+                    active.remove(name)
+        if active:
+            turn = (turn + m) % len(active)
         report.claimed += len(jobs)
         pending = list(await asyncio.gather(*(run(job) for job in jobs)))
         if stop == "query_budget":
