@@ -447,3 +447,64 @@ async def retry_cost(db: Any, n: int = 20, delay_s: float = 5.0) -> dict[str, An
         "rows_written": after.get("rows_written", 0) - before.get("rows_written", 0),
         "rows_read": after.get("rows_read", 0) - before.get("rows_read", 0),
     }
+
+
+_SEED_DESIGN_JOBS = (
+    f"INSERT INTO {JOBS} (id, queue, name, payload, attempts, max_attempts, available_at, "
+    "created_at) "
+    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) "
+    "SELECT printf('%s%07d', ?2, i), ?3, 'bench.noop', 'null', 0, 3, ?4 + i, 0 FROM n"
+)
+
+
+async def seed_design_claim_cost(
+    db: Any, *, delayed: int, due: int, n: int = BATCH, queue: str = BACKLOG_QUEUE
+) -> dict[str, Any]:
+    """The seed's design on the same backlog: `delayed` jobs an hour off and
+    `due` ready ones, then up to `n` jobs reserved and acknowledged one at a
+    time, as its driver does; rows read by kind."""
+    b = Binding(db)
+    await b.run(f"DELETE FROM {JOBS} WHERE queue = ?1", queue)
+    now = int(time.time() * 1000)
+    for count, prefix, at in ((delayed, "d", now + 3_600_000), (due, "r", now - 100_000)):
+        if count:
+            await b.run(_SEED_DESIGN_JOBS, count, prefix, queue, at)
+    target = InstrumentedD1(db)
+    sq = SeedQueue(target, reservation_s=RESERVATION_S)
+    claimed = 0
+    select_reads = 0
+    for _ in range(n):
+        before = target.rows.get("SELECT", {}).get("rows_read", 0)
+        job = await sq.reserve(queue)
+        select_reads += target.rows.get("SELECT", {}).get("rows_read", 0) - before
+        if job is None:
+            break
+        await sq.acknowledge(job)
+        claimed += 1
+    rows = target.rows
+    await b.run(f"DELETE FROM {JOBS} WHERE queue = ?1", queue)
+    return {
+        "claimed": claimed,
+        "select_rows_read": select_reads,
+        "claim_rows_read": rows.get("UPDATE", {}).get("rows_read", 0),
+        "ack_rows_read": rows.get("DELETE", {}).get("rows_read", 0),
+    }
+
+
+async def seed_design_retry_cost(db: Any, n: int = 20, delay_s: float = 5.0) -> dict[str, Any]:
+    """The seed's release of `n` claimed jobs for a retry: rows written."""
+    queue = "retry"
+    target = InstrumentedD1(db)
+    sq = SeedQueue(target, reservation_s=RESERVATION_S)
+    for i in range(n):
+        await sq.push("bench.noop", {"i": i}, queue=queue)
+    jobs = [j for j in [await sq.reserve(queue) for _ in range(n)] if j is not None]
+    before = dict(target.rows.get("UPDATE", {}))
+    for job in jobs:
+        await sq.release(job, delay_s)
+    after = target.rows.get("UPDATE", {})
+    await Binding(db).run(f"DELETE FROM {JOBS} WHERE queue = ?1", queue)
+    return {
+        "retried": len(jobs),
+        "rows_written": after.get("rows_written", 0) - before.get("rows_written", 0),
+    }

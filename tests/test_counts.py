@@ -128,3 +128,12 @@ async def test_a_job_life_in_statements(bench_db: SqliteD1, fail: bool) -> None:
         "SELECT": 2,  # paused queues, candidates
         "DELETE": 10,  # acknowledge, or the delete half of failing
     }
+
+
+def test_the_benchs_cpython_comparison_runs() -> None:
+    """`make bench`'s CPython part, at a size that only proves it still runs
+    (its timings are the bench's, never asserted)."""
+    from bench import cpython
+
+    result = cpython.compare(30)
+    assert result["jobs"] == 30 and result["d1queue"]["claim_ack_s"] > 0
