@@ -359,7 +359,7 @@ _SEED_JOBS = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, max_attempts, priority, band, "
     "available_at, created_at, locked_until, reserved_at, reservation) "
     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) "
-    "SELECT printf('%s%07d', ?2, i), ?3, 'bench.noop', 'null', 3, i % ?4, "
+    "SELECT printf('%s-%s%07d', ?3, ?2, i), ?3, 'bench.noop', 'null', 3, i % ?4, "
     "CASE WHEN ?5 THEN ?6 ELSE i % ?4 END, ?7 + i, 0, ?8, ?9, ?10 FROM n"
 )
 
@@ -508,3 +508,18 @@ async def seed_design_retry_cost(db: Any, n: int = 20, delay_s: float = 5.0) -> 
         "retried": len(jobs),
         "rows_written": after.get("rows_written", 0) - before.get("rows_written", 0),
     }
+
+
+async def queue_walk_cost(db: Any, queues: int, jobs_per_queue: int) -> dict[str, Any]:
+    """Fill `queues` queues with `jobs_per_queue` delayed jobs each, then find
+    the queues as a drain on "*" does: rows read by that one statement."""
+    b = Binding(db)
+    await b.run("DELETE FROM d1queue_jobs WHERE queue LIKE 'walk-%'")
+    for i in range(queues):
+        await seed_jobs(db, delayed=jobs_per_queue, queue=f"walk-{i:03d}")
+    target = InstrumentedD1(db)
+    q = D1Queue(target)
+    _, names = await q.survey(every_queue=True)
+    rows = target.rows.get("SELECT", {}).get("rows_read", 0)
+    await b.run("DELETE FROM d1queue_jobs WHERE queue LIKE 'walk-%'")
+    return {"queues": len([n for n in names if n.startswith("walk-")]), "rows_read": rows}

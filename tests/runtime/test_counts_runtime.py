@@ -171,3 +171,13 @@ def test_jobs_in_flight_cost_a_row_per_select(
         assert cost["claimed"] == 25
         extra = read_per_claimed(cost) - read_per_claimed(base)
         assert 0 < extra <= in_flight / 25, (in_flight, extra)
+
+
+def test_finding_the_queues_reads_about_two_rows_each(bench: Host) -> None:
+    """A drain on "*" finds every queue by a walk of the key: one seek per
+    queue (and a row of the walk's own), whatever each queue holds; the
+    paused-queue read rides in the same statement batch."""
+    small = bench_host.call(bench, "queue_walk_cost", queues=5, jobs_per_queue=10)
+    big = bench_host.call(bench, "queue_walk_cost", queues=5, jobs_per_queue=2000)
+    assert small["queues"] == big["queues"] == 5
+    assert small["rows_read"] == big["rows_read"] <= 2 * 5 + 3
