@@ -125,7 +125,7 @@ class Default(WorkerEntrypoint):
                 window = PLANS[config.plan].wait_until_s
                 self.ctx.waitUntil(self._drain(short, reclaim=False, why="push", window_s=window))
 
-        return Service(queue, registry, on_push=drain_after_push)
+        return Service(queue, registry, on_push=drain_after_push, config=config)
 
     async def _drain(
         self, config: Config, *, reclaim: bool, why: str, window_s: float | None = None
@@ -173,6 +173,11 @@ class Default(WorkerEntrypoint):
 
     async def dispatch(self, queue: str, job: Any) -> dict[str, Any]:
         return await self._service().dispatch(str(queue), _py(job))
+
+    async def dispatch_job(self, job: Any) -> dict[str, Any]:
+        """Push a job by name alone (POST /v1/jobs): to its `queue` field if
+        it has one, else to the queue its name is registered with."""
+        return await self._service().dispatch_job(_py(job))
 
     async def dispatch_json(self, queue: str, job: str) -> dict[str, Any]:
         """`dispatch` with the job as JSON text: checked for size and depth
