@@ -27,7 +27,7 @@ Cloudflare cuts 30 s after the response: it claims only jobs whose timeout
 fits in that window, and leaves the rest to the cron."""
 
 
-class _Reply:
+class _FetchReply:
     """A Workers fetch response as d1queue.http_job reads one."""
 
     def __init__(self, response: Any) -> None:
@@ -44,7 +44,7 @@ class _Reply:
 
 async def _fetch(
     url: str, *, method: str, headers: dict[str, str], body: str | None, service: Any, env: Any
-) -> _Reply:
+) -> _FetchReply:
     options: dict[str, Any] = {"method": method, "headers": headers}
     if body is not None:
         options["body"] = body
@@ -52,8 +52,8 @@ async def _fetch(
         binding = getattr(env, service, None)
         if binding is None:
             raise LookupError(f"no service binding named {service!r} in this Worker's env")
-        return _Reply(await binding.fetch(url, **options))
-    return _Reply(await fetch(url, **options))
+        return _FetchReply(await binding.fetch(url, **options))
+    return _FetchReply(await fetch(url, **options))
 
 
 register_http_job(registry)
@@ -64,7 +64,7 @@ def _raw_env(env: Any) -> Any:
     return getattr(env, "_env", env)
 
 
-def settings(env: Any) -> Config:
+def config_from_env(env: Any) -> Config:
     """The drain's Config from the Worker's D1QUEUE_* vars. The SDK's env
     wrapper proxies attribute reads but cannot list names, so the names come
     from the JS object underneath: an unknown (mistyped) name must be seen
@@ -116,7 +116,7 @@ class Default(WorkerEntrypoint):
         return D1Queue(db, reservation_s=config.reservation_s)
 
     def _service(self) -> Service:
-        config = settings(self.env)
+        config = config_from_env(self.env)
         queue = self._queue(config)
 
         def drain_after_push(name: str) -> None:
@@ -125,7 +125,7 @@ class Default(WorkerEntrypoint):
                 window = PLANS[config.plan].wait_until_s
                 self.ctx.waitUntil(self._drain(short, why="push", window_s=window))
 
-        return Service(queue, registry, on_push=drain_after_push)
+        return Service(queue, registry, on_push=drain_after_push, config=config)
 
     async def _drain(
         self, config: Config, *, why: str, window_s: float | None = None
@@ -164,7 +164,7 @@ class Default(WorkerEntrypoint):
     async def scheduled(self, controller: Any, env: Any, ctx: Any) -> None:
         """The cron: drain within the budgets (claims take over lapsed leases).
         The report is logged as one JSON line, for `wrangler tail` and Logpush."""
-        await self._drain(settings(self.env), why=f"cron {controller.cron}")
+        await self._drain(config_from_env(self.env), why=f"cron {controller.cron}")
 
     # -- RPC: for Workers with a service binding to this one ---------------------
     # Same validation as the HTTP API; errors raise (the caller sees
@@ -172,6 +172,11 @@ class Default(WorkerEntrypoint):
 
     async def dispatch(self, queue: str, job: Any) -> dict[str, Any]:
         return await self._service().dispatch(str(queue), _py(job))
+
+    async def dispatch_job(self, job: Any) -> dict[str, Any]:
+        """Push a job by name alone (POST /v1/jobs): to its `queue` field if
+        it has one, else to the queue its name is registered with."""
+        return await self._service().dispatch_job(_py(job))
 
     async def dispatch_json(self, queue: str, job: str) -> dict[str, Any]:
         """`dispatch` with the job as JSON text: checked for size and depth

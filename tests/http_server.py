@@ -13,7 +13,7 @@ class Server(http.server.ThreadingHTTPServer):
     """Answers each path from a script: a list of (status, headers, body, delay)."""
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
+        super().__init__(("127.0.0.1", 0), ScriptedHandler)
         self.script: dict[str, list[tuple[int, dict[str, str], str, float]]] = {}
         self.seen: list[tuple[str, str, str, str]] = []
 
@@ -22,7 +22,7 @@ class Server(http.server.ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class ScriptedHandler(http.server.BaseHTTPRequestHandler):
     server: Server
 
     def _answer(self) -> None:

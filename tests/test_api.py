@@ -105,7 +105,8 @@ async def test_push_dedupe_state_cancel(client: Client, queue: D1Queue, clock: C
     first = await client("POST", "/v1/queues/mail/jobs", body)
     again = await client("POST", "/v1/queues/mail/jobs", body)
     assert (first.status, again.status) == (201, 200)
-    assert again.body == {"id": first.body["id"], "queue": "mail", "deduplicated": True}
+    assert again.body == {**first.body, "deduplicated": True}
+    assert again.body["id"] == first.body["id"] and again.body["queue"] == "mail"
     assert (await client("GET", f"/v1/jobs/{first.body['id']}")).body["state"] == "delayed"
 
     await queue.reserve("mail")
@@ -262,3 +263,66 @@ async def test_the_openapi_document_is_served_and_valid(client: Client) -> None:
     r = await client("GET", "/v1/openapi.json")
     assert r.status == 200 and r.body["openapi"] == "3.1.0"
     validate(r.body)
+
+
+async def test_a_push_says_when_its_queue_is_paused_or_not_drained(
+    db: SqliteD1, queue: D1Queue, reg: Registry
+) -> None:
+    """A 201 alone does not mean the job will run: the answer says whether
+    the queue is paused and whether this Worker's D1QUEUE_QUEUES drains it,
+    for one push and for a batch."""
+    client = Client(Api(Service(queue, reg, config=Config(queues=("mail",))), TOKEN, "1", SPEC), db)
+    job = {"name": "t.echo"}
+    r = await client("POST", "/v1/queues/mail/jobs", job)
+    assert r.status == 201
+    assert (r.body["paused"], r.body["drained"], r.body["warnings"]) == (False, True, [])
+    r = await client("POST", "/v1/queues/other/jobs", job)
+    assert r.status == 201 and (r.body["paused"], r.body["drained"]) == (False, False)
+    (warning,) = r.body["warnings"]
+    assert "'other' is not drained" in warning and "D1QUEUE_QUEUES is 'mail'" in warning
+    assert (await client("POST", "/v1/queues/mail/pause")).status == 200
+    r = await client("POST", "/v1/queues/mail/jobs/batch", {"jobs": [job, job]})
+    assert r.status == 201 and (r.body["paused"], r.body["drained"]) == (True, True)
+    assert r.body["warnings"] == [
+        "queue 'mail' is paused: its jobs wait until it is resumed (POST /v1/queues/mail/resume)"
+    ]
+    # "the rest": a list ending in * drains every queue.
+    rest = Service(queue, reg, config=Config(queues=("mail", "*")))
+    assert (await rest.dispatch("other", job))["drained"] is True
+    assert client.counts() == (5, 0, 1), "the answers are reads: every push was stored"
+
+
+@pytest.mark.parametrize("unique", [False, True])
+async def test_a_push_and_its_pause_state_cost_one_round_trip(
+    queue: D1Queue, reg: Registry, unique: bool
+) -> None:
+    await Service(queue, reg).set_paused("mail", True)
+    service = Service(queue, reg)
+    job = {"name": "t.echo", **({"unique_key": "k"} if unique else {})}
+    for call in (
+        lambda: service.dispatch("mail", job),
+        lambda: service.dispatch_job({**job, "queue": "mail"}),
+        lambda: service.dispatch_batch("mail", [job]),
+    ):
+        before = queue.binding.usage.queries
+        answer = await call()
+        assert answer["paused"] is True
+        assert queue.binding.usage.queries - before == 1, "the insert and the read, one batch"
+
+
+async def test_the_pause_state_is_read_even_if_a_push_sends_no_batch(
+    queue: D1Queue, reg: Registry
+) -> None:
+    """Should a driver insert with run() rather than batch(), nothing rides
+    along and the paused queues are read on their own: right, one query more."""
+    await Service(queue, reg).set_paused("p", True)
+    service = Service(queue, reg)
+
+    async def insert_by_run(q: D1Queue) -> str:
+        await q.binding.run("SELECT 1")
+        return "done"
+
+    before = queue.binding.usage.queries
+    result, paused = await service.admin.push_reading_paused(insert_by_run)
+    assert (result, paused) == ("done", {"p"})
+    assert queue.binding.usage.queries - before == 2

@@ -72,3 +72,36 @@ def test_the_plan_sets_the_budgets_it_allows() -> None:
 def test_bad_settings_fail_loudly(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Config.from_vars(env)
+
+
+@pytest.mark.parametrize(
+    ("raw", "drained", "not_drained"),
+    [
+        ("*", ["default", "mail", "acc-1"], []),
+        ("mail,*", ["mail", "default", "acc-1"], []),
+        ("mail, reports", ["mail", "reports"], ["default", "acc-1"]),
+        ("default", ["default"], ["mail"]),
+    ],
+)
+def test_which_queues_a_configuration_drains(
+    raw: str, drained: list[str], not_drained: list[str]
+) -> None:
+    config = Config.from_vars({"D1QUEUE_QUEUES": raw})
+    assert all(config.drains(q) for q in drained)
+    assert not any(config.drains(q) for q in not_drained)
+    assert "*" not in config.listed_queues
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("*,mail", '"\\*" \\(the rest\\) may only come last'),
+        ("mail,*,*", "may only come last"),
+        ("mail*", "queue must match"),
+        ("**", "queue must match"),
+        ("mail,mail", "names mail more than once"),
+    ],
+)
+def test_a_queue_list_typo_is_an_error(raw: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Config.from_vars({"D1QUEUE_QUEUES": raw})

@@ -47,3 +47,33 @@ async def test_a_quiet_queue_starts_in_the_first_round(db: SqliteD1) -> None:
     first_round = min(at for at, _ in started)
     assert (first_round, "quiet") in started, "the quiet queue's job ran in round one"
     assert sum(p == "busy" for _, p in started) == 49
+
+
+async def test_by_default_every_queue_with_jobs_is_drained(db: SqliteD1) -> None:
+    """A job pushed to a queue of its own name runs with the default
+    configuration: no list to keep in step with the queues callers use."""
+    clock = Clock()
+    queue = D1Queue(db, clock=clock)
+    started: list[tuple[int, str]] = []
+    for name in ("acc-7f3a", "default", "zz.mail"):
+        await queue.dispatch("work", name, queue=name)
+    await queue.dispatch("work", "later", queue="later", delay_s=60)
+    report = await drain(queue, registry(db, started), Config())
+    assert sorted(p for _, p in started) == ["acc-7f3a", "default", "zz.mail"]
+    assert report.stopped == "empty" and report.claimed == 3
+
+
+async def test_a_list_ending_in_star_drains_the_rest_and_skips_paused(db: SqliteD1) -> None:
+    from d1queue.admin import Admin
+
+    clock = Clock()
+    queue = D1Queue(db, clock=clock)
+    started: list[tuple[int, str]] = []
+    for name in ("a", "b", "c", "held"):
+        await queue.dispatch("work", name, queue=name)
+    await Admin(queue).set_paused("held", True)
+    only_b = await drain(queue, registry(db, started), Config(queues=("b",)))
+    assert [p for _, p in started] == ["b"] and only_b.claimed == 1
+    rest = await drain(queue, registry(db, started), Config(queues=("c", "*")))
+    assert [p for _, p in started] == ["b", "c", "a"], "listed first, then the rest by name"
+    assert rest.paused == ["held"]

@@ -1,21 +1,26 @@
 """The HTTP API under /v1, as plain Python: method, URL, headers and body in,
 status, headers and a JSON body out. entry.py adapts the Worker's Request and
 Response; tests drive it directly under CPython and through the real Worker.
-The routes and their shapes are documented in openapi.py.
+The route table (ROUTES) is the one statement of what is routed and which
+query parameters each route takes; openapi.py documents it from the same
+table.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import math
 import re
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlparse
 
-from .bounds import MAX_JSON_DEPTH, json_depth
+from .admin import CURSOR_RULE
+from .bounds import MAX_JSON_DEPTH, MAX_OLDER_THAN_S, MAX_PAGE, NAME_RULE, json_depth
 from .service import ApiError, Service, too_deep
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -29,10 +34,120 @@ class ApiReply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Route = Callable[..., Awaitable[Any]]
-QUERY_PARAMS = {"_failed": {"queue", "limit", "cursor"}, "_prune": {"older_than_s"}}
-"""The query parameters each handler reads; any other is refused."""
-SEGMENT = r"([^/]+)"
+Endpoint = Callable[..., Awaitable[tuple[int, Any]]]
+"""What a route runs: `(api, *path_args, query=..., body=..., headers=...)`
+to `(status, body)`; `query` holds the route's own parameters, parsed."""
+
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,15})")
+
+
+@dataclass(frozen=True)
+class QueryParam:
+    """One query parameter a route accepts. Its type and bounds are both what
+    the API checks and what the OpenAPI document states (`schema`), so the two
+    cannot drift; the bounds themselves come from bounds.py."""
+
+    name: str
+    type: Literal["integer", "number", "string"]
+    minimum: int | None = None
+    maximum: int | None = None
+    pattern: str | None = None
+    """A string's shape, a regex matched in full (the document anchors it)."""
+    required: bool = False
+    default: Any = None
+    code: str = ""
+    """The error code of a bad value (default `invalid_<name>`)."""
+
+    def schema(self) -> dict[str, Any]:
+        """The parameter's JSON Schema, as the OpenAPI document states it."""
+        schema: dict[str, Any] = {"type": self.type}
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        if self.maximum is not None:
+            schema["maximum"] = self.maximum
+        if self.pattern is not None:
+            schema["pattern"] = f"^{self.pattern}$"
+        if self.default is not None:
+            schema["default"] = self.default
+        return schema
+
+    def rule(self) -> str:
+        """What a valid value is, in words, for the error message."""
+        kind = {"integer": "an integer", "number": "a number", "string": "a string"}[self.type]
+        if self.pattern is not None:
+            return f"{kind} matching {self.pattern}"
+        if self.minimum is not None and self.maximum is not None:
+            return f"{kind} from {self.minimum} to {self.maximum}"
+        return kind
+
+    def parse(self, raw: str) -> Any:
+        """The value of `?name=raw`, checked against the schema (ApiError 400
+        otherwise). Numbers are JSON numbers: no "inf", "nan", "1_0" or
+        spaces, which Python's int() and float() would take."""
+        value: Any = raw
+        if self.type == "integer" and _JSON_INTEGER.fullmatch(raw):
+            value = int(raw)
+        elif self.type == "number" and _JSON_NUMBER.fullmatch(raw):
+            value = float(raw)
+            value = value if math.isfinite(value) else None
+        elif self.type != "string":
+            value = None
+        ok = value is not None and (
+            (self.pattern is None or re.fullmatch(self.pattern, value) is not None)
+            if self.type == "string"
+            else (self.minimum is None or value >= self.minimum)
+            and (self.maximum is None or value <= self.maximum)
+        )
+        if not ok:
+            raise ApiError(
+                400, self.code or f"invalid_{self.name}", f"{self.name} must be {self.rule()}"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class Route:
+    """One operation: method, path (an OpenAPI path template such as
+    `/v1/jobs/{id}`), what it runs, and the query parameters it accepts. The
+    API routes and validates from this table and openapi.py documents it, so
+    a parameter is accepted exactly where the document says it is."""
+
+    method: str
+    path: str
+    endpoint: Endpoint
+    query: tuple[QueryParam, ...] = ()
+
+    @cached_property
+    def pattern(self) -> re.Pattern[str]:
+        """The path as a regex, one group per `{param}` segment."""
+        parts = re.split(r"\{[a-z_]+\}", self.path)
+        return re.compile("([^/]+)".join(re.escape(p) for p in parts) + "$")
+
+    @property
+    def path_params(self) -> list[str]:
+        return re.findall(r"\{([a-z_]+)\}", self.path)
+
+    def parse_query(self, query: Mapping[str, list[str]]) -> dict[str, Any]:
+        """The route's query parameters, parsed, defaults filled in; a name
+        the route does not declare is refused (a typo such as ?limt=10 must
+        not be silently ignored), and so is a missing required one."""
+        known = {p.name: p for p in self.query}
+        unknown = sorted(set(query) - set(known))
+        if unknown:
+            message = f"unknown query parameter(s): {', '.join(unknown)}"
+            raise ApiError(400, "invalid_query", message)
+        parsed: dict[str, Any] = {}
+        for name, param in known.items():
+            values = query.get(name)
+            if values:
+                parsed[name] = param.parse(values[-1])
+            elif param.required:
+                message = f"{name} is required: {param.rule()}"
+                raise ApiError(400, param.code or f"invalid_{name}", message)
+            else:
+                parsed[name] = param.default
+        return parsed
 
 
 class Api:
@@ -43,24 +158,7 @@ class Api:
         self, service: Service, token: str | None, version: str, openapi: dict[str, Any]
     ) -> None:
         self.service, self.token, self.version, self.openapi = service, token, version, openapi
-        s = service
-        table: list[tuple[str, str, Route]] = [
-            ("GET", "/v1/openapi.json", self._openapi),
-            ("POST", f"/v1/queues/{SEGMENT}/jobs", self._dispatch),
-            ("POST", f"/v1/queues/{SEGMENT}/jobs/batch", self._dispatch_batch),
-            ("DELETE", f"/v1/queues/{SEGMENT}/jobs", self._path(s.clear)),
-            ("GET", "/v1/queues", self._none(s.queues)),
-            ("GET", f"/v1/queues/{SEGMENT}", self._path(s.queue_stats)),
-            ("POST", f"/v1/queues/{SEGMENT}/pause", self._pause(True)),
-            ("POST", f"/v1/queues/{SEGMENT}/resume", self._pause(False)),
-            ("GET", f"/v1/jobs/{SEGMENT}", self._path(s.job)),
-            ("DELETE", f"/v1/jobs/{SEGMENT}", self._path(s.cancel)),
-            ("GET", "/v1/failed", self._failed),
-            ("DELETE", "/v1/failed", self._prune),
-            ("POST", f"/v1/failed/{SEGMENT}/retry", self._path(s.retry_failed)),
-            ("DELETE", f"/v1/failed/{SEGMENT}", self._path(s.delete_failed)),
-        ]
-        self.routes = [(m, re.compile(p + "$"), h) for m, p, h in table]
+        self.routes = ROUTES
 
     async def handle(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes
@@ -78,17 +176,15 @@ class Api:
             return ApiReply(200, {"ok": True, "version": self.version})
         try:
             self._authorize(headers)
-            for route_method, pattern, handler in self.routes:
-                match = pattern.match(path)
+            for route in self.routes:
+                match = route.pattern.match(path)
                 # HEAD is GET without the body (RFC 9110): the host drops it.
-                if match and method in (route_method, "HEAD" if route_method == "GET" else ""):
-                    unknown = sorted(set(query) - QUERY_PARAMS.get(handler.__name__, set()))
-                    if unknown:
-                        # A typo (?limt=10) must not be silently ignored.
-                        message = f"unknown query parameter(s): {', '.join(unknown)}"
-                        raise ApiError(400, "invalid_query", message)
+                if match and method in (route.method, "HEAD" if route.method == "GET" else ""):
+                    params = route.parse_query(query)
                     args = [unquote(g) for g in match.groups()]
-                    status, result = await handler(*args, query=query, body=body, headers=headers)
+                    status, result = await route.endpoint(
+                        self, *args, query=params, body=body, headers=headers
+                    )
                     return ApiReply(status, result)
             if allowed:
                 raise ApiError(405, "method_not_allowed", f"{path} accepts {', '.join(allowed)}")
@@ -106,7 +202,7 @@ class Api:
         """The methods routed for `path` (empty: no such path)."""
         if path == "/health":
             return ["GET", "HEAD"]
-        methods = [m for m, pattern, _ in self.routes if pattern.match(path)]
+        methods = [r.method for r in self.routes if r.pattern.match(path)]
         return [*methods, "HEAD"] if "GET" in methods else methods
 
     def _authorize(self, headers: Mapping[str, str]) -> None:
@@ -124,31 +220,17 @@ class Api:
         ):
             raise ApiError(401, "unauthorized", "missing or wrong bearer token")
 
-    # -- adapters from HTTP to Service calls -----------------------------------------
+    # -- endpoints: from HTTP to Service calls ------------------------------------
 
     async def _openapi(self, **_: Any) -> tuple[int, Any]:
         return 200, self.openapi
 
-    def _path(self, call: Callable[[str], Awaitable[Any]]) -> Route:
-        async def handler(arg: str, **_: Any) -> tuple[int, Any]:
-            return 200, await call(arg)
-
-        return handler
-
-    def _none(self, call: Callable[[], Awaitable[Any]]) -> Route:
-        async def handler(**_: Any) -> tuple[int, Any]:
-            return 200, await call()
-
-        return handler
-
-    def _pause(self, paused: bool) -> Route:
-        async def handler(queue: str, **_: Any) -> tuple[int, Any]:
-            return 200, await self.service.set_paused(queue, paused)
-
-        return handler
-
     async def _dispatch(self, queue: str, *, body: bytes, **_: Any) -> tuple[int, Any]:
         result = await self.service.dispatch(queue, json_object(body))
+        return (200 if result["deduplicated"] else 201), result
+
+    async def _dispatch_job(self, *, body: bytes, **_: Any) -> tuple[int, Any]:
+        result = await self.service.dispatch_job(json_object(body))
         return (200 if result["deduplicated"] else 201), result
 
     async def _dispatch_batch(self, queue: str, *, body: bytes, **_: Any) -> tuple[int, Any]:
@@ -157,28 +239,68 @@ class Api:
             raise ApiError(422, "invalid", 'the body is {"jobs": [...]} and nothing else')
         return 201, await self.service.dispatch_batch(queue, obj.get("jobs"))
 
-    async def _failed(self, *, query: dict[str, list[str]], **_: Any) -> tuple[int, Any]:
-        limit = _query(query, "limit", "50")
-        if not re.fullmatch(r"\d{1,4}", limit):
-            raise ApiError(400, "invalid_limit", "limit must be an integer from 1 to 500")
-        return 200, await self.service.failed(
-            _query(query, "queue", None), int(limit), _query(query, "cursor", None)
-        )
+    async def _pause(self, queue: str, **_: Any) -> tuple[int, Any]:
+        return 200, await self.service.set_paused(queue, True)
 
-    async def _prune(self, *, query: dict[str, list[str]], **_: Any) -> tuple[int, Any]:
-        raw = _query(query, "older_than_s", None)
-        try:
-            value = float(raw) if raw is not None else None
-        except ValueError:
-            value = None
-        if value is None or value != value:
-            raise ApiError(400, "invalid_older_than_s", "older_than_s must be a number >= 0")
-        return 200, await self.service.prune_failed(value)
+    async def _resume(self, queue: str, **_: Any) -> tuple[int, Any]:
+        return 200, await self.service.set_paused(queue, False)
+
+    async def _queues(self, **_: Any) -> tuple[int, Any]:
+        return 200, await self.service.queues()
+
+    async def _failed(self, *, query: dict[str, Any], **_: Any) -> tuple[int, Any]:
+        return 200, await self.service.failed(query["queue"], query["limit"], query["cursor"])
+
+    async def _prune(self, *, query: dict[str, Any], **_: Any) -> tuple[int, Any]:
+        return 200, await self.service.prune_failed(query["older_than_s"])
 
 
-def _query(query: dict[str, list[str]], key: str, default: Any) -> Any:
-    values = query.get(key)
-    return values[-1] if values else default
+def _on_path(call: Callable[[Service, str], Awaitable[Any]]) -> Endpoint:
+    """An endpoint calling `Service.<call>` with the path's one parameter."""
+
+    async def endpoint(api: Api, arg: str, **_: Any) -> tuple[int, Any]:
+        return 200, await call(api.service, arg)
+
+    return endpoint
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/v1/openapi.json", Api._openapi),
+    Route("POST", "/v1/jobs", Api._dispatch_job),
+    Route("POST", "/v1/queues/{queue}/jobs", Api._dispatch),
+    Route("POST", "/v1/queues/{queue}/jobs/batch", Api._dispatch_batch),
+    Route("DELETE", "/v1/queues/{queue}/jobs", _on_path(Service.clear)),
+    Route("GET", "/v1/queues", Api._queues),
+    Route("GET", "/v1/queues/{queue}", _on_path(Service.queue_stats)),
+    Route("POST", "/v1/queues/{queue}/pause", Api._pause),
+    Route("POST", "/v1/queues/{queue}/resume", Api._resume),
+    Route("GET", "/v1/jobs/{id}", _on_path(Service.job)),
+    Route("DELETE", "/v1/jobs/{id}", _on_path(Service.cancel)),
+    Route(
+        "GET",
+        "/v1/failed",
+        Api._failed,
+        query=(
+            QueryParam("queue", "string", pattern=NAME_RULE),
+            QueryParam("limit", "integer", minimum=1, maximum=MAX_PAGE, default=50),
+            QueryParam("cursor", "string", pattern=CURSOR_RULE),
+        ),
+    ),
+    Route(
+        "DELETE",
+        "/v1/failed",
+        Api._prune,
+        query=(
+            QueryParam(
+                "older_than_s", "number", minimum=0, maximum=MAX_OLDER_THAN_S, required=True
+            ),
+        ),
+    ),
+    Route("POST", "/v1/failed/{id}/retry", _on_path(Service.retry_failed)),
+    Route("DELETE", "/v1/failed/{id}", _on_path(Service.delete_failed)),
+)
+"""Every route but /health (answered before auth). Order matters only where
+two paths could match the same URL; none do."""
 
 
 def json_object(body: bytes) -> dict[str, Any]:

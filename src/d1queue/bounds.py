@@ -26,6 +26,10 @@ PRIORITY_RANGE = (-1000, 1000)
 """Higher runs first."""
 MAX_BATCH = 100
 """Jobs in one batch push."""
+MAX_PAGE = 500
+"""Failed jobs in one page of a listing (`?limit=`)."""
+MAX_OLDER_THAN_S = 10**12
+"""A prune's `older_than_s`: ~31,700 years, every failure, in a number D1 binds."""
 
 MAX_SAFE_INT = 2**53 - 2
 """The largest int a Python Worker can bind: Pyodide turns ints from 2^53 - 1

@@ -26,6 +26,10 @@ own CPU, so the run is bounded by a count measured in the offline host:
 see README "Limits"."""
 
 
+ALL_QUEUES = "*"
+"""In D1QUEUE_QUEUES, as the last entry (or alone): every queue not listed."""
+
+
 class ConfigError(ValueError):
     """A `D1QUEUE_*` var is unknown or has an invalid value."""
 
@@ -37,8 +41,12 @@ class Config:
     keeps inside: subrequests (free 50; paid 10,000 with 1,000 D1 queries)
     and CPU (free 10 ms; paid 30 s). Sets the defaults of query_budget and
     max_jobs."""
-    queues: tuple[str, ...] = ("default",)
-    """D1QUEUE_QUEUES: comma-separated queues to drain, in priority order."""
+    queues: tuple[str, ...] = (ALL_QUEUES,)
+    """D1QUEUE_QUEUES: comma-separated queues to drain. It may end with `*`,
+    "every other queue holding jobs"; `*` alone (the default) drains every
+    queue. Anything else that is not a queue name is an error (see
+    `drains`). Each round of a drain offers every queue an equal share of
+    its batch, listed queues first, then the rest by name."""
     time_budget_s: float = 20.0
     """D1QUEUE_TIME_BUDGET_S: stop claiming new batches after this long. A
     per-minute cron may run about 30 s; the rest is left for settling."""
@@ -78,11 +86,18 @@ class Config:
             object.__setattr__(self, "max_jobs", MAX_JOBS[self.plan])
         if not self.queues:
             raise ConfigError("D1QUEUE_QUEUES names no queue")
-        for q in self.queues:
+        for i, q in enumerate(self.queues):
+            if q == ALL_QUEUES and i == len(self.queues) - 1:
+                continue
+            if q == ALL_QUEUES:
+                raise ConfigError(f'D1QUEUE_QUEUES: "{ALL_QUEUES}" (the rest) may only come last')
             try:
                 check_name("queue", q)
             except ValueError as exc:
                 raise ConfigError(f"D1QUEUE_QUEUES: {exc}") from None
+        repeated = sorted({q for q in self.queues if self.queues.count(q) > 1})
+        if repeated:
+            raise ConfigError(f"D1QUEUE_QUEUES names {', '.join(repeated)} more than once")
         checks = [
             (self.time_budget_s > 0, "D1QUEUE_TIME_BUDGET_S must be > 0"),
             (self.budget >= 3, "D1QUEUE_QUERY_BUDGET must be >= 3"),
@@ -106,6 +121,18 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+
+    def drains(self, queue: str) -> bool:
+        """Whether a drain on this configuration runs `queue`'s jobs: it is
+        listed, or the list ends with "*" (every queue not listed). A push
+        to a queue this says False for is told so: its jobs would wait for
+        ever."""
+        return queue in self.queues or self.queues[-1] == ALL_QUEUES
+
+    @property
+    def listed_queues(self) -> tuple[str, ...]:
+        """The queues named explicitly, in order, without a trailing "*"."""
+        return tuple(q for q in self.queues if q != ALL_QUEUES)
 
     @property
     def budget(self) -> int:

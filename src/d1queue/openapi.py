@@ -1,7 +1,9 @@
 """The OpenAPI 3.1 document of the HTTP API (served at GET /v1/openapi.json).
 
 Kept as Python so the Worker serves it with no file to bundle and the limits
-in it are the ones the code enforces (imported from service.py).
+in it are the ones the code enforces (from bounds.py). Its paths are made from
+api.ROUTES: an operation is documented for each route and for nothing else,
+and each operation's query parameters are its route's own (`QueryParam`).
 """
 
 from __future__ import annotations
@@ -9,8 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .admin import CURSOR_PATTERN
-from .api import MAX_BODY_BYTES
+from .api import MAX_BODY_BYTES, ROUTES, Route
 from .bounds import (
     MAX_ATTEMPTS,
     MAX_BATCH,
@@ -21,7 +22,6 @@ from .bounds import (
     NAME_RULE,
     PRIORITY_RANGE,
 )
-from .service import MAX_LIST, MAX_OLDER_THAN_S
 
 NAME_SCHEMA = {"type": "string", "pattern": f"^{NAME_RULE}$"}
 
@@ -43,7 +43,7 @@ def _op(summary: str, ok: dict[str, Any], *codes: int, **extra: Any) -> dict[str
 QUEUE_PARAM = {"name": "queue", "in": "path", "required": True, "schema": NAME_SCHEMA}
 ID_PARAM = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 
-JOB_IN = {
+JOB_IN: dict[str, Any] = {
     "type": "object",
     "required": ["name"],
     "additionalProperties": False,
@@ -109,13 +109,46 @@ ERROR = {
         }
     },
 }
+JOB_BY_NAME = JOB_IN | {
+    "properties": JOB_IN["properties"]
+    | {
+        "queue": NAME_SCHEMA
+        | {"description": "the queue to push to; without it, the queue the job is registered with"}
+    }
+}
+NOTES = {
+    "paused": {
+        "type": "boolean",
+        "description": "the queue is paused: its jobs wait until it is resumed",
+    },
+    "drained": {
+        "type": "boolean",
+        "description": "this Worker's D1QUEUE_QUEUES drains the queue; false: "
+        "no drain of this Worker will run the job",
+    },
+    "warnings": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "why the job may not run soon, in words (empty: no reason)",
+    },
+}
 PUSHED = {
     "type": "object",
-    "required": ["id", "queue", "deduplicated"],
+    "required": ["id", "queue", "deduplicated", *NOTES],
     "properties": {
         "id": {"type": "string"},
         "queue": {"type": "string"},
         "deduplicated": {"type": "boolean"},
+        **NOTES,
+    },
+}
+PUSHED_BATCH = {
+    "type": "object",
+    "required": ["ids", "deduplicated", *NOTES],
+    "properties": {
+        "ids": {"type": "array", "items": {"type": "string"}},
+        "deduplicated": {"type": "array", "items": {"type": "boolean"}},
+        **NOTES,
     },
 }
 OBJ = {"type": "object"}
@@ -134,7 +167,13 @@ SPEC: dict[str, Any] = {
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        "schemas": {"Job": JOB_IN, "Stats": STATS, "JobState": JOB_OUT, "Error": ERROR},
+        "schemas": {
+            "Job": JOB_IN,
+            "JobByName": JOB_BY_NAME,
+            "Stats": STATS,
+            "JobState": JOB_OUT,
+            "Error": ERROR,
+        },
         "responses": {
             f"E{c}": _json(_ref("Error"), d)
             for c, d in {
@@ -150,193 +189,167 @@ SPEC: dict[str, Any] = {
         },
     },
     "security": [{"bearer": []}],
-    "paths": {
+    "paths": {},  # from ROUTES, below
+}
+
+STATS_OK = {"200": _json(_ref("Stats"), "stats")}
+DELETED = _json(
+    {"type": "object", "required": ["deleted"], "properties": {"deleted": {"type": "integer"}}},
+    "deleted",
+)
+
+
+def _push(schema: str, summary: str) -> dict[str, Any]:
+    return _op(
+        summary,
+        {
+            "201": _json(
+                PUSHED, "queued (see paused, drained and warnings: queued is not running)"
+            ),
+            "200": _json(PUSHED, "a queued job already holds the unique_key"),
+        },
+        400,
+        413,
+        422,
+        requestBody={"required": True, "content": {"application/json": {"schema": _ref(schema)}}},
+    )
+
+
+OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
+    ("GET", "/v1/openapi.json"): _op("This document", {"200": _json(OBJ, "OpenAPI 3.1")}),
+    ("GET", "/v1/queues"): _op(
+        "Every queue with stats",
+        {
+            "200": _json(
+                {
+                    "type": "object",
+                    "properties": {"queues": {"type": "array", "items": _ref("Stats")}},
+                },
+                "queues",
+            )
+        },
+    ),
+    ("GET", "/v1/queues/{queue}"): _op("A queue's stats", STATS_OK, 400),
+    ("POST", "/v1/queues/{queue}/pause"): _op(
+        "Stop draining a queue (pushes still accepted)", STATS_OK, 400
+    ),
+    ("POST", "/v1/queues/{queue}/resume"): _op("Drain a paused queue again", STATS_OK, 400),
+    ("POST", "/v1/jobs"): _push(
+        "JobByName",
+        "Push a job by name: to its `queue` if given, else to the queue it is registered with",
+    ),
+    ("POST", "/v1/queues/{queue}/jobs"): _push("Job", "Push a job to this queue"),
+    ("DELETE", "/v1/queues/{queue}/jobs"): _op(
+        "Delete every job on the queue", {"200": DELETED}, 400
+    ),
+    ("POST", "/v1/queues/{queue}/jobs/batch"): _op(
+        f"Push 1 to {MAX_BATCH} jobs, all or nothing",
+        {"201": _json(PUSHED_BATCH, "queued")},
+        400,
+        413,
+        422,
+        requestBody={
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["jobs"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "jobs": {
+                                "type": "array",
+                                "minItems": 1,
+                                "maxItems": MAX_BATCH,
+                                "items": _ref("Job"),
+                            }
+                        },
+                    }
+                }
+            },
+        },
+    ),
+    ("GET", "/v1/jobs/{id}"): _op(
+        "A job's state", {"200": _json(_ref("JobState"), "the job")}, 404
+    ),
+    ("DELETE", "/v1/jobs/{id}"): _op(
+        "Cancel a job no worker holds", {"200": _json(OBJ, "cancelled")}, 404, 409
+    ),
+    ("GET", "/v1/failed"): _op(
+        "Failed jobs, newest first",
+        {
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": ["jobs", "next_cursor"],
+                    "properties": {
+                        "jobs": {"type": "array", "items": _ref("JobState")},
+                        "next_cursor": {"type": ["string", "null"]},
+                    },
+                },
+                "a page",
+            )
+        },
+        400,
+    ),
+    ("DELETE", "/v1/failed"): _op(
+        "Prune failed jobs older than older_than_s", {"200": _json(OBJ, "deleted")}, 400
+    ),
+    ("DELETE", "/v1/failed/{id}"): _op("Delete a failed job", {"200": _json(OBJ, "deleted")}, 404),
+    ("POST", "/v1/failed/{id}/retry"): _op(
+        "Queue a failed job again, with one attempt", {"200": _json(OBJ, "retried")}, 404
+    ),
+}
+"""What each route does and answers, by (method, path); the parameters come
+from the route itself."""
+
+PATH_PARAMS = {"queue": QUEUE_PARAM, "id": ID_PARAM}
+
+
+def _paths(routes: tuple[Route, ...]) -> dict[str, Any]:
+    """The document's paths: one operation per route, its path parameters
+    from the template, its query parameters from the route. A route with no
+    entry in OPERATIONS, or an entry with no route, is an error at import, so
+    the document cannot promise or miss an operation."""
+    keys = {(r.method, r.path) for r in routes}
+    if keys != set(OPERATIONS):
+        raise AssertionError(
+            f"routes without an operation: {sorted(keys - set(OPERATIONS))}; "
+            f"operations without a route: {sorted(set(OPERATIONS) - keys)}"
+        )
+    paths: dict[str, Any] = {
         "/health": {
             "get": {
                 "summary": "Liveness, without auth",
                 "security": [],
                 "responses": {"200": _json(OBJ, "ok and the version")},
             }
-        },
-        "/v1/openapi.json": {"get": _op("This document", {"200": _json(OBJ, "OpenAPI 3.1")})},
-        "/v1/queues": {
-            "get": _op(
-                "Every queue with stats",
-                {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "properties": {"queues": {"type": "array", "items": _ref("Stats")}},
-                        },
-                        "queues",
-                    )
-                },
-            )
-        },
-        "/v1/queues/{queue}": {
-            "parameters": [QUEUE_PARAM],
-            "get": _op("A queue's stats", {"200": _json(_ref("Stats"), "stats")}, 400),
-        },
-        "/v1/queues/{queue}/pause": {
-            "parameters": [QUEUE_PARAM],
-            "post": _op(
-                "Stop draining a queue (pushes still accepted)",
-                {"200": _json(_ref("Stats"), "stats")},
-                400,
-            ),
-        },
-        "/v1/queues/{queue}/resume": {
-            "parameters": [QUEUE_PARAM],
-            "post": _op("Drain a paused queue again", {"200": _json(_ref("Stats"), "stats")}, 400),
-        },
-        "/v1/queues/{queue}/jobs": {
-            "parameters": [QUEUE_PARAM],
-            "post": _op(
-                "Push a job",
-                {
-                    "201": _json(PUSHED, "queued"),
-                    "200": _json(PUSHED, "a queued job already holds the unique_key"),
-                },
-                400,
-                413,
-                422,
-                requestBody={
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("Job")}},
-                },
-            ),
-            "delete": _op(
-                "Delete every job on the queue",
-                {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "required": ["deleted"],
-                            "properties": {"deleted": {"type": "integer"}},
-                        },
-                        "deleted",
-                    )
-                },
-                400,
-            ),
-        },
-        "/v1/queues/{queue}/jobs/batch": {
-            "parameters": [QUEUE_PARAM],
-            "post": _op(
-                f"Push 1 to {MAX_BATCH} jobs, all or nothing",
-                {
-                    "201": _json(
-                        {
-                            "type": "object",
-                            "required": ["ids", "deduplicated"],
-                            "properties": {
-                                "ids": {"type": "array", "items": {"type": "string"}},
-                                "deduplicated": {"type": "array", "items": {"type": "boolean"}},
-                            },
-                        },
-                        "queued",
-                    )
-                },
-                400,
-                413,
-                422,
-                requestBody={
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": ["jobs"],
-                                "additionalProperties": False,
-                                "properties": {
-                                    "jobs": {
-                                        "type": "array",
-                                        "minItems": 1,
-                                        "maxItems": MAX_BATCH,
-                                        "items": _ref("Job"),
-                                    }
-                                },
-                            }
-                        }
-                    },
-                },
-            ),
-        },
-        "/v1/jobs/{id}": {
-            "parameters": [ID_PARAM],
-            "get": _op("A job's state", {"200": _json(_ref("JobState"), "the job")}, 404),
-            "delete": _op(
-                "Cancel a job no worker holds",
-                {"200": _json(OBJ, "cancelled")},
-                404,
-                409,
-            ),
-        },
-        "/v1/failed": {
-            "get": _op(
-                "Failed jobs, newest first",
-                {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "required": ["jobs", "next_cursor"],
-                            "properties": {
-                                "jobs": {"type": "array", "items": _ref("JobState")},
-                                "next_cursor": {"type": ["string", "null"]},
-                            },
-                        },
-                        "a page",
-                    )
-                },
-                400,
-                parameters=[
-                    {"name": "queue", "in": "query", "schema": NAME_SCHEMA},
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIST},
-                    },
-                    {
-                        "name": "cursor",
-                        "in": "query",
-                        "schema": {"type": "string", "pattern": CURSOR_PATTERN},
-                    },
-                ],
-            ),
-            "delete": _op(
-                "Prune failed jobs older than older_than_s",
-                {"200": _json(OBJ, "deleted")},
-                400,
-                parameters=[
-                    {
-                        "name": "older_than_s",
-                        "in": "query",
-                        "required": True,
-                        "schema": {"type": "number", "minimum": 0, "maximum": MAX_OLDER_THAN_S},
-                    }
-                ],
-            ),
-        },
-        "/v1/failed/{id}": {
-            "parameters": [ID_PARAM],
-            "delete": _op("Delete a failed job", {"200": _json(OBJ, "deleted")}, 404),
-        },
-        "/v1/failed/{id}/retry": {
-            "parameters": [ID_PARAM],
-            "post": _op(
-                "Queue a failed job again, with one attempt", {"200": _json(OBJ, "retried")}, 404
-            ),
-        },
-    },
-}
+        }
+    }
+    for route in routes:
+        item = paths.setdefault(route.path, {})
+        if route.path_params:
+            item["parameters"] = [PATH_PARAMS[p] for p in route.path_params]
+        op = dict(OPERATIONS[(route.method, route.path)])
+        if route.query:
+            op["parameters"] = [
+                {"name": q.name, "in": "query", "required": q.required, "schema": q.schema()}
+                for q in route.query
+            ]
+        item[route.method.lower()] = op
+    return paths
+
+
+SPEC["paths"] = _paths(ROUTES)
 
 
 def document(job_names: list[str]) -> dict[str, Any]:
     """SPEC for a Worker whose registry has `job_names`: a job's `name` is one
     of them, so the document promises exactly what the Worker accepts."""
     doc = copy.deepcopy(SPEC)
-    doc["components"]["schemas"]["Job"]["properties"]["name"] = {
-        "enum": sorted(job_names),
-        "description": "a registered job name",
-    }
+    for schema in ("Job", "JobByName"):
+        doc["components"]["schemas"][schema]["properties"]["name"] = {
+            "enum": sorted(job_names),
+            "description": "a registered job name",
+        }
     return doc

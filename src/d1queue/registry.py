@@ -1,15 +1,17 @@
 """The registry of handlers: each job name with its handler and its defaults
-(queue, attempts, priority, timeout, backoff, subrequests)."""
+(queue, attempts, priority, unique policy, timeout, backoff, subrequests)."""
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bounds import PRIORITY_RANGE
+from .bounds import MAX_JSON_DEPTH, MAX_UNIQUE_KEY, PRIORITY_RANGE, value_depth
 from .context import JobContext
 from .job import QueuedJob, check_name
 from .limits import PLANS
@@ -45,6 +47,46 @@ class Backoff:
 
 Handler = Callable[..., Awaitable[Any]]
 
+UniquePolicy = bool | Callable[[Any], str | int | None]
+"""How a job's unique_key is derived when a dispatch gives none: False, no
+key; True, one queued job per distinct payload; a function, one queued job
+per value it returns for the payload (None: this payload is not unique)."""
+
+
+def derive_unique_key(name: str, unique: UniquePolicy, payload: Any) -> str | None:
+    """The unique_key `unique` derives for job `name`'s `payload`. Prefixed
+    with the job name, so two kinds of job never hold each other's keys; a
+    payload key is a SHA-256 of its canonical JSON, so any payload fits in
+    MAX_UNIQUE_KEY. ValueError for a key that cannot be stored."""
+    if unique is False:
+        return None
+    if unique is True:
+        if value_depth(payload) > MAX_JSON_DEPTH:
+            raise ValueError(f"payload nests deeper than {MAX_JSON_DEPTH} levels")
+        try:
+            text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"payload is not JSON-serialisable: {exc}") from None
+        return f"{name}:sha256:{hashlib.sha256(text.encode()).hexdigest()}"
+    try:
+        value = unique(payload)
+    except Exception as exc:
+        raise ValueError(
+            f"job {name!r}: its unique policy found no key in the payload: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"job {name!r}: its unique policy must return a str, got {value!r}")
+    key = f"{name}:{value}"
+    if len(key) > MAX_UNIQUE_KEY:
+        raise ValueError(
+            f"job {name!r}: the derived unique_key is {len(key)} characters; "
+            f"the limit is {MAX_UNIQUE_KEY}"
+        )
+    return key
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -61,6 +103,8 @@ class JobSpec:
     """Subrequests one attempt may make (D1 calls, fetches, binding calls
     through its ctx): the drain plans each invocation with it."""
     priority: int = 0
+    unique: UniquePolicy = False
+    """Derives the unique_key of a dispatch that gives none (UniquePolicy)."""
 
     def new(
         self,
@@ -74,9 +118,12 @@ class JobSpec:
         at_ms: int | None = None,
     ) -> QueuedJob:
         """A job of this kind, ready to push: the one place a job's registered
-        defaults (queue, max_attempts, priority) are applied, whichever way it
-        is dispatched (Python, HTTP, RPC); a value given here overrides them.
-        (timeout_s, backoff and subrequests apply when the job runs.)"""
+        defaults (queue, max_attempts, priority, unique policy) are applied,
+        whichever way it is dispatched (Python, HTTP, RPC); a value given here
+        overrides them. (timeout_s, backoff and subrequests apply when the job
+        runs, looked up by name.) ValueError for anything unstorable."""
+        if unique_key is None:
+            unique_key = derive_unique_key(self.name, self.unique, payload)
         return QueuedJob.new(
             self.name,
             payload,
@@ -112,10 +159,14 @@ class Registry:
         queue: str = "default",
         subrequests: int = 0,
         priority: int = 0,
+        unique: UniquePolicy = False,
     ) -> Callable[[Handler], Handler]:
         """Decorator: register `async def handler(payload[, ctx])` under `name`
         (default: the function's name). `subrequests` is how many D1 calls,
-        fetches and binding calls one attempt makes through its ctx."""
+        fetches and binding calls one attempt makes through its ctx. `unique`
+        derives a unique_key when a dispatch gives none (UniquePolicy):
+        `unique=True` keeps one queued job per payload, `unique=lambda p:
+        p["user"]` one per user."""
 
         def register(fn: Handler) -> Handler:
             self.register(
@@ -127,6 +178,7 @@ class Registry:
                 queue=queue,
                 subrequests=subrequests,
                 priority=priority,
+                unique=unique,
             )
             return fn
 
@@ -143,6 +195,7 @@ class Registry:
         queue: str = "default",
         subrequests: int = 0,
         priority: int = 0,
+        unique: UniquePolicy = False,
     ) -> JobSpec:
         check_name("job name", name)
         check_name("queue", queue)
@@ -165,6 +218,10 @@ class Registry:
             raise ValueError(
                 f"job {name!r}: subrequests must be an integer from 0 to {MAX_JOB_SUBREQUESTS}"
             )
+        if not isinstance(unique, bool) and not callable(unique):
+            raise TypeError(
+                f"job {name!r}: unique must be True, False or a function of the payload"
+            )
         params = [
             p
             for p in inspect.signature(handler).parameters.values()
@@ -182,6 +239,7 @@ class Registry:
             wants_context=len(params) == 2,
             subrequests=subrequests,
             priority=priority,
+            unique=unique,
         )
         self._specs[name] = spec
         return spec

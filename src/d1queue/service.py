@@ -17,6 +17,8 @@ from .bounds import (
     MAX_BATCH,
     MAX_DELAY_S,
     MAX_JSON_DEPTH,
+    MAX_OLDER_THAN_S,
+    MAX_PAGE,
     MAX_PAYLOAD_BYTES,
     MAX_UNIQUE_KEY,
     NAME_PATTERN,
@@ -24,13 +26,16 @@ from .bounds import (
     PRIORITY_RANGE,
     value_depth,
 )
+from .config import Config
 from .job import QueuedJob
 from .queue import D1Queue, FailedJob
 from .registry import Registry
 
-MAX_LIST = 500
-MAX_OLDER_THAN_S = 10**12  # ~31,700 years: every failure, in a bindable number
 JOB_FIELDS = {"name", "payload", "delay_s", "max_attempts", "priority", "unique_key"}
+"""A job's fields in a push whose queue is in the path (or the RPC argument)."""
+JOB_FIELDS_WITH_QUEUE = JOB_FIELDS | {"queue"}
+"""A job's fields in a push by name alone (POST /v1/jobs, RPC dispatch_job):
+`queue` is optional there, and the job's registered queue applies without it."""
 
 
 class ApiError(Exception):
@@ -74,28 +79,38 @@ def _failed(f: FailedJob) -> dict[str, Any]:
 
 
 class Service:
-    """`on_push(queue)` is called after a successful push (drain-on-push)."""
+    """`on_push(queue)` is called after a successful push (drain-on-push).
+    `config` is the Worker's drain configuration: a push to a queue it does
+    not drain says so in its answer (default: Config())."""
 
     def __init__(
         self,
         queue: D1Queue,
         registry: Registry,
         on_push: Callable[[str], Awaitable[None] | None] | None = None,
+        config: Config | None = None,
     ) -> None:
         self.queue, self.registry, self.on_push = queue, registry, on_push
+        self.config = config or Config()
         self.admin = Admin(queue)
 
     # -- pushing ----------------------------------------------------------------
 
-    def parse_job(self, queue: str, obj: Any, where: str = "") -> QueuedJob:
-        """A validated job from a request's JSON object (ApiError otherwise)."""
+    def parse_job(self, queue: str | None, obj: Any, where: str = "") -> QueuedJob:
+        """A validated job from a request's JSON object (ApiError otherwise).
+        `queue` None: the push named no queue in its path, the object may
+        (`queue`), and without it the job's registered queue applies."""
         if not isinstance(obj, dict):
             raise invalid(f"{where}a job must be a JSON object")
         if value_depth(obj) > MAX_JSON_DEPTH:  # RPC arguments are not parsed by api.py
             raise too_deep(f"{where}the job")
-        unknown = sorted(set(obj) - JOB_FIELDS)
+        unknown = sorted(set(obj) - (JOB_FIELDS if queue is not None else JOB_FIELDS_WITH_QUEUE))
         if unknown:
             raise invalid(f"{where}unknown field(s): {', '.join(unknown)}")
+        if queue is None and "queue" in obj:
+            queue = obj["queue"]
+            if not isinstance(queue, str) or not NAME_PATTERN.fullmatch(queue):
+                raise invalid(f"{where}queue must match {NAME_RULE}")
         name = obj.get("name")
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
             raise invalid(f"{where}name must match {NAME_RULE}")
@@ -115,16 +130,16 @@ class Service:
         key = obj.get("unique_key")
         if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY):
             raise invalid(f"{where}unique_key must be a string of 1 to {MAX_UNIQUE_KEY} characters")
-        job = spec.new(
-            obj.get("payload"),
-            queue=queue,
-            delay_s=delay,
-            max_attempts=max_attempts,
-            priority=priority,
-            unique_key=key,
-            at_ms=self.queue.clock(),
-        )
         try:
+            job = spec.new(
+                obj.get("payload"),
+                queue=queue,
+                delay_s=delay,
+                max_attempts=max_attempts,
+                priority=priority,
+                unique_key=key,
+                at_ms=self.queue.clock(),
+            )
             size = len(job.payload_json().encode())
         except ValueError as exc:
             raise invalid(f"{where}{exc}") from None
@@ -142,20 +157,57 @@ class Service:
             if result is not None:
                 await result
 
+    def _notes(self, queue: str, paused_queues: set[str]) -> dict[str, Any]:
+        """What a push's answer says about its queue: a 201 alone does not
+        mean the job will run. `paused`: the queue is paused, its jobs wait
+        for a resume; `drained`: this Worker's D1QUEUE_QUEUES drains it (when
+        False, no drain here runs the job); `warnings`: either, in words."""
+        paused = queue in paused_queues
+        drained = self.config.drains(queue)
+        warnings = []
+        if paused:
+            warnings.append(
+                f"queue {queue!r} is paused: its jobs wait until it is resumed "
+                f"(POST /v1/queues/{queue}/resume)"
+            )
+        if not drained:
+            warnings.append(
+                f"queue {queue!r} is not drained by this Worker: D1QUEUE_QUEUES is "
+                f'{",".join(self.config.queues)!r}; add the queue, or end the list with "*"'
+            )
+        return {"paused": paused, "drained": drained, "warnings": warnings}
+
     async def dispatch(self, queue: str, obj: Any) -> dict[str, Any]:
-        job = self.parse_job(check_queue(queue), obj)
-        job_id = await self.queue.push(job)
-        await self._pushed(queue)
-        return {"id": job_id, "queue": queue, "deduplicated": job_id != job.id}
+        """Push one job to `queue` (the path's queue overrides the registered one)."""
+        return await self._dispatch(self.parse_job(check_queue(queue), obj))
+
+    async def dispatch_job(self, obj: Any) -> dict[str, Any]:
+        """Push one job by name alone: to the object's `queue` if it has one,
+        else to the job's registered queue."""
+        return await self._dispatch(self.parse_job(None, obj))
+
+    async def _dispatch(self, job: QueuedJob) -> dict[str, Any]:
+        job_id, paused = await self.admin.push_reading_paused(lambda q: q.push(job))
+        await self._pushed(job.queue)
+        return {
+            "id": job_id,
+            "queue": job.queue,
+            "deduplicated": job_id != job.id,
+            **self._notes(job.queue, paused),
+        }
 
     async def dispatch_batch(self, queue: str, jobs: Any) -> dict[str, Any]:
         check_queue(queue)
         if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_BATCH:
             raise invalid(f"jobs must be an array of 1 to {MAX_BATCH} jobs")
         parsed = [self.parse_job(queue, j, f"jobs[{i}]: ") for i, j in enumerate(jobs)]
-        results = await self.queue.push_many(parsed)
+        results, paused = await self.admin.push_reading_paused(lambda q: q.push_many(parsed))
         await self._pushed(queue)
-        return {"ids": [i for i, _ in results], "deduplicated": [d for _, d in results]}
+        return {
+            "ids": [i for i, _ in results],
+            "deduplicated": [d for _, d in results],
+            **self._notes(queue, paused),
+        }
 
     # -- queues -----------------------------------------------------------------
 
@@ -218,8 +270,8 @@ class Service:
     ) -> dict[str, Any]:
         if queue is not None:
             check_queue(queue)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
-            raise ApiError(400, "invalid_limit", f"limit must be an integer from 1 to {MAX_LIST}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise ApiError(400, "invalid_limit", f"limit must be an integer from 1 to {MAX_PAGE}")
         try:
             jobs, next_cursor = await self.admin.failed_page(queue, limit, cursor)
         except ValueError as exc:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .config import Config, ConfigError
+from .config import ALL_QUEUES, Config, ConfigError
 from .context import Fetch, JobContext
 from .errors import Fail, Retry
 from .job import QueuedJob
@@ -289,9 +289,9 @@ async def drain(
             slots[slot] = held_for
         return chosen
 
-    listed = [q for q in config.queues if q != "*"]
+    listed = list(config.listed_queues)
     try:
-        paused, found = await queue.survey(every_queue=config.queues[-1] == "*")
+        paused, found = await queue.survey(every_queue=config.queues[-1] == ALL_QUEUES)
     except Exception as exc:  # D1 is failing: nothing is held yet
         report.stopped, report.error = "d1_error", _describe(exc)
         return finish()
