@@ -20,7 +20,7 @@ from .conftest import FIXTURE, ROOT, Host, RpcError, bundle_for, start_host
 # Q: a job row whose nullable columns are the last four parameters.
 INSERT_JOB = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, max_attempts, available_at, band,"
-    " reserved_at, locked_until, reservation, created_at, unique_key)"
+    " reserved_at, last_error, reservation, created_at, unique_key)"
     " VALUES (?, 'default', 'noop', '{}', 3, 0, 0, ?, ?, ?, 0, ?)"
 )
 

@@ -125,16 +125,17 @@ def test_rpc_methods_as_a_js_worker_calls_them(clean_host: Host) -> None:
 
 
 def test_a_push_by_name_and_what_a_push_says_about_its_queue(clean_host: Host) -> None:
-    """In the real Worker (wrangler.toml drains "default"): a push by name
-    alone lands on the job's registered queue, over HTTP and RPC; a push to a
-    queue the configuration leaves out, or to a paused one, says so."""
+    """In the real Worker (wrangler.toml drains "*", every queue): a push by
+    name alone lands on the job's registered queue, over HTTP and RPC; a push
+    to a queue of the caller's own name is drained; a push to a paused queue
+    says so. (A queue an explicit D1QUEUE_QUEUES leaves out: tests/test_api.py.)"""
     h = clean_host
     by_http = h.api("POST", "/v1/jobs", {"name": "example.echo", "payload": 1})
     assert by_http.status == 201, by_http.text
     assert by_http.json()["queue"] == "default" and by_http.json()["warnings"] == []
     by_rpc = h.rpc("dispatch_job", {"name": "example.echo", "payload": 2, "queue": "side"})
-    assert (by_rpc["queue"], by_rpc["drained"], by_rpc["paused"]) == ("side", False, False)
-    assert "D1QUEUE_QUEUES" in by_rpc["warnings"][0]
+    assert (by_rpc["queue"], by_rpc["drained"], by_rpc["paused"]) == ("side", True, False)
+    assert by_rpc["warnings"] == []
     assert h.api("POST", "/v1/queues/default/pause").status == 200
     paused = h.api("POST", "/v1/queues/default/jobs", {"name": "example.echo"}).json()
     assert (paused["paused"], paused["drained"]) == (True, True)
