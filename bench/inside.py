@@ -248,7 +248,7 @@ async def invocation(
         wall = time.perf_counter() - t0
         out = {
             "claimed": report.claimed,
-            "succeeded": report.succeeded,
+            "completed": report.completed,
             "failed": report.failed,
             "rounds": report.rounds,
             "stopped": report.stopped,
@@ -266,7 +266,7 @@ async def invocation(
         wall = time.perf_counter() - t0
         out = {
             "claimed": seed_report.claimed,
-            "succeeded": seed_report.succeeded,
+            "completed": seed_report.completed,
             "failed": seed_report.failed,
             "rounds": seed_report.claimed,
             "stopped": seed_report.stopped,
@@ -299,7 +299,7 @@ async def job_life(db: Any, design: str, n: int, *, fail: bool = False) -> dict[
             reservation_s=RESERVATION_S,
         )
         report = await drain(q, REGISTRY, config)
-        done = report.failed if fail else report.succeeded
+        done = report.failed if fail else report.completed
         total = _usage(q.binding)
     else:
         sq = SeedQueue(db, reservation_s=RESERVATION_S)
@@ -307,7 +307,7 @@ async def job_life(db: Any, design: str, n: int, *, fail: bool = False) -> dict[
             await sq.push(name, {"i": i}, queue=queue)
         pushed = _usage(sq.binding)
         seed_report = await seed_drain(sq, SEED_HANDLERS, name=queue, query_budget=10**9)
-        done = seed_report.failed if fail else seed_report.succeeded
+        done = seed_report.failed if fail else seed_report.completed
         total = _usage(sq.binding)
     return {
         "jobs": n,

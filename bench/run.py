@@ -84,7 +84,7 @@ def runtime_figures(plan: Plan) -> dict[str, Any]:
         out["life"] = {}
         for design in DESIGNS:
             for fail in (False, True):
-                key = f"{design}/{'fail' if fail else 'ack'}"
+                key = f"{design}/{'fail' if fail else 'complete'}"
                 log(f"job life {key}: {plan.life_jobs} pushes, then a drain")
                 out["life"][key] = call("job_life", design=design, n=plan.life_jobs, fail=fail)
         out["delayed"] = delayed_backlog(call, plan)
@@ -445,7 +445,7 @@ def table_rows(fig: dict[str, Any]) -> list[Row]:
 
     life = fig["life"]
     for outcome, label, limit in (
-        ("ack", "rows written / job life (push + claim + ack)", 4),
+        ("complete", "rows written / job life (push + claim + ack)", 4),
         ("fail", "rows written / failed job (push + claim + fail)", 7),
     ):
         ours = life[f"d1queue/{outcome}"]

@@ -163,7 +163,7 @@ Handler = Callable[[Any], Awaitable[None]]
 @dataclass
 class SeedReport:
     claimed: int = 0
-    succeeded: int = 0
+    completed: int = 0
     failed: int = 0
     stopped: str = ""
 
@@ -208,5 +208,5 @@ async def seed_drain(
             report.failed += 1
         else:
             await queue.acknowledge(job)
-            report.succeeded += 1
+            report.completed += 1
     return report

@@ -308,7 +308,7 @@ async def case_drains_run_each_job_once(db: Any, clock: Clock) -> None:
     config = Config(plan="paid", batch_size=8)
     ra, rb = await asyncio.gather(drain(a, reg, config), drain(b, reg, config))
     assert runs == Counter(range(40)), "each job ran exactly once"
-    assert ra.succeeded + rb.succeeded == 40 and ra.failed + rb.failed == 2
+    assert ra.completed + rb.completed == 40 and ra.failed + rb.failed == 2
     assert ra.stale + rb.stale == 0
     assert await rows(a) == []
     errors = sorted(f.error for f in await a.failed_jobs())

@@ -215,7 +215,7 @@ async def test_stats_pause_resume_clear(
     assert report.claimed == 0 and report.paused == ["a"]
     assert (await client("POST", "/v1/queues/a/jobs", {"name": "t.echo"})).status == 201
     assert (await client("POST", "/v1/queues/a/resume")).body["paused"] is False
-    assert (await drain(queue, reg, Config(queues=("a",)))).succeeded == 3
+    assert (await drain(queue, reg, Config(queues=("a",)))).completed == 3
     r = await client("DELETE", "/v1/queues/a/jobs")
     assert r.body == {"deleted": 2}, "the delayed job and the reserved one"
 

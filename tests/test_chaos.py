@@ -2,8 +2,8 @@
 file, with D1's faults injected on every connection (calls failing before
 they commit, replies lost after, "overloaded" errors), drains cancelled
 mid-round and processes killed with SIGKILL. Checked from the handlers'
-own ledger: no job lost, no succeeded job run again unless the drain that ran
-it was killed or cancelled, no succeeded job in the failed table. Prints the
+own ledger: no job lost, no completed job run again unless the drain that ran
+it was killed or cancelled, no completed job in the failed table. Prints the
 figures it checks."""
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def test_chaos_loses_nothing_and_reruns_only_what_died(tmp_path: Path) -> None:
         f"\nchaos: {JOBS} jobs, {len(ledgers)} worker processes ({kills} killed), "
         f"{len(cancelled)} drains cancelled; {sum(starts.values())} handler runs; "
         f"lost {len(lost)}; failed {len(failed)} (of them after succeeding: "
-        f"{len(succeeded_then_failed)}); succeeded jobs run again: {len(rerun)}, "
+        f"{len(succeeded_then_failed)}); completed jobs run again: {len(rerun)}, "
         f"{len(excused)} because their drain was killed or cancelled, {len(our_fault)} "
         f"otherwise; stale settles reported: {len(stale)}; unsettled outcomes reported: "
         f"{len(unsettled)}"

@@ -180,7 +180,7 @@ async def test_the_registered_queue_applies_from_python_and_handlers(
     # A handler's ctx.queue carries the drain's registry, even when the
     # D1Queue the drain was given had none.
     await D1Queue(db, clock=clock).dispatch("fan.out", {"to": "c"})
-    assert (await drain(D1Queue(db, clock=clock), reg, Config())).succeeded == 1
+    assert (await drain(D1Queue(db, clock=clock), reg, Config())).completed == 1
     (row,) = db.query(
         "SELECT queue, max_attempts, priority, unique_key FROM d1queue_jobs "
         'WHERE payload = \'{"to":"c"}\''

@@ -53,7 +53,7 @@ async def test_a_drain_runs_every_job_once_and_reports(queue: D1Queue, db: Sqlit
         await queue.dispatch("count", i)
     report = await drain(queue, counting_registry(runs), Config(plan="paid", batch_size=25))
     assert runs == Counter(range(60))
-    assert (report.claimed, report.succeeded, report.failed, report.stale) == (60, 60, 0, 0)
+    assert (report.claimed, report.completed, report.failed, report.stale) == (60, 60, 0, 0)
     assert report.stopped == "empty"
     # reclaim; 3 rounds of (previous settle + SELECT, claim batch); the last
     # round's settle. The last round found 10 < 25 jobs, so no SELECT is spent
@@ -86,7 +86,7 @@ async def test_outcomes_ack_retry_fail(queue: D1Queue, clock: Clock) -> None:
     for name in ("ok", "flaky", "later", "bad"):
         await queue.dispatch(name, max_attempts=2)
     report = await drain(queue, reg)
-    assert (report.succeeded, report.retried, report.failed) == (1, 2, 1)
+    assert (report.completed, report.retried, report.failed) == (1, 2, 1)
     flaky_job = await by_name(queue, "flaky")
     assert flaky_job.available_at == clock() + 10_000, "backoff after attempt 1"
     assert "RuntimeError: transient" in (flaky_job.last_error or "")
@@ -137,7 +137,7 @@ async def test_unknown_names_and_bad_payloads_fail_without_stopping_the_drain(
     await queue.dispatch("count", 2)
     report = await drain(queue, counting_registry(runs))
     assert runs == Counter([2])
-    assert (report.succeeded, report.failed) == (1, 2)
+    assert (report.completed, report.failed) == (1, 2)
     errors = sorted(f.error for f in await queue.failed_jobs())
     assert "no handler is registered for job name 'nobody.registered.this'" in errors[0]
     assert errors[1].startswith("undecodable payload")
@@ -156,10 +156,10 @@ async def test_the_drain_stops_at_its_query_budget_losing_nothing(
     assert report.stopped == "query_budget"
     spent = report.queries if counts_as == "query" else report.statements
     assert spent <= 20
-    assert report.succeeded == report.claimed == sum(runs.values()) > 0
+    assert report.completed == report.claimed == sum(runs.values()) > 0
     assert max(runs.values()) == 1
     left = db.query("SELECT COUNT(*) AS n, MAX(reserved_at) AS r FROM d1queue_jobs")[0]
-    assert left["n"] == 200 - report.succeeded and left["r"] is None, "nothing left claimed"
+    assert left["n"] == 200 - report.completed and left["r"] is None, "nothing left claimed"
     # Later drains finish the rest, each job once.
     while (await drain(queue, reg, config)).claimed:
         pass
@@ -184,7 +184,7 @@ async def test_the_drain_stops_at_its_time_budget_losing_nothing(
     report = await drain(queue, reg, config, monotonic=mono)
     assert report.stopped == "time_budget"
     assert report.claimed == 15, "three rounds of five started before 12 s had passed"
-    assert report.succeeded == 15 and max(runs.values()) == 1
+    assert report.completed == 15 and max(runs.values()) == 1
     assert (
         db.query("SELECT COUNT(*) AS n FROM d1queue_jobs WHERE reserved_at IS NULL")[0]["n"] == 35
     )
@@ -196,7 +196,7 @@ async def test_several_queues_are_drained(queue: D1Queue) -> None:
         for i in range(3):
             await queue.dispatch("count", f"{q}{i}", queue=q)
     report = await drain(queue, counting_registry(runs), Config(plan="paid", queues=("a", "b")))
-    assert report.succeeded == 6 and set(runs) == {"a0", "a1", "a2", "b0", "b1", "b2"}
+    assert report.completed == 6 and set(runs) == {"a0", "a1", "a2", "b0", "b1", "b2"}
     assert await queue.size("c") == 3
 
 
@@ -214,7 +214,7 @@ async def test_a_stale_settle_is_counted_not_applied(queue: D1Queue, clock: Cloc
 
     await queue.dispatch("long")
     report = await drain(queue, reg, Config(reservation_s=90))
-    assert report.stale == 1 and report.succeeded == 0
+    assert report.stale == 1 and report.completed == 0
     (row,) = (await queue.binding.run("SELECT reservation FROM d1queue_jobs")).rows
     assert row["reservation"] is not None, "still held by the second worker"
 
@@ -229,7 +229,7 @@ async def test_the_configured_lease_is_the_one_claims_get(queue: D1Queue, clock:
 
     await queue.dispatch("long", None)
     report = await drain(queue, reg, Config(reservation_s=300))
-    assert report.succeeded == 1 and leases == [300_000]
+    assert report.completed == 1 and leases == [300_000]
 
 
 async def test_the_lease_must_cover_the_longest_job(db: SqliteD1) -> None:
@@ -282,7 +282,7 @@ async def test_two_drains_at_once_never_run_a_job_twice(shared_file: Any, clock:
         drain(b, reg, Config(plan="paid", batch_size=10)),
     )
     assert runs == Counter(range(100))
-    assert ra.succeeded + rb.succeeded == 100 and ra.succeeded and rb.succeeded
+    assert ra.completed + rb.completed == 100 and ra.completed and rb.completed
 
 
 def test_backoff_grows_caps_and_jitters() -> None:
@@ -299,9 +299,9 @@ async def test_settings_can_be_given_as_keywords(queue: D1Queue) -> None:
     for q in ("a", "b"):
         await queue.dispatch("count", q, queue=q)
     report = await drain(queue, counting_registry(runs), queues=["b"], batch_size=5)
-    assert runs == Counter(["b"]) and report.succeeded == 1
+    assert runs == Counter(["b"]) and report.completed == 1
     report = await drain(queue, counting_registry(runs), queues="a")
-    assert runs == Counter(["a", "b"]) and report.succeeded == 1
+    assert runs == Counter(["a", "b"]) and report.completed == 1
     with pytest.raises(ConfigError):
         await drain(queue, counting_registry(runs), batch_size=0)
     with pytest.raises(TypeError):

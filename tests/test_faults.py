@@ -49,7 +49,7 @@ async def test_a_wild_retry_delay_is_clamped_and_settles_with_the_others(
     for i in range(INNOCENT):
         await queue.dispatch("fine", i)
     report = await drain(queue, reg, Config(plan="paid"))
-    assert (report.retried, report.succeeded) == (1, INNOCENT)
+    assert (report.retried, report.completed) == (1, INNOCENT)
     (row,) = (await queue.binding.run("SELECT available_at FROM d1queue_jobs")).rows
     expected = 0 if delay == -5 else MAX_DELAY_S * 1000
     assert row["available_at"] == clock() + expected
@@ -121,7 +121,7 @@ async def test_a_deep_payload_written_behind_our_back_fails_alone(
     async def fine(payload: Any) -> None: ...
 
     report = await drain(queue, reg, Config())
-    assert (report.failed, report.succeeded) == (1, 1)
+    assert (report.failed, report.completed) == (1, 1)
     (failed,) = await queue.failed_jobs()
     assert "nests deeper than 64 levels" in failed.error
 
@@ -204,11 +204,11 @@ async def test_a_failed_settle_batch_settles_its_outcomes_on_their_own(
     db.fail_when(ACK, "D1_ERROR: D1 DB is overloaded. Too many requests queued.", times=1)
     report = await drain(patient, counting(runs), Config(plan="paid", batch_size=10))
     assert report.stopped == "d1_error" and "overloaded" in report.error
-    assert report.succeeded == 10 and report.unsettled == [] and report.stale == 0
+    assert report.completed == 10 and report.unsettled == [] and report.stale == 0
     clock.advance(3600)  # any lease would have lapsed by now
     report = await drain(patient, counting(runs), Config(plan="paid", batch_size=10))
     assert runs == Counter(range(30)), "no job ran twice"
-    assert await patient.failed_jobs() == [], "no succeeded job was failed"
+    assert await patient.failed_jobs() == [], "no completed job was failed"
 
 
 async def test_one_outcome_d1_refuses_costs_no_other_its_outcome(
@@ -221,7 +221,7 @@ async def test_one_outcome_d1_refuses_costs_no_other_its_outcome(
         await patient.dispatch("count", i)
     db.fail_when(RELEASE, "D1_ERROR: something D1 will never take", times=None)
     report = await drain(patient, reg, Config(plan="paid"))
-    assert report.succeeded == 5
+    assert report.completed == 5
     assert len(report.unsettled) == 1, "the release D1 refuses every time is reported"
     assert await patient.size("default") == 0, "the unsettled job is still held"
 
@@ -231,7 +231,7 @@ async def test_a_lost_claim_reply_spends_no_attempt(patient: D1Queue, db: Sqlite
     await patient.dispatch("count", "once", max_attempts=1)
     db.lose_reply_when(CLAIM)
     report = await drain(patient, counting(runs), Config())
-    assert (report.succeeded, report.failed, report.stale) == (1, 0, 0)
+    assert (report.completed, report.failed, report.stale) == (1, 0, 0)
     assert runs == Counter(["once"])
 
 
@@ -246,7 +246,7 @@ async def test_a_claim_whose_batch_fails_after_landing_is_undone(
     job = await patient.job(job_id)
     assert job is not None and job.attempts == 0 and job.reserved_until is None
     report = await drain(patient, counting(runs), Config())
-    assert report.succeeded == 1 and runs == Counter(["one try"])
+    assert report.completed == 1 and runs == Counter(["one try"])
 
 
 async def test_a_lost_settle_reply_is_our_write_not_a_stale_one(
@@ -259,7 +259,7 @@ async def test_a_lost_settle_reply_is_our_write_not_a_stale_one(
     db.lose_reply_when(ACK, times=1)
     db.lose_reply_when(RELEASE, times=1)
     report = await drain(patient, counting(runs), Config())
-    assert (report.succeeded, report.retried, report.stale) == (4, 1, 0)
+    assert (report.completed, report.retried, report.stale) == (4, 1, 0)
     assert report.resent == 5
     assert report.unsettled == []
 

@@ -60,7 +60,7 @@ async def test_delivers_once_on_2xx(queue: D1Queue, reg: Registry, server: Serve
     payload = {"url": f"{server.url}/hook", "body": {"a": 1}, "headers": {"x-k": "v"}}
     await queue.dispatch("http.request", payload)
     report = await run(queue, reg)
-    assert report.succeeded == 1
+    assert report.completed == 1
     assert server.seen == [("POST", "/hook", '{"a": 1}', "v")]
 
 
@@ -74,7 +74,7 @@ async def test_503_then_success_honours_retry_after(
     assert job is not None and job.available_at == clock() + 42_000
     assert job.last_error == f"retry requested: GET {server.url}/flaky answered 503: busy"
     clock.advance(42)
-    assert (await run(queue, reg)).succeeded == 1
+    assert (await run(queue, reg)).completed == 1
     assert len(server.seen) == 2
 
 
@@ -116,7 +116,7 @@ async def test_expect_status_and_service_bindings(
         "http.request", {"service": "HOOKS", "path": "/conflict", "expect_status": 409}
     )
     report = await run(queue, reg, env={"HOOKS": server.url})
-    assert (report.succeeded, report.failed) == (1, 1)
+    assert (report.completed, report.failed) == (1, 1)
     (failed,) = await queue.failed_jobs()
     assert "answered 201" in failed.error
 

@@ -133,7 +133,7 @@ async def test_a_handler_past_its_declared_budget_is_retried_and_others_finish(
     report = await drain(
         queue.metered(meter), greedy, Config(), env=SimpleNamespace(DB=db), fetch=urllib_fetch
     )
-    assert (report.retried, report.succeeded) == (1, 0)
+    assert (report.retried, report.completed) == (1, 0)
     assert len(server.seen) == 1, "the fetch past the budget was never sent"
     job = (await queue.binding.run("SELECT last_error FROM d1queue_jobs")).rows[0]
     assert "SubrequestLimitExceeded" in job["last_error"]
@@ -153,7 +153,7 @@ async def test_a_handler_that_swallows_the_refusal_is_still_retried(
 
     await queue.dispatch("sly", None)
     report = await drain(queue, reg, Config(), fetch=urllib_fetch)
-    assert (report.retried, report.succeeded) == (1, 0)
+    assert (report.retried, report.completed) == (1, 0)
     assert server.seen == []
 
 

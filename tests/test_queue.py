@@ -126,7 +126,7 @@ async def test_a_settle_batch_is_all_or_nothing(db: SqliteD1, queue: D1Queue) ->
     jobs = await queue.reserve_batch("default", 3)
     before = rows(db)
     db.fail_when("INSERT OR REPLACE INTO d1queue_failed_jobs")
-    outcomes = [Outcome(jobs[0], "ack"), Outcome(jobs[1], "release"), Outcome(jobs[2], "fail")]
+    outcomes = [Outcome(jobs[0], "complete"), Outcome(jobs[1], "retry"), Outcome(jobs[2], "fail")]
     with pytest.raises(D1Error):
         await queue.settle(outcomes)
     assert rows(db) == before

@@ -52,7 +52,7 @@ def plan(db: SqliteD1, statement: str) -> list[str]:
 def test_every_statement_is_covered() -> None:
     """The walk over sql.py finds the statements the driver sends."""
     names = set(statements())
-    assert {"SELECT_CANDIDATES", "CLAIM", "ACKNOWLEDGE", "RELEASE", "FAIL_RECORD"} <= names
+    assert {"SELECT_CANDIDATES", "CLAIM", "DELETE_HELD", "RETRY", "FAIL_RECORD"} <= names
     assert {"SELECT_JOB", "CANCEL_JOB", "RECLAIM_EXPIRED", "JOB_STATS", "QUEUE_NAMES"} <= names
     assert len(names) >= 30
 
@@ -71,7 +71,7 @@ def test_the_claim_reads_both_bands_by_key_without_sorting(db: SqliteD1) -> None
     assert not any("TEMP B-TREE" in line for line in lines), lines
 
 
-@pytest.mark.parametrize("name", ["CLAIM", "ACKNOWLEDGE", "RELEASE", "SELECT_JOB", "CANCEL_JOB"])
+@pytest.mark.parametrize("name", ["CLAIM", "DELETE_HELD", "RETRY", "SELECT_JOB", "CANCEL_JOB"])
 def test_lookups_by_id_use_the_id_index(db: SqliteD1, name: str) -> None:
     lines = plan(db, statements()[name])
     assert any("USING INDEX d1queue_jobs_id (id=?)" in line for line in lines), lines

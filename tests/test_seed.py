@@ -133,7 +133,7 @@ async def test_releasing_clears_the_reservation_and_pushes_availability_out(
     row = db.query("SELECT * FROM d1queue_jobs")[0]
     assert (
         row["reserved_at"] is None and row["reservation"] == job.reservation
-    )  # kept: see sql.RELEASE
+    )  # kept: see sql.RETRY
     assert row["locked_until"] == clock() + 30_000, "a short retry waits in place"
     assert await queue.reserve("default") is None
     clock.advance(30)

@@ -53,13 +53,13 @@ class Outcome:
     """How one reserved job ends this attempt; settled in batches."""
 
     job: QueuedJob
-    action: Literal["ack", "release", "fail"]
+    action: Literal["complete", "retry", "fail"]
     delay_s: float = 0.0
     error: str | None = None
 
 
-Mark = Literal["held", "resent", "stale", "unsettled"]
-"""How an outcome's settle ended: written ("held": our lease held);
+Mark = Literal["written", "resent", "stale", "unsettled"]
+"""How an outcome's settle ended: "written" (our lease held);
 "resent": written by an earlier send of ours whose reply was lost; "stale":
 another worker holds the job now (our lease lapsed), nothing written;
 "unsettled": D1 refused it every time; the lease will lapse and the job
@@ -438,9 +438,9 @@ class D1Queue:
 
     def _statements(self, outcome: Outcome, now: int) -> list[Statement]:
         job = outcome.job
-        if outcome.action == "ack":
-            return [(sql.ACKNOWLEDGE, (job.id, job.reservation))]
-        if outcome.action == "release":
+        if outcome.action == "complete":
+            return [(sql.DELETE_HELD, (job.id, job.reservation))]
+        if outcome.action == "retry":
             # Clamped: a Retry(delay_s=inf) or a Retry-After of 10^14 must not
             # push available_at past what D1 binds, failing the whole batch.
             delay_ms = round(clamp_delay_s(outcome.delay_s) * 1000)
@@ -448,11 +448,11 @@ class D1Queue:
             # written), costing each claim scan no more than a job in flight
             # does; a longer wait moves it to the delayed band, out of the
             # claim's way.
-            release = sql.RELEASE if delay_ms <= self.reservation_ms else sql.RELEASE_DELAYED
-            return [(release, (now + delay_ms, outcome.error, job.id, job.reservation))]
+            retry = sql.RETRY if delay_ms <= self.reservation_ms else sql.RETRY_DELAYED
+            return [(retry, (now + delay_ms, outcome.error, job.id, job.reservation))]
         return [
             (sql.FAIL_RECORD, (outcome.error or "failed", now, job.id, job.reservation)),
-            (sql.ACKNOWLEDGE, (job.id, job.reservation)),
+            (sql.DELETE_HELD, (job.id, job.reservation)),
         ]
 
     def _settle_statements(
@@ -539,8 +539,8 @@ class D1Queue:
             i += span
             resent = first.resent or maybe_sent
             if first.changes == 1:
-                marks.append("resent" if resent else "held")
-            elif resent and outcome.action in ("ack", "fail"):
+                marks.append("resent" if resent else "written")
+            elif resent and outcome.action in ("complete", "fail"):
                 marks.append("stale")
                 unsure.append(n)
             else:
@@ -558,22 +558,27 @@ class D1Queue:
                     marks[n] = "resent"
         return marks
 
-    async def acknowledge(self, job: QueuedJob) -> bool:
+    async def complete(self, job: QueuedJob) -> bool:
         """The job is done: delete it (releasing its unique_key). False if the
         lease had lapsed and this worker no longer held the job."""
-        (held,) = await self.settle([Outcome(job, "ack")])
-        return held
+        (written,) = await self.settle([Outcome(job, "complete")])
+        return written
 
-    async def release(self, job: QueuedJob, delay_s: float = 0, error: str | None = None) -> bool:
+    async def retry(self, job: QueuedJob, delay_s: float = 0, error: str | None = None) -> bool:
         """Put the job back, runnable after `delay_s`. False if stale."""
-        (held,) = await self.settle([Outcome(job, "release", delay_s=delay_s, error=error)])
-        return held
+        (written,) = await self.settle([Outcome(job, "retry", delay_s=delay_s, error=error)])
+        return written
+
+    acknowledge = complete
+    """The seed's name for `complete`."""
+    release = retry
+    """The seed's name for `retry`."""
 
     async def fail(self, job: QueuedJob, error: str) -> bool:
         """Move the job to the failed table with `error`, in one transaction:
         never lost, never recorded twice. False if stale."""
-        (held,) = await self.settle([Outcome(job, "fail", error=error)])
-        return held
+        (written,) = await self.settle([Outcome(job, "fail", error=error)])
+        return written
 
     # -- the rest of the seed's surface ------------------------------------
 

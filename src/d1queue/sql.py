@@ -103,7 +103,7 @@ UNCLAIM = (
 # whose lease lapsed, and whose job was claimed again, matches no row and
 # changes nothing.
 # ?1 id ?2 reservation
-ACKNOWLEDGE = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reservation = ?2"
+DELETE_HELD = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reservation = ?2"
 
 # A retry, in place: the row stays where it is in the key, locked until the
 # retry time, so it writes one row and no index entry. The token stays on
@@ -111,21 +111,21 @@ ACKNOWLEDGE = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reservation = ?2"
 # re-sent after its reply was lost matches again and reports the job as
 # released by us; the next claim replaces the token.
 # ?1 retry time ?2 last_error (NULL keeps the previous one) ?3 id ?4 reservation
-RELEASE = (
+RETRY = (
     "UPDATE d1queue_jobs SET reserved_at = NULL, locked_until = ?1, "
     "last_error = COALESCE(?2, last_error) WHERE id = ?3 AND reservation = ?4"
 )
 
-# A retry further off than a lease (see D1Queue.release_in_place_ms) moves to
+# A retry further off than the lease (D1Queue.reservation_s) moves to
 # the delayed band instead (the row and its id entry: 2 rows written), so
 # long backoffs never pile up in front of ready jobs for every claim to read.
 # ?1 retry time ?2 last_error ?3 id ?4 reservation
-RELEASE_DELAYED = (
+RETRY_DELAYED = (
     f"UPDATE d1queue_jobs SET band = {DELAYED_BAND}, available_at = ?1, reserved_at = NULL, "
     "locked_until = 0, last_error = COALESCE(?2, last_error) WHERE id = ?3 AND reservation = ?4"
 )
 
-# Failing is FAIL_RECORD then ACKNOWLEDGE in one db.batch (a transaction):
+# Failing is FAIL_RECORD then DELETE_HELD in one db.batch (a transaction):
 # the copy is read from the fenced row itself, so a stale holder records
 # nothing, and a fault in either statement leaves the job where it was.
 # OR REPLACE: a job id that failed before (and was pushed again under the same

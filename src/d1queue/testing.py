@@ -9,7 +9,7 @@ Test your own handlers and Worker code with it under plain CPython::
     db = database()                       # SQLite with the migrations wrangler applies
     queue = D1Queue(db, registry=registry)
     outcome = await run_job(registry, "mail.send", {"to": "ada@example.com"})
-    assert outcome.action == "ack"
+    assert outcome.action == "complete"
     assert [j.payload for j in enqueued(db, "mail.send")] == [...]
 
 It behaves as D1 does where that matters to a queue: `batch()` is one
@@ -306,10 +306,10 @@ async def run_job(
 ) -> Outcome:
     """Run job `name`'s handler once, as the drain would (its timeout, its
     Retry and Fail, its ctx), and return the outcome without storing it:
-    `action` is "ack", "release" (retry, after `delay_s`) or "fail", with the
+    `action` is "complete", "retry" (after `delay_s`) or "fail", with the
     `error`. Follow-up jobs the handler dispatches go to `db` (default: a
     fresh database), where `enqueued` finds them."""
-    from .worker import run_job as run
+    from .worker import outcome_of
 
     spec = registry.get(name)
     if spec is None:
@@ -317,7 +317,7 @@ async def run_job(
     queue = D1Queue(db if db is not None else database(), registry=registry)
     job = spec.new(payload)
     job.attempts = attempt
-    return await run(job, registry, JobContext(job=job, queue=queue, env=env, http=fetch))
+    return await outcome_of(job, registry, JobContext(job=job, queue=queue, env=env, http=fetch))
 
 
 def enqueued(db: SqliteD1, name: str | None = None, queue: str | None = None) -> list[QueuedJob]:

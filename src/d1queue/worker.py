@@ -42,7 +42,7 @@ people, and every byte is stored and billed."""
 @dataclass
 class DrainReport:
     claimed: int = 0
-    succeeded: int = 0
+    completed: int = 0
     retried: int = 0
     failed: int = 0
     stale: int = 0
@@ -56,7 +56,7 @@ class DrainReport:
     """Subrequests the invocation spent during the drain, handlers' included."""
     resent: int = 0
     """Outcomes written through a re-send after a lost reply (counted in
-    succeeded, retried or failed too); `stale` are those another worker held."""
+    completed, retried or failed too); `stale` are those another worker held."""
     unsettled: list[str] = field(default_factory=list)
     """Ids of jobs whose outcome D1 refused every time: their lease will lapse
     and they will run again."""
@@ -102,10 +102,10 @@ def retry_or_fail_outcome(
         return Outcome(job, "fail", error=f"{error} (attempt {job.attempts} of {job.max_attempts})")
     backoff = spec.backoff if spec is not None else Backoff()
     delay = backoff.delay_s(job.attempts) if delay_s is None else delay_s
-    return Outcome(job, "release", delay_s=delay, error=error)
+    return Outcome(job, "retry", delay_s=delay, error=error)
 
 
-async def run_job(job: QueuedJob, registry: Registry, ctx: JobContext) -> Outcome:
+async def outcome_of(job: QueuedJob, registry: Registry, ctx: JobContext) -> Outcome:
     """Run one claimed job and decide its outcome. Never raises for anything
     the job did: a bad job fails alone and the drain goes on."""
     if job.exhausted:
@@ -129,7 +129,7 @@ async def run_job(job: QueuedJob, registry: Registry, ctx: JobContext) -> Outcom
         return retry_or_fail(f"timed out after {spec.timeout_s:g}s")
     except Exception as exc:
         return retry_or_fail(_describe(exc))
-    return Outcome(job, "ack")
+    return Outcome(job, "complete")
 
 
 SETTLE_MARGIN_S = 2.0
@@ -243,8 +243,8 @@ async def drain(
             raw_env=env,
         )
         async with slots:
-            outcome = await run_job(job, registry, ctx)
-        if budget.refused is not None and outcome.action == "ack":
+            outcome = await outcome_of(job, registry, ctx)
+        if budget.refused is not None and outcome.action == "complete":
             # The handler caught the refusal and returned: its work is not
             # whole, and this attempt must not count as done.
             outcome = retry_or_fail_outcome(job, spec, _describe(budget.refused))
@@ -310,9 +310,9 @@ async def drain(
                 report.stale += 1
             elif mark == "unsettled":
                 report.unsettled.append(outcome.job.id)
-            elif outcome.action == "ack":
-                report.succeeded += 1
-            elif outcome.action == "release":
+            elif outcome.action == "complete":
+                report.completed += 1
+            elif outcome.action == "retry":
                 report.retried += 1
             else:
                 report.failed += 1
@@ -397,4 +397,4 @@ async def drain(
     return finish()
 
 
-__all__ = ["DrainReport", "drain", "round_cost", "run_job"]
+__all__ = ["DrainReport", "drain", "outcome_of", "round_cost"]

@@ -6,7 +6,7 @@ middle of its drains, then a new host started on the same D1 state.
 
 Checked from the Worker's own output (example.echo prints each run) and the
 database: no job lost, the tables empty at the end, nothing failed, and no job
-that succeeded run again unless its first run was in the killed host (or its
+that completed run again unless its first run was in the killed host (or its
 outcome was reported unsettled, whose lease then lapsed). Prints the figures.
 
 The killed host's leases are aged past their end (locked_until set into the
@@ -284,14 +284,14 @@ def test_chaos_with_d1_faults_and_a_killed_host(tmp_path: Path) -> None:
         f"runtime chaos: killed host: {sum(ran1.values())} echo runs, cron runs {dict(runs1)}, "
         f"{held_at_kill} jobs held at the kill (of {at_start['jobs']} left); new host: "
         f"{sum(ran2.values())} echo runs, cron runs {dict(runs2)}, {aged_later} leases left "
-        f"by its own drains; drain reports: {len(reports)}, succeeded "
-        f"{sum(r['succeeded'] for r in reports)}, resent {sum(r['resent'] for r in reports)}, "
+        f"by its own drains; drain reports: {len(reports)}, completed "
+        f"{sum(r['completed'] for r in reports)}, resent {sum(r['resent'] for r in reports)}, "
         f"stale {sum(r['stale'] for r in reports)}, unsettled {sum(unsettled.values())}, "
         f"stopped by a D1 error {sum(r['stopped'] == 'd1_error' for r in reports)}"
     )
     print(
         f"runtime chaos: lost {len(lost)}; jobs left {end['jobs']}, failed {end['failed']}; "
-        f"succeeded jobs run again: {sum(n > 1 for n in ran.values())}, {len(by_kill)} first "
+        f"completed jobs run again: {sum(n > 1 for n in ran.values())}, {len(by_kill)} first "
         f"run in the killed host, {sum(1 for i in unsettled if ran[i] > 1)} reported "
         f"unsettled, {len(unexplained)} otherwise"
     )

@@ -50,7 +50,7 @@ def drains(bench: Host) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def lives(bench: Host) -> dict[str, dict[str, Any]]:
     return {
-        f"{design}/{'fail' if fail else 'ack'}": bench_host.call(
+        f"{design}/{'fail' if fail else 'complete'}": bench_host.call(
             bench, "job_life", design=design, n=20, fail=fail
         )
         for design in ("d1queue", "seed")

@@ -71,14 +71,14 @@ def test_io_jobs_drain_over_free_plan_cron_runs_within_every_cap(
         runs += 1
     free_host.idle()
     drains = wait_lines(  # cron runs, and the drains the pushes started
-        free_host, since, "d1queue.drain", lambda ds: sum(d["succeeded"] for d in ds) >= 400
+        free_host, since, "d1queue.drain", lambda ds: sum(d["completed"] for d in ds) >= 400
     )
     invocations = [
         i for i in lines_of(free_host, since, "d1queue.invocation") if i.get("kind") == "scheduled"
     ]
     # Each ping makes one fetch and one D1 query (it dispatches an echo job):
     # 400 jobs in all, 5 a run (the free plan's job cap).
-    assert sum(d["succeeded"] for d in drains) == 400
+    assert sum(d["completed"] for d in drains) == 400
     assert sum(d["retried"] + d["failed"] + d["stale"] for d in drains) == 0
     assert max(i["subrequests"] for i in invocations) <= 50
     assert all(i["outcome"] == "ok" for i in invocations), invocations
@@ -164,7 +164,7 @@ def test_a_cpu_heavy_job_shows_in_the_reported_cpu(free_host: Host) -> None:
                 await queue.dispatch("burn", None)
                 report = await drain(queue, reg, Config())
                 print('{{"event": "d1queue.drain", "trigger": "test"}}')
-                assert report.succeeded == 1
+                assert report.completed == 1
             """
         )
         (line,) = [d for d in lines_of(free_host, since, "d1queue.drain") if d["trigger"] == "test"]

@@ -53,7 +53,7 @@ def test_a_pushed_job_runs_at_the_next_scheduled_run(clean_host: Host) -> None:
     assert clean_host.api("GET", f"/v1/jobs/{job_id}").json()["state"] == "ready"
     clean_host.scheduled()
     (report,) = wait_reports(clean_host, since, 1)
-    assert (report["claimed"], report["succeeded"], report["stopped"]) == (1, 1, "empty")
+    assert (report["claimed"], report["completed"], report["stopped"]) == (1, 1, "empty")
     assert report["queries"] == 4, "reclaim, SELECT, claim batch, settle batch"
     assert echo_runs(clean_host, since) == Counter([7])
     assert clean_host.api("GET", f"/v1/jobs/{job_id}").status == 404
@@ -75,7 +75,7 @@ def test_a_job_whose_worker_died_is_recovered_by_a_later_run(clean_host: Host) -
     since = len(clean_host.output())
     clean_host.scheduled()
     (report,) = wait_reports(clean_host, since, 1)
-    assert (report["reclaimed"], report["succeeded"]) == (1, 1)
+    assert (report["reclaimed"], report["completed"]) == (1, 1)
     assert echo_runs(clean_host, since) == Counter([1])
 
 
@@ -93,9 +93,9 @@ def test_two_scheduled_runs_at_once_never_run_a_job_twice(clean_host: Host) -> N
             t.join()
         clean_host.idle()
         reports = wait_reports(clean_host, since, 2 * pair)
-        if sum(r["succeeded"] for r in reports) == 90:
+        if sum(r["completed"] for r in reports) == 90:
             break
-    assert sum(r["succeeded"] for r in reports) == 90 and sum(r["stale"] for r in reports) == 0
+    assert sum(r["completed"] for r in reports) == 90 and sum(r["stale"] for r in reports) == 0
     assert all(r["claimed"] <= 5 for r in reports)
     assert echo_runs(clean_host, since) == Counter(range(90)), "each job exactly once"
 
