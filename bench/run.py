@@ -445,7 +445,7 @@ def table_rows(fig: dict[str, Any]) -> list[Row]:
 
     life = fig["life"]
     for outcome, label, limit in (
-        ("complete", "rows written / job life (push + claim + ack)", 4),
+        ("complete", "rows written / job life (push + claim + complete)", 4),
         ("fail", "rows written / failed job (push + claim + fail)", 7),
     ):
         ours = life[f"d1queue/{outcome}"]

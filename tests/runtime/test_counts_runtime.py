@@ -99,9 +99,9 @@ def test_rows_written_per_job_life(lives: dict[str, dict[str, Any]]) -> None:
     and acknowledge 1 (neither touches a key): 4. Failing copies the row into
     the failed table (the row and its two indexes) before the delete: 7."""
     assert all(life["done"] == life["jobs"] for life in lives.values())
-    assert life_written(lives["d1queue/ack"]) == 4
+    assert life_written(lives["d1queue/complete"]) == 4
     assert life_written(lives["d1queue/fail"]) == 7
-    assert life_written(lives["d1queue/ack"]) < life_written(lives["seed/ack"])
+    assert life_written(lives["d1queue/complete"]) < life_written(lives["seed/complete"])
 
 
 def test_a_retry_writes_one_row(bench: Host) -> None:
