@@ -7,6 +7,16 @@ wrapper is set aside for the JS binding it wraps, which costs a fraction of
 the CPU per statement. Everything above this module sees plain `Result`s.
 It also counts what was sent, against the invocation's subrequest meter and
 for the benchmarks, and caps D1 calls in flight at the platform's six.
+
+On a JS binding every crossing between Python and JavaScript costs CPU (the
+free plan allows 10 ms per invocation), so the hot path crosses a constant
+number of times per batch rather than per statement or per value: a SQL text
+is prepared once per Binding (D1's `bind()` returns a new statement and
+leaves the prepared one as it was: workerd d1-api.ts), a batch's parameters
+cross as one JSON text that `JSON.parse` turns into JS values (JSON null is
+the SQL NULL a raw binding needs) and are bound by one `Array.map` per run
+of statements sharing a SQL text, and the results come back as one JSON
+text (D1 itself sent them as JSON, so nothing is lost) for `json.loads`.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import asyncio
 import contextlib
 import functools
 import importlib
+import json
 import random
 import sys
 import time
@@ -22,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .bounds import MAX_SAFE_INT
 from .limits import Meter
 
 Statement = tuple[str, Sequence[Any]]
@@ -150,6 +162,56 @@ def _result(raw: Any) -> Result:
     )
 
 
+def _decode(raw: Mapping[str, Any]) -> Result:
+    """One statement's result, already plain Python (parsed from JSON)."""
+    meta = raw.get("meta") or {}
+    return Result(
+        rows=raw.get("results") or [],
+        changes=int(meta.get("changes") or 0),
+        last_row_id=meta.get("last_row_id"),
+        rows_read=int(meta.get("rows_read") or 0),
+        rows_written=int(meta.get("rows_written") or 0),
+    )
+
+
+def _blobs_to_bytes(results: list[dict[str, Any]]) -> None:
+    """D1 returns a BLOB as an array of byte values; SQLite has no array
+    type, so every list in a row is a BLOB, read as bytes as SqliteD1 (and
+    sqlite3) does."""
+    for result in results:
+        for row in result.get("results") or ():
+            for key, value in row.items():
+                if type(value) is list:
+                    row[key] = bytes(value)
+
+
+def _json_params(params: Sequence[Any]) -> list[Any] | None:
+    """`params` as JSON-ready values that JSON.parse turns into exactly what a
+    per-value conversion would bind, or None when one needs that conversion:
+    an int past MAX_SAFE_INT (Pyodide sends it as a BigInt, which D1 refuses
+    with its own D1_TYPE_ERROR, and JSON would round it silently), NaN or
+    infinity, or any type D1 does not take. bytes become D1's own blob form,
+    an array of byte values."""
+    out = list(params)
+    for i, v in enumerate(out):
+        t = type(v)
+        if t is str or v is None or t is bool:
+            continue
+        if t is int:
+            if -MAX_SAFE_INT <= v <= MAX_SAFE_INT:
+                continue
+            return None
+        if t is float:
+            if v - v == 0.0:  # finite: NaN and infinities give NaN here
+                continue
+            return None
+        if t is bytes or t is bytearray:
+            out[i] = list(v)
+            continue
+        return None
+    return out
+
+
 class Binding:
     """A D1 binding behind a small, counted, plain-Python interface."""
 
@@ -179,17 +241,87 @@ class Binding:
         self.usage = Usage()
         self._raw = _is_js(db)
         self._null: Any = None
+        self._prepared: dict[str, Any] = {}
+        """SQL text -> the JS statement prepared from it, reused for every
+        bind (bind() copies; the prepared statement never changes)."""
+        self._binders: dict[str, Any] = {}
+        """SQL text -> a JS function binding an array of values to it."""
         if self._raw:
             # A raw binding turns Python None into JS undefined, which D1
             # rejects (D1_TYPE_ERROR); JS null is what it stores as NULL.
-            self._null = _pyodide_ffi().jsnull
+            ffi = _pyodide_ffi()
+            self._null = ffi.jsnull
+            js = importlib.import_module("js")
+            self._to_js = ffi.to_js
+            self._parse = js.JSON.parse
+            self._stringify = js.JSON.stringify
+            self._apply = js.Function.prototype.apply
         self._slots = asyncio.Semaphore(max_in_flight)
 
     def _prepare(self, sql: str, params: Sequence[Any]) -> Any:
-        stmt = self.db.prepare(sql)
+        if not self._raw:
+            stmt = self.db.prepare(sql)
+            return stmt.bind(*params) if params else stmt
+        stmt = self._statement(sql)
         if not params:
             return stmt
-        return stmt.bind(*(self._null if v is None else v for v in params))
+        return stmt.bind(*(self._js_value(v) for v in params))
+
+    def _js_value(self, value: Any) -> Any:
+        """One value for a raw binding's bind(): None as JS null (not
+        undefined, which D1 refuses), bytes as a Uint8Array (a PyProxy of
+        bytes is no type D1 takes); the rest as Pyodide converts it."""
+        if value is None:
+            return self._null
+        if isinstance(value, bytes | bytearray | memoryview):
+            return self._to_js(bytes(value))
+        return value
+
+    def _statement(self, sql: str) -> Any:
+        stmt = self._prepared.get(sql)
+        if stmt is None:
+            stmt = self._prepared[sql] = self.db.prepare(sql)
+        return stmt
+
+    def _binder(self, sql: str) -> Any:
+        """`Function.prototype.apply.bind(stmt.bind, stmt)`: called by
+        Array.map with (values, index, array), it returns
+        stmt.bind(...values); `apply` reads only its first two arguments.
+        Built from JS built-ins: Workers refuse code made from strings."""
+        binder = self._binders.get(sql)
+        if binder is None:
+            stmt = self._statement(sql)
+            binder = self._binders[sql] = self._apply.bind(stmt.bind, stmt)
+        return binder
+
+    def _js_batch(self, statements: Sequence[Statement]) -> Any:
+        """A JS Array of bound statements for a raw binding, in order: one
+        JSON.parse for every value, one map per run of statements sharing a
+        SQL text, one concat."""
+        runs: list[tuple[str, list[list[Any]]]] = []
+        for sql, params in statements:
+            values = _json_params(params)
+            if values is None:  # a value JSON cannot carry as it is
+                return self._to_js([self._prepare(q, p) for q, p in statements])
+            if runs and runs[-1][0] == sql:
+                runs[-1][1].append(values)
+            else:
+                runs.append((sql, [values]))
+        try:
+            text = json.dumps([values for _, values in runs], separators=(",", ":"))
+        except (TypeError, ValueError):  # e.g. a str subclass json cannot encode
+            return self._to_js([self._prepare(q, p) for q, p in statements])
+        arrays = self._parse(text)
+        parts = [arrays[i].map(self._binder(sql)) for i, (sql, _) in enumerate(runs)]
+        return parts[0].concat(*parts[1:]) if len(parts) > 1 else parts[0]
+
+    def _js_results(self, raw: Any) -> Any:
+        """A JS result (or Array of them) as plain Python, in one crossing."""
+        text: str = self._stringify(raw)
+        plain = json.loads(text)
+        if text.count('":[') != text.count('"results":['):  # some cell is a BLOB
+            _blobs_to_bytes(plain if isinstance(plain, list) else [plain])
+        return plain
 
     def _count(self, statements: Sequence[Statement], results: list[Result], t0: float) -> None:
         u = self.usage
@@ -236,7 +368,7 @@ class Binding:
         async with self._slots:
             t0 = time.perf_counter()
             raw, resent = await self._send(lambda: self._prepare(sql, params).all())
-            result = _result(raw)
+            result = _decode(self._js_results(raw)) if self._raw else _result(raw)
             result.resent = resent
             self._count([(sql, params)], [result], t0)
             return result
@@ -248,17 +380,18 @@ class Binding:
             return []
 
         def send() -> Any:
-            prepared = [self._prepare(sql, params) for sql, params in statements]
             if self._raw:
-                # A Python list reaches JS as a proxy, not an Array, and
-                # D1's batch() wants an Array.
-                return self.db.batch(_pyodide_ffi().to_js(prepared))
-            return self.db.batch(prepared)
+                # A JS Array: D1's batch() wants one, not a list's proxy.
+                return self.db.batch(self._js_batch(statements))
+            return self.db.batch([self._prepare(sql, params) for sql, params in statements])
 
         async with self._slots:
             t0 = time.perf_counter()
             raw, resent = await self._send(send)
-            results = [_result(r) for r in _plain(raw)]
+            if self._raw:
+                results = [_decode(r) for r in self._js_results(raw)]
+            else:
+                results = [_result(r) for r in _plain(raw)]
             for r in results:
                 r.resent = resent
             self._count(statements, results, t0)

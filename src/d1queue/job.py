@@ -161,7 +161,14 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
     text and explained in `payload_error` instead of raising mid-claim."""
     payload_error = None
     try:
-        if isinstance(row["payload"], str) and json_depth(row["payload"]) > MAX_JSON_DEPTH:
+        text = row["payload"]
+        # A text no longer than the limit cannot nest past it: the scan is
+        # skipped for the usual small payload (it is most of a row's CPU).
+        if (
+            isinstance(text, str)
+            and len(text) > MAX_JSON_DEPTH
+            and json_depth(text) > MAX_JSON_DEPTH
+        ):
             # Written by something other than d1queue: parsing it could stop
             # the Worker's Python (see bounds.MAX_JSON_DEPTH).
             raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels")

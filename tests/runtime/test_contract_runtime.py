@@ -59,3 +59,162 @@ def test_the_driver_sees_which_binding_it_has(host: Host, raw_host: Host) -> Non
         "null_key": 1,
         "t": "null",
     }
+
+
+CONVERSIONS = """
+from d1queue.binding import Binding
+
+MAX = 2**53 - 2  # d1queue.bounds.MAX_SAFE_INT: from 2^53 - 1 up Pyodide sends a BigInt
+VALUES = {
+    "none": None,
+    "max": MAX,
+    "min": -MAX,
+    "zero": 0,
+    "half": 1.5,
+    "huge": 1e300,
+    "true": True,
+    "text": 'a "quoted" \\\\ line\\nwith é and 🦆',
+    "bytes": b"\\x00\\x01\\xfe\\xff",
+    "empty_bytes": b"",
+}
+# INTEGER affinity, as d1queue's own integer columns: D1 binds every JS
+# number as a REAL (checked: bind(5) into an untyped column reads typeof
+# 'real'), and the column makes the exact ones integers again.
+T = "CREATE TABLE IF NOT EXISTS conv_t (k TEXT PRIMARY KEY, v INTEGER)"
+INSERT = "INSERT INTO conv_t (k, v) VALUES (?1, ?2)"
+READ = "SELECT k, v, typeof(v) AS t FROM conv_t ORDER BY k"
+
+
+async def refused(send):
+    try:
+        await send()
+    except Exception as exc:
+        return "D1_TYPE_ERROR" if "D1_TYPE_ERROR: Type 'bigint'" in str(exc) else str(exc)
+    return "accepted"
+
+
+async def main(env):
+    b = Binding(env.DB)
+    await b.run(T)
+    out = {}
+    for how in ("run", "batch"):
+        await b.run("DELETE FROM conv_t")
+        if how == "run":
+            for k, v in VALUES.items():
+                await b.run(INSERT, k, v)
+            rows = (await b.run(READ)).rows
+        else:
+            # Runs of different SQL texts in one batch, in order: the SELECT
+            # at the end sees every INSERT before it.
+            stmts = [(INSERT, (k, v)) for k, v in VALUES.items()]
+            rows = (await b.batch([*stmts[:3], ("SELECT 1", ()), *stmts[3:], (READ, ())]))[-1].rows
+        out[how] = {
+            "same": {r["k"]: r["v"] == (1 if r["k"] == "true" else VALUES[r["k"]]) for r in rows},
+            "types": {r["k"]: r["t"] for r in rows},
+            "py": {r["k"]: type(r["v"]).__name__ for r in rows},
+        }
+        for big in (MAX + 1, 2**60, -(2**60)):
+            out[how][f"big {big}"] = await refused(
+                (lambda: b.run(INSERT, "big", big))
+                if how == "run"
+                else (lambda: b.batch([(INSERT, ("ok", 1)), (INSERT, ("big", big))]))
+            )
+    left = await b.run("SELECT count(*) AS n FROM conv_t WHERE k = 'ok'")
+    out["left_by_refused_batches"] = left.rows[0]["n"]
+    await b.run("DROP TABLE conv_t")
+    return out
+"""
+
+
+@pytest.mark.parametrize("which", ["sdk", "raw"])
+def test_values_cross_into_d1_and_back_unchanged(host: Host, raw_host: Host, which: str) -> None:
+    """None as SQL NULL, ints to ±(2^53 - 2) exactly, bytes as a BLOB read
+    back as bytes, through single statements and through batches (which
+    send their values as one JSON text), handed the SDK's wrapper or the raw
+    binding; an int past that is refused by D1 as before, and a refused
+    batch writes nothing."""
+    out = (host if which == "sdk" else raw_host).python(CONVERSIONS)
+    types = {
+        "none": "null",
+        "max": "integer",
+        "min": "integer",
+        "zero": "integer",
+        "half": "real",
+        "huge": "real",
+        "true": "integer",
+        "text": "text",
+        "bytes": "blob",
+        "empty_bytes": "blob",
+    }
+    py = {
+        "none": "NoneType",
+        "max": "int",
+        "min": "int",
+        "zero": "int",
+        "half": "float",
+        "huge": "float",
+        "true": "int",
+        "text": "str",
+        "bytes": "bytes",
+        "empty_bytes": "bytes",
+    }
+    for how in ("run", "batch"):
+        assert out[how]["same"] == dict.fromkeys(types, True), out[how]
+        assert out[how]["types"] == types
+        assert out[how]["py"] == py
+        for big in (2**53 - 1, 2**60, -(2**60)):
+            assert out[how][f"big {big}"] == "D1_TYPE_ERROR", out[how]
+    assert out["left_by_refused_batches"] == 0
+
+
+def test_a_drain_prepares_each_sql_text_once(clean_host: Host) -> None:
+    """The hot path's per-statement cost: a drain of 60 jobs (3 rounds)
+    prepares each distinct SQL text once, and binds a batch's values with one
+    JSON text (deterministic counts, not timings)."""
+    result = clean_host.python(
+        """
+        from d1queue import Config, D1Queue, Registry, drain
+        from d1queue.binding import Binding
+
+        async def main(env):
+            reg = Registry()
+
+            @reg.job("noop", timeout_s=5)
+            async def noop(payload):
+                pass
+
+            b = Binding(env.DB)
+            q = D1Queue(b)
+            for i in range(60):
+                await q.dispatch("noop", {"i": i})
+            prepares, parses = [], []
+
+            class Counted:  # the JS binding, its prepare() calls counted
+                def __init__(self, js):
+                    self.js = js
+
+                def prepare(self, sql):
+                    prepares.append(sql)
+                    return self.js.prepare(sql)
+
+                def batch(self, statements):
+                    return self.js.batch(statements)
+
+            parse = b._parse
+            b.db, b._parse = Counted(b.db), lambda text: parses.append(text) or parse(text)
+            report = await drain(q, reg, Config(plan="paid", batch_size=25))
+            return {
+                "succeeded": report.succeeded,
+                "statements": report.statements,
+                "queries": report.queries,
+                "prepares": len(prepares),
+                "distinct": len(set(prepares)),
+                "parses": len(parses),
+            }
+        """
+    )
+    assert result["succeeded"] == 60
+    assert result["prepares"] == result["distinct"], result
+    assert result["statements"] > 3 * result["prepares"], result
+    # one JSON.parse per batch: the batches, less the single-statement runs
+    assert result["parses"] <= result["queries"], result
