@@ -149,7 +149,7 @@ import entry
 async def main(env):
     prof = cProfile.Profile()
     prof.enable()
-    await worker._drain(entry.settings(env), reclaim=True, why="profile")
+    await worker._drain(entry.config_from_env(env), why="profile")
     prof.disable()
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(40)
