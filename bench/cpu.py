@@ -92,7 +92,7 @@ def _invocation_lines(host: Host, since: int, want: int) -> list[dict[str, Any]]
         if len(scheduled) >= want and len(drains) >= want:
             for s, d in zip(scheduled, drains, strict=False):
                 s["claimed"] = d["claimed"]
-                s["succeeded"] = d["succeeded"]
+                s["completed"] = d["completed"]
                 s["rounds"] = d["rounds"]
                 s["queries"] = d["queries"]
             return scheduled
@@ -126,7 +126,7 @@ def measure(host: Host, n: int, repeats: int, warmup: int = 2) -> dict[str, Any]
         push(host, n)
         full = cron_run(host)
         empty = cron_run(host)
-        if full["succeeded"] != n or empty["claimed"] != 0:
+        if full["completed"] != n or empty["claimed"] != 0:
             raise RuntimeError(f"expected {n} then 0 jobs drained: {full} / {empty}")
         if i >= warmup:
             pairs.append((full, empty))

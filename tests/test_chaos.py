@@ -118,14 +118,14 @@ def test_chaos_loses_nothing_and_reruns_only_what_died(tmp_path: Path) -> None:
     # excused when at most one of the drains that finished the job lived on.
     excused = {i for i, ids in rerun.items() if sum(not died(d) for d in ids) <= 1}
     our_fault = sorted(set(rerun) - excused)
-    succeeded_then_failed = sorted(
+    completed_then_failed = sorted(
         i for i in failed if done[i] and not all(died(d) for d in done[i])
     )
     print(
         f"\nchaos: {JOBS} jobs, {len(ledgers)} worker processes ({kills} killed), "
         f"{len(cancelled)} drains cancelled; {sum(starts.values())} handler runs; "
         f"lost {len(lost)}; failed {len(failed)} (of them after succeeding: "
-        f"{len(succeeded_then_failed)}); completed jobs run again: {len(rerun)}, "
+        f"{len(completed_then_failed)}); completed jobs run again: {len(rerun)}, "
         f"{len(excused)} because their drain was killed or cancelled, {len(our_fault)} "
         f"otherwise; stale settles reported: {len(stale)}; unsettled outcomes reported: "
         f"{len(unsettled)}"
@@ -139,6 +139,6 @@ def test_chaos_loses_nothing_and_reruns_only_what_died(tmp_path: Path) -> None:
                 if any(d in line.split() for d in ids) and not line.startswith(("start", "done")):
                     print(ledger.name, line)
     assert our_fault == [], {i: rerun[i] for i in our_fault[:10]}
-    assert succeeded_then_failed == []
+    assert completed_then_failed == []
     assert unsettled == []
     assert kills == KILLS and cancelled, "the run did meet kills and cancellations"
