@@ -54,7 +54,7 @@ def test_a_pushed_job_runs_at_the_next_scheduled_run(clean_host: Host) -> None:
     clean_host.scheduled()
     (report,) = wait_reports(clean_host, since, 1)
     assert (report["claimed"], report["completed"], report["stopped"]) == (1, 1, "empty")
-    assert report["queries"] == 4, "reclaim, SELECT, claim batch, settle batch"
+    assert report["queries"] == 4, "paused + queue names, SELECT, claim batch, settle batch"
     assert echo_runs(clean_host, since) == Counter([7])
     assert clean_host.api("GET", f"/v1/jobs/{job_id}").status == 404
 
@@ -142,6 +142,25 @@ def test_a_push_by_name_and_what_a_push_says_about_its_queue(clean_host: Host) -
     assert "paused" in paused["warnings"][0]
     assert h.api("POST", "/v1/jobs", {"name": "example.echo", "queue": "a b"}).status == 422
     assert h.rpc("stats", "default")["ready"] == 2 and h.rpc("stats", "side")["ready"] == 1
+
+
+def test_a_job_on_a_queue_of_the_callers_own_name_runs(clean_host: Host) -> None:
+    """With the shipped configuration (D1QUEUE_QUEUES = "*"), the cron drains
+    every queue holding jobs: nothing to declare for a new queue. Two queues
+    run in one round."""
+    since = len(clean_host.output())
+    ids = []
+    for queue, i in (("acc-3f9e2", 1), ("default", 2)):
+        reply = clean_host.api(
+            "POST", f"/v1/queues/{queue}/jobs", {"name": "example.echo", "payload": {"i": i}}
+        )
+        assert reply.status == 201 and reply.json()["drained"] is True
+        ids.append(reply.json()["id"])
+    clean_host.scheduled()
+    (report,) = wait_reports(clean_host, since, 1)
+    assert (report["claimed"], report["completed"], report["rounds"]) == (2, 2, 1)
+    assert echo_runs(clean_host, since) == Counter([1, 2])
+    assert all(clean_host.api("GET", f"/v1/jobs/{i}").status == 404 for i in ids)
 
 
 def test_api_over_http_errors_and_nothing_written(clean_host: Host) -> None:
