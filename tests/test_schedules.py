@@ -676,6 +676,9 @@ async def test_api_create_replace_get_list_pause_resume_delete(
         ({"cron": "* * * * *", "name": "t.tick", "queue": "a b"}, 422, "invalid", "queue"),
         ({"cron": "* * * * *", "name": "t.tick", "id": "a/b"}, 422, "invalid", "id"),
         ({"cron": "* * * * *", "name": "t.tick", "every": 1}, 422, "invalid", "every"),
+        ({"cron": "* * * * *", "name": "t.tick", "id": ["x"]}, 422, "invalid", "id"),
+        ({"cron": ["* * * * *"], "name": "t.tick"}, 422, "invalid_cron", "cron"),
+        ({"cron": "* * * * *", "name": "t.tick", "tz": 3}, 422, "unknown_timezone", "tz"),
         ({"name": "t.tick"}, 422, "invalid", "cron is required"),
         (
             {"cron": "* * * * *", "name": "t.tick", "id": "code.one"},
@@ -735,3 +738,13 @@ def test_the_definition_version_changes_with_what_a_slot_depends_on() -> None:
     ):
         assert other.version != base.version
     assert json.loads(base.payload_json) is None
+
+
+async def test_a_time_in_new_yorks_repeated_hour_runs_once() -> None:
+    """On 1 November 2026 New York's 01:00-02:00 happens twice (EDT, then
+    EST): a 01:30 schedule runs at the first one only."""
+    reg = registry({"id": "s", "cron": "30 1 * * *", "name": "t.tick", "tz": "America/New_York"})
+    w = World(reg, ms(2026, 10, 31, 12, tz=NEW_YORK))
+    await w.every_minute(until=ms(2026, 11, 2, 12, tz=NEW_YORK))
+    days = per_local_day(w.slots(), NEW_YORK)
+    assert days == {"11-01": ["01:30-0400"], "11-02": ["01:30-0500"]}

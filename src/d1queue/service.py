@@ -332,8 +332,10 @@ class Service:
         schedule_id = obj.get("id")
         if schedule_id is None:
             schedule_id = new_id(self.queue.clock())
-        if schedule_id in {d.id for d in self.registry.schedules()}:
-            raise declared_in_code(str(schedule_id))
+        if isinstance(schedule_id, str) and schedule_id in {
+            d.id for d in self.registry.schedules()
+        }:
+            raise declared_in_code(schedule_id)
         try:
             return ScheduleDef(
                 id=schedule_id,
