@@ -16,6 +16,7 @@ from d1queue.binding import Binding
 from d1queue.http_job import register_http_job
 from d1queue.limits import PLANS, Meter
 from d1queue.openapi import document
+from d1queue.schedules import DUE_LIMITS, Schedules, trigger_grace_ms
 from d1queue.service import ApiError, Service
 from jobs import registry
 
@@ -128,7 +129,12 @@ class Default(WorkerEntrypoint):
         return Service(queue, registry, on_push=drain_after_push, config=config)
 
     async def _drain(
-        self, config: Config, *, why: str, window_s: float | None = None
+        self,
+        config: Config,
+        *,
+        why: str,
+        window_s: float | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         report = await drain(
             self._queue(config),
@@ -138,7 +144,7 @@ class Default(WorkerEntrypoint):
             fetch=_fetch,
             window_s=window_s,
         )
-        line = {"event": "d1queue.drain", "trigger": why, **report.as_dict()}
+        line = {"event": "d1queue.drain", "trigger": why, **report.as_dict(), **(extra or {})}
         print(json.dumps(line))
         return line
 
@@ -162,9 +168,21 @@ class Default(WorkerEntrypoint):
         return _json(reply.body, reply.status, reply.headers)
 
     async def scheduled(self, controller: Any, env: Any, ctx: Any) -> None:
-        """The cron: drain within the budgets (claims take over lapsed leases).
-        The report is logged as one JSON line, for `wrangler tail` and Logpush."""
-        await self._drain(config_from_env(self.env), why=f"cron {controller.cron}")
+        """The cron: enqueue due schedule slots, then drain within the budgets
+        (claims take over lapsed leases), so a slot's job starts in the run
+        that enqueued it. Schedules cost at most 2 D1 queries, counted on the
+        invocation's meter before the drain plans with what is left. The
+        report is logged as one JSON line, for `wrangler tail` and Logpush."""
+        config = config_from_env(self.env)
+        queue = self._queue(config)
+        # The later of the clock and the trigger's time: a run that starts a
+        # moment early still takes the slots of its own minute.
+        now = max(queue.clock(), int(float(controller.scheduledTime or 0)))
+        cron = str(controller.cron or "")
+        report = await Schedules(queue, registry).run(
+            now=now, grace_ms=trigger_grace_ms(cron, now), limit=DUE_LIMITS[config.plan]
+        )
+        await self._drain(config, why=f"cron {cron}", extra={"schedules": report.as_dict()})
 
     # -- RPC: for Workers with a service binding to this one ---------------------
     # Same validation as the HTTP API; errors raise (the caller sees
@@ -201,3 +219,26 @@ class Default(WorkerEntrypoint):
 
     async def retry_failed(self, id: str) -> dict[str, Any]:
         return await self._service().retry_failed(str(id))
+
+    # Schedules: POST/GET/DELETE /v1/schedules... as methods.
+
+    async def put_schedule(self, schedule: Any) -> dict[str, Any]:
+        """Create or replace a schedule ({id?, cron, name, payload?, queue?,
+        tz?, catch_up?}); the answer's `created` says which."""
+        _, result = await self._service().put_schedule(_py(schedule))
+        return result
+
+    async def schedules(self, limit: Any = 100, cursor: Any = None) -> dict[str, Any]:
+        return await self._service().schedules(_py(limit), _py(cursor))
+
+    async def schedule(self, id: str) -> dict[str, Any]:
+        return await self._service().schedule(str(id))
+
+    async def delete_schedule(self, id: str) -> dict[str, Any]:
+        return await self._service().delete_schedule(str(id))
+
+    async def pause_schedule(self, id: str) -> dict[str, Any]:
+        return await self._service().pause_schedule(str(id))
+
+    async def resume_schedule(self, id: str) -> dict[str, Any]:
+        return await self._service().resume_schedule(str(id))

@@ -254,6 +254,13 @@ class Api:
     async def _prune(self, *, query: dict[str, Any], **_: Any) -> tuple[int, Any]:
         return 200, await self.service.prune_failed(query["older_than_s"])
 
+    async def _put_schedule(self, *, body: bytes, **_: Any) -> tuple[int, Any]:
+        created, result = await self.service.put_schedule(json_object(body))
+        return (201 if created else 200), result
+
+    async def _schedules(self, *, query: dict[str, Any], **_: Any) -> tuple[int, Any]:
+        return 200, await self.service.schedules(query["limit"], query["cursor"])
+
 
 def _on_path(call: Callable[[Service, str], Awaitable[Any]]) -> Endpoint:
     """An endpoint calling `Service.<call>` with the path's one parameter."""
@@ -298,6 +305,20 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route("POST", "/v1/failed/{id}/retry", _on_path(Service.retry_failed)),
     Route("DELETE", "/v1/failed/{id}", _on_path(Service.delete_failed)),
+    Route("POST", "/v1/schedules", Api._put_schedule),
+    Route(
+        "GET",
+        "/v1/schedules",
+        Api._schedules,
+        query=(
+            QueryParam("limit", "integer", minimum=1, maximum=MAX_PAGE, default=100),
+            QueryParam("cursor", "string", pattern=NAME_RULE),
+        ),
+    ),
+    Route("GET", "/v1/schedules/{id}", _on_path(Service.schedule)),
+    Route("DELETE", "/v1/schedules/{id}", _on_path(Service.delete_schedule)),
+    Route("POST", "/v1/schedules/{id}/pause", _on_path(Service.pause_schedule)),
+    Route("POST", "/v1/schedules/{id}/resume", _on_path(Service.resume_schedule)),
 )
 """Every route but /health (answered before auth). Order matters only where
 two paths could match the same URL; none do."""

@@ -22,6 +22,7 @@ from .bounds import (
     NAME_RULE,
     PRIORITY_RANGE,
 )
+from .schedules import CATCH_UP_POLICIES, MAX_CATCH_UP, MAX_CRON, TZ_RULE
 
 NAME_SCHEMA = {"type": "string", "pattern": f"^{NAME_RULE}$"}
 
@@ -152,6 +153,60 @@ PUSHED_BATCH = {
     },
 }
 OBJ = {"type": "object"}
+SCHEDULE_IN: dict[str, Any] = {
+    "type": "object",
+    "required": ["cron", "name"],
+    "additionalProperties": False,
+    "properties": {
+        "id": NAME_SCHEMA
+        | {"description": "the schedule's id; the same id again replaces it (default: a new id)"},
+        "cron": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_CRON,
+            "description": "5 fields (minute hour day-of-month month day-of-week: ranges, "
+            "steps, lists, month and day names) or @yearly, @monthly, @weekly, @daily, "
+            "@hourly; a bad one is 422 invalid_cron",
+        },
+        "name": NAME_SCHEMA | {"description": "a registered job name (else 422 unknown_job)"},
+        "payload": {"description": f"any JSON value, at most {MAX_PAYLOAD_BYTES} bytes"},
+        "queue": NAME_SCHEMA
+        | {"description": "the queue each slot's job goes to (default: the job's own)"},
+        "tz": {
+            "type": "string",
+            "default": "UTC",
+            "pattern": f"^{TZ_RULE}$",
+            "description": "IANA time zone the cron is read in; an unknown one is 422 "
+            "unknown_timezone",
+        },
+        "catch_up": {
+            "enum": list(CATCH_UP_POLICIES),
+            "default": "none",
+            "description": "slots missed in an outage: none (skip them), latest (the most "
+            f"recent one), all (every one, at most {MAX_CATCH_UP})",
+        },
+    },
+}
+SCHEDULE_OUT = {
+    "type": "object",
+    "required": ["id", "cron", "tz", "name", "queue", "paused", "next_run_at", "last_run_at"],
+    "properties": {
+        "id": {"type": "string"},
+        "cron": {"type": "string"},
+        "tz": {"type": "string"},
+        "name": {"type": "string"},
+        "queue": {"type": "string"},
+        "payload": {},
+        "catch_up": {"enum": list(CATCH_UP_POLICIES)},
+        "paused": {"type": "boolean"},
+        "source": {"enum": ["code", "api"], "description": "declared in code, or by the API"},
+        "next_run_at": {"type": ["integer", "null"], "description": "epoch ms of the next slot"},
+        "last_run_at": {"type": ["integer", "null"], "description": "the last slot enqueued"},
+        "created_at": {"type": "integer"},
+        "updated_at": {"type": "integer"},
+        "created": {"type": "boolean", "description": "POST only: new (201) or replaced (200)"},
+    },
+}
 
 SPEC: dict[str, Any] = {
     "openapi": "3.1.0",
@@ -173,6 +228,8 @@ SPEC: dict[str, Any] = {
             "Stats": STATS,
             "JobState": JOB_OUT,
             "Error": ERROR,
+            "ScheduleIn": SCHEDULE_IN,
+            "Schedule": SCHEDULE_OUT,
         },
         "responses": {
             f"E{c}": _json(_ref("Error"), d)
@@ -299,6 +356,57 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/v1/failed/{id}/retry"): _op(
         "Queue a failed job again, with one attempt", {"200": _json(OBJ, "retried")}, 404
     ),
+    ("POST", "/v1/schedules"): _op(
+        "Create a recurring schedule, or replace the one with this id",
+        {
+            "201": _json(_ref("Schedule"), "created"),
+            "200": _json(_ref("Schedule"), "replaced"),
+        },
+        400,
+        409,
+        413,
+        422,
+        requestBody={
+            "required": True,
+            "content": {"application/json": {"schema": _ref("ScheduleIn")}},
+        },
+    ),
+    ("GET", "/v1/schedules"): _op(
+        "Every schedule, by id",
+        {
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": ["schedules", "next_cursor"],
+                    "properties": {
+                        "schedules": {"type": "array", "items": _ref("Schedule")},
+                        "next_cursor": {"type": ["string", "null"]},
+                    },
+                },
+                "a page",
+            )
+        },
+        400,
+    ),
+    ("GET", "/v1/schedules/{id}"): _op(
+        "A schedule", {"200": _json(_ref("Schedule"), "the schedule")}, 404
+    ),
+    ("DELETE", "/v1/schedules/{id}"): _op(
+        "Delete a schedule created by the API (409 for one declared in code)",
+        {"200": _json(OBJ, "deleted")},
+        404,
+        409,
+    ),
+    ("POST", "/v1/schedules/{id}/pause"): _op(
+        "Pause a schedule: it enqueues nothing until resumed",
+        {"200": _json(_ref("Schedule"), "the schedule")},
+        404,
+    ),
+    ("POST", "/v1/schedules/{id}/resume"): _op(
+        "Resume a schedule from its next slot (slots while paused are skipped)",
+        {"200": _json(_ref("Schedule"), "the schedule")},
+        404,
+    ),
 }
 """What each route does and answers, by (method, path); the parameters come
 from the route itself."""
@@ -347,7 +455,7 @@ def document(job_names: list[str]) -> dict[str, Any]:
     """SPEC for a Worker whose registry has `job_names`: a job's `name` is one
     of them, so the document promises exactly what the Worker accepts."""
     doc = copy.deepcopy(SPEC)
-    for schema in ("Job", "JobByName"):
+    for schema in ("Job", "JobByName", "ScheduleIn"):
         doc["components"]["schemas"][schema]["properties"]["name"] = {
             "enum": sorted(job_names),
             "description": "a registered job name",

@@ -15,6 +15,7 @@ from .bounds import MAX_JSON_DEPTH, MAX_UNIQUE_KEY, PRIORITY_RANGE, value_depth
 from .context import JobContext
 from .job import QueuedJob, check_name
 from .limits import PLANS
+from .schedules import ScheduleDef
 
 MAX_JOB_SUBREQUESTS = PLANS["paid"].subrequests
 """No attempt can make more subrequests than a whole paid invocation."""
@@ -148,6 +149,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._specs: dict[str, JobSpec] = {}
+        self._schedules: dict[str, ScheduleDef] = {}
 
     def job(
         self,
@@ -160,17 +162,23 @@ class Registry:
         subrequests: int = 0,
         priority: int = 0,
         unique: UniquePolicy = False,
+        schedule: str | None = None,
+        tz: str = "UTC",
+        catch_up: str = "none",
     ) -> Callable[[Handler], Handler]:
         """Decorator: register `async def handler(payload[, ctx])` under `name`
         (default: the function's name). `subrequests` is how many D1 calls,
         fetches and binding calls one attempt makes through its ctx. `unique`
         derives a unique_key when a dispatch gives none (UniquePolicy):
         `unique=True` keeps one queued job per payload, `unique=lambda p:
-        p["user"]` one per user."""
+        p["user"]` one per user. `schedule` (a cron expression, read in `tz`)
+        also declares a schedule with the job's name as its id and a null
+        payload (see `schedule` for more)."""
 
         def register(fn: Handler) -> Handler:
+            job_name = name or fn.__name__
             self.register(
-                name or fn.__name__,
+                job_name,
                 fn,
                 max_attempts=max_attempts,
                 timeout_s=timeout_s,
@@ -180,9 +188,42 @@ class Registry:
                 priority=priority,
                 unique=unique,
             )
+            if schedule is not None:
+                self.schedule(job_name, schedule, job_name, tz=tz, catch_up=catch_up)
             return fn
 
         return register
+
+    def schedule(
+        self,
+        id: str,
+        cron: str,
+        name: str,
+        *,
+        payload: Any = None,
+        queue: str | None = None,
+        tz: str = "UTC",
+        catch_up: str = "none",
+    ) -> ScheduleDef:
+        """Declare a recurring schedule in code: job `name` (registered
+        first) with `payload` at each slot of `cron` (5 fields or @hourly,
+        @daily…) in IANA zone `tz`, to `queue` (default: the job's own).
+        `catch_up` is what happens to slots missed during an outage: "none",
+        "latest" or "all" (README "Schedules"). Each cron run syncs the
+        declared set into D1: new ones are added, changed ones replaced,
+        ones no longer declared deleted. ValueError (ScheduleError, naming
+        the field) for anything invalid, at import, not at the first run."""
+        if name not in self._specs:
+            raise ValueError(f"schedule {id!r}: register job {name!r} before scheduling it")
+        if id in self._schedules:
+            raise ValueError(f"schedule {id!r} is already declared")
+        spec = ScheduleDef(id, cron, name, payload, queue, tz, catch_up)
+        self._schedules[id] = spec
+        return spec
+
+    def schedules(self) -> list[ScheduleDef]:
+        """The schedules declared in code, by id."""
+        return [self._schedules[k] for k in sorted(self._schedules)]
 
     def register(
         self,

@@ -27,9 +27,15 @@ from .bounds import (
     value_depth,
 )
 from .config import Config
-from .job import QueuedJob
+from .job import QueuedJob, new_id
 from .queue import D1Queue, FailedJob
 from .registry import Registry
+from .schedules import ScheduleDef, ScheduleError, Schedules
+
+SCHEDULE_FIELDS = {"id", "cron", "name", "payload", "queue", "tz", "catch_up"}
+"""A schedule's fields in POST /v1/schedules (and the RPC argument)."""
+SCHEDULE_ERROR_CODES = {"cron": "invalid_cron", "tz": "unknown_timezone"}
+"""422 codes naming what is wrong with a schedule; other fields: `invalid`."""
 
 JOB_FIELDS = {"name", "payload", "delay_s", "max_attempts", "priority", "unique_key"}
 """A job's fields in a push whose queue is in the path (or the RPC argument)."""
@@ -93,6 +99,7 @@ class Service:
         self.queue, self.registry, self.on_push = queue, registry, on_push
         self.config = config or Config()
         self.admin = Admin(queue)
+        self.schedule_store = Schedules(queue, registry)
 
     # -- pushing ----------------------------------------------------------------
 
@@ -300,3 +307,105 @@ class Service:
                 f"older_than_s must be a number from 0 to {MAX_OLDER_THAN_S}",
             )
         return {"deleted": await self.admin.prune_failed(older_than_s)}
+
+    # -- schedules --------------------------------------------------------------
+
+    def parse_schedule(self, obj: Any) -> ScheduleDef:
+        """A validated schedule from a request's JSON object: 422 with code
+        invalid_cron, unknown_timezone or unknown_job saying which, `invalid`
+        for anything else; 413 for a payload past the limit."""
+        if not isinstance(obj, dict):
+            raise invalid("a schedule must be a JSON object")
+        if value_depth(obj) > MAX_JSON_DEPTH:  # RPC arguments are not parsed by api.py
+            raise too_deep("the schedule")
+        unknown = sorted(set(obj) - SCHEDULE_FIELDS)
+        if unknown:
+            raise invalid(f"unknown field(s): {', '.join(unknown)}")
+        for key in ("cron", "name"):
+            if key not in obj:
+                raise invalid(f"{key} is required")
+        name = obj["name"]
+        if isinstance(name, str) and NAME_PATTERN.fullmatch(name) and name not in self.registry:
+            raise ApiError(
+                422, "unknown_job", f"name: no job is registered under the name {name!r}"
+            )
+        schedule_id = obj.get("id")
+        if schedule_id is None:
+            schedule_id = new_id(self.queue.clock())
+        if isinstance(schedule_id, str) and schedule_id in {
+            d.id for d in self.registry.schedules()
+        }:
+            raise declared_in_code(schedule_id)
+        try:
+            return ScheduleDef(
+                id=schedule_id,
+                cron=obj["cron"],
+                name=name,
+                payload=obj.get("payload"),
+                queue=obj.get("queue"),
+                tz=obj.get("tz", "UTC"),
+                catch_up=obj.get("catch_up", "none"),
+            )
+        except ScheduleError as exc:
+            if exc.field == "payload" and "bytes" in str(exc):
+                raise ApiError(413, "payload_too_large", f"payload: {exc}") from None
+            code = SCHEDULE_ERROR_CODES.get(exc.field, "invalid")
+            raise ApiError(422, code, f"{exc.field}: {exc}") from None
+
+    async def put_schedule(self, obj: Any) -> tuple[bool, dict[str, Any]]:
+        """Create or replace a schedule: (created, the schedule)."""
+        definition = self.parse_schedule(obj)
+        created, row = await self.schedule_store.put(definition)
+        if row is None:  # deleted between the write and the read: say so
+            raise ApiError(409, "conflict", f"schedule {definition.id!r} changed meanwhile")
+        if row.source == "code":
+            raise declared_in_code(row.id)
+        return created, {**row.as_dict(self.registry), "created": created}
+
+    async def schedules(self, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise ApiError(400, "invalid_limit", f"limit must be an integer from 1 to {MAX_PAGE}")
+        if cursor is not None and (
+            not isinstance(cursor, str) or not NAME_PATTERN.fullmatch(cursor)
+        ):
+            raise ApiError(400, "invalid_cursor", f"cursor is a schedule id ({NAME_RULE})")
+        rows, next_cursor = await self.schedule_store.page(limit, cursor)
+        return {
+            "schedules": [r.as_dict(self.registry) for r in rows],
+            "next_cursor": next_cursor,
+        }
+
+    async def schedule(self, id: str) -> dict[str, Any]:
+        row = await self.schedule_store.get(id)
+        if row is None:
+            raise ApiError(404, "not_found", f"no schedule {id!r}")
+        return row.as_dict(self.registry)
+
+    async def delete_schedule(self, id: str) -> dict[str, Any]:
+        outcome = await self.schedule_store.delete(id)
+        if outcome == "code":
+            raise declared_in_code(id)
+        if outcome == "missing":
+            raise ApiError(404, "not_found", f"no schedule {id!r}")
+        return {"id": id, "deleted": True}
+
+    async def pause_schedule(self, id: str) -> dict[str, Any]:
+        return await self._set_paused(id, True)
+
+    async def resume_schedule(self, id: str) -> dict[str, Any]:
+        return await self._set_paused(id, False)
+
+    async def _set_paused(self, id: str, paused: bool) -> dict[str, Any]:
+        row = await self.schedule_store.set_paused(id, paused)
+        if row is None:
+            raise ApiError(404, "not_found", f"no schedule {id!r}")
+        return row.as_dict(self.registry)
+
+
+def declared_in_code(id: str) -> ApiError:
+    return ApiError(
+        409,
+        "declared_in_code",
+        f"schedule {id!r} is declared in the Worker's code: change or remove it there "
+        "(pause and resume work on it)",
+    )

@@ -272,3 +272,136 @@ SELECT_FAILED = f"SELECT {FAILED_COLUMNS} FROM d1queue_failed_jobs WHERE id = ?1
 DELETE_FAILED = RETRY_FAILED_DELETE
 # ?1 cutoff
 PRUNE_FAILED = "DELETE FROM d1queue_failed_jobs WHERE failed_at < ?1"
+
+# -- schedules (migrations/0004_schedules.sql; driven by schedules.py) --------
+
+SCHEDULE_COLUMNS = (
+    "id, cron, tz, name, queue, payload, catch_up, paused, source, version, next_run_at, "
+    "last_run_at, created_at, updated_at"
+)
+
+# What a cron run reads, in one db.batch (one round trip): the hash of the
+# code-declared set last synced, and the due schedules, soonest first,
+# through the partial due index: rows read ~ due schedules, not all of them.
+# ?1 meta key
+SELECT_META = "SELECT value FROM d1queue_meta WHERE key = ?1"
+# ?1 now ?2 limit
+SELECT_DUE_SCHEDULES = (
+    "SELECT id, cron, tz, name, queue, payload, catch_up, version, next_run_at "
+    "FROM d1queue_schedules WHERE paused = 0 AND next_run_at <= ?1 "
+    "ORDER BY next_run_at LIMIT ?2"
+)
+
+
+def _slot(i: int) -> str:
+    return f"json_extract(j.value, '$[{i}]')"
+
+
+# Every due slot of a cron run in one statement, whatever the number of
+# schedules: ?1 is a JSON array of [schedule id, next_run_at as read, version
+# as read, job id, slot, queue, max_attempts, priority]; ?2 now.
+# The compare-and-set half of exactly-once: a slot's job is inserted only
+# while its schedule still has the next_run_at and version this run read. A
+# second run that read the same slot (overlapping crons, another Worker on
+# the same D1, a re-sent batch) finds next_run_at already advanced by the
+# first run's UPDATE_SCHEDULES_RAN, sent in the same transaction, and
+# inserts nothing, even once the first job completed and freed its unique
+# key. The unique key (schedule:<id>:<slot>) is the second lock: while the
+# slot's job is queued, nothing else can insert it. available_at is the
+# slot and created_at now, so a due slot goes to the ready band.
+INSERT_SCHEDULED_JOBS = (
+    "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
+    "available_at, created_at, unique_key, band) "
+    f"SELECT {_slot(3)}, {_slot(5)}, s.name, s.payload, 0, {_slot(6)}, {_slot(7)}, {_slot(4)}, "
+    f"?2, 'schedule:' || s.id || ':' || {_slot(4)}, "
+    f"CASE WHEN {_slot(4)} > ?2 THEN {DELAYED_BAND} ELSE {_slot(7)} END "
+    "FROM json_each(?1) AS j JOIN d1queue_schedules AS s ON s.id = "
+    f"{_slot(0)} WHERE s.next_run_at = {_slot(1)} AND s.version = {_slot(2)} "
+    "AND s.paused = 0 ON CONFLICT DO NOTHING"
+)
+
+# The advance, after INSERT_SCHEDULED_JOBS in the same batch: ?1 is a JSON
+# array of [schedule id, next_run_at as read, version as read, new
+# next_run_at, last slot enqueued or null]. meta.changes counts the
+# schedules this run won; a loser (or a re-send of a batch that landed)
+# changes nothing.
+UPDATE_SCHEDULES_RAN = (
+    f"UPDATE d1queue_schedules SET next_run_at = {_slot(3)}, "
+    f"last_run_at = COALESCE({_slot(4)}, last_run_at) "
+    "FROM json_each(?1) AS j WHERE d1queue_schedules.id = "
+    f"{_slot(0)} AND d1queue_schedules.next_run_at = {_slot(1)} "
+    f"AND d1queue_schedules.version = {_slot(2)} AND d1queue_schedules.paused = 0"
+)
+
+
+def _field(name: str) -> str:
+    return f"json_extract(value, '$.{name}')"
+
+
+_DEFINITION = ("cron", "tz", "name", "queue", "payload", "catch_up", "version")
+
+# Syncing code-declared schedules, sent only when the declared set's hash
+# differs from the one in d1queue_meta (a deployment changed it). ?1 JSON
+# array of {id, cron, tz, name, queue, payload (JSON text), catch_up,
+# version, next_run_at}; ?2 now. A row is written only when it is new or its
+# version changed (D1 bills rows written); an API-created row with the same
+# id is never touched (`source = 'code'`).
+SYNC_CODE_SCHEDULES = (
+    f"INSERT INTO d1queue_schedules ({SCHEDULE_COLUMNS}) "
+    f"SELECT {_field('id')}, "
+    + ", ".join(_field(f) for f in _DEFINITION[:-1])
+    + ", 0, 'code', "
+    + f"{_field('version')}, {_field('next_run_at')}, NULL, ?2, ?2 "
+    "FROM json_each(?1) WHERE 1 ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{f} = excluded.{f}" for f in _DEFINITION)
+    + ", next_run_at = excluded.next_run_at, updated_at = excluded.updated_at "
+    "WHERE d1queue_schedules.source = 'code' AND d1queue_schedules.version != excluded.version"
+)
+# Code-declared schedules no longer declared. ?1 JSON array of the declared ids.
+# Reads every schedule row (no index on source): it runs only when a
+# deployment changed the declared set.
+DELETE_UNDECLARED_SCHEDULES = (
+    "DELETE FROM d1queue_schedules WHERE source = 'code' "
+    "AND id NOT IN (SELECT value FROM json_each(?1))"
+)
+# ?1 key ?2 value ?3 now; writes nothing when the value is unchanged.
+SET_META = (
+    "INSERT INTO d1queue_meta (key, value, updated_at) VALUES (?1, ?2, ?3) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at "
+    "WHERE d1queue_meta.value != excluded.value"
+)
+
+# -- the schedules API ------------------------------------------------------
+
+SELECT_SCHEDULE = f"SELECT {SCHEDULE_COLUMNS} FROM d1queue_schedules WHERE id = ?1"
+# Paged by id. ?1 cursor (the last id of the previous page, '' first) ?2 limit
+LIST_SCHEDULES = (
+    f"SELECT {SCHEDULE_COLUMNS} FROM d1queue_schedules WHERE id > ?1 ORDER BY id LIMIT ?2"
+)
+# Create or replace an API schedule. A replace writes only when the
+# definition changed (its version), and then restarts it from the next slot
+# after now; pausing is kept. A code-declared row is never replaced here.
+# ?1 id ?2 cron ?3 tz ?4 name ?5 queue ?6 payload ?7 catch_up ?8 version
+# ?9 next_run_at ?10 now
+PUT_API_SCHEDULE = (
+    f"INSERT INTO d1queue_schedules ({SCHEDULE_COLUMNS}) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, 'api', ?8, ?9, NULL, ?10, ?10) "
+    "ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{f} = excluded.{f}" for f in _DEFINITION)
+    + ", next_run_at = excluded.next_run_at, updated_at = excluded.updated_at "
+    "WHERE d1queue_schedules.source = 'api' AND d1queue_schedules.version != excluded.version"
+)
+# ?1 id
+DELETE_API_SCHEDULE = "DELETE FROM d1queue_schedules WHERE id = ?1 AND source = 'api'"
+# ?1 id ?2 now
+PAUSE_SCHEDULE = (
+    "UPDATE d1queue_schedules SET paused = 1, updated_at = ?2 WHERE id = ?1 AND paused = 0"
+)
+# Resuming restarts from the next slot after now (slots while paused are
+# skipped, whatever catch_up says); conditional on the version read, so a
+# definition changed in between is not given the old definition's slot.
+# ?1 id ?2 next_run_at ?3 now ?4 version as read
+RESUME_SCHEDULE = (
+    "UPDATE d1queue_schedules SET paused = 0, next_run_at = ?2, updated_at = ?3 "
+    "WHERE id = ?1 AND paused = 1 AND version = ?4"
+)

@@ -12,10 +12,16 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
+from schemathesis.checks import positive_data_acceptance
 
 from .conftest import TOKEN, Host
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+UNSAYABLE = {"invalid_cron", "unknown_timezone"}
+"""422s no JSON Schema can rule out beforehand: a cron expression's grammar
+(numbers in range per field, ranges in order, days a month has) and the zone
+database. The Worker checks them and says which; every other check holds for
+these answers too (documented status and shape, no 5xx)."""
 EXAMPLES = 40  # per operation and mode: 17 operations x 2 modes x 40 > 1,000
 
 
@@ -41,7 +47,15 @@ def test_the_api_keeps_its_document(host: Host, mode: GenerationMode) -> None:
             # scheme; a negative case may have left it out on purpose, and
             # then the request must go without one (and be refused).
             has_auth = "Authorization" in (case.headers or {})
-            response = case.call_and_validate(base_url=host.url, headers=AUTH if has_auth else {})
+            response = case.call(base_url=host.url, headers=AUTH if has_auth else {})
+            excluded = []
+            if (
+                mode is GenerationMode.POSITIVE
+                and response.status_code == 422
+                and _error_code(response) in UNSAYABLE
+            ):
+                excluded = [positive_data_acceptance]
+            case.validate_response(response, excluded_checks=excluded)
             statuses[response.status_code] += 1
 
         try:
@@ -58,3 +72,10 @@ def test_the_api_keeps_its_document(host: Host, mode: GenerationMode) -> None:
     if mode is GenerationMode.POSITIVE:
         assert statuses[401] == 0, "valid requests carry the token"
         assert sum(n for s, n in statuses.items() if s < 300) > sum(sent.values()) / 2
+
+
+def _error_code(response: Any) -> str:
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return ""

@@ -1,0 +1,192 @@
+"""Recurring schedules in the real Worker (Pyodide, the workers SDK,
+Miniflare's D1), through its cron handler: zone data in the upload, a
+schedule created over HTTP and RPC, racing cron runs delivering each slot
+once, and what a cron run costs D1."""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from .conftest import Host
+from .test_worker import drain_reports, wait_reports
+
+MINUTE = 60_000
+
+
+@pytest.fixture
+def fresh(clean_host: Host) -> Host:
+    clean_host.python(
+        """
+        async def main(env):
+            await env.DB.prepare("DELETE FROM d1queue_schedules").run()
+        """
+    )
+    return clean_host
+
+
+def fire(host: Host, at_ms: int, n: int = 1) -> None:
+    """`n` cron runs at once, each told the trigger fired at `at_ms` (the
+    host's `time` parameter: controller.scheduledTime). The Worker evaluates
+    schedules at the later of its clock and that time, so a test can stand
+    at a slot without waiting for it."""
+    path = "/__scheduled?cron=" + urllib.parse.quote("* * * * *") + f"&time={at_ms}"
+    errors: list[str] = []
+
+    def one() -> None:
+        reply = host.get(path)
+        if reply.status != 200:
+            errors.append(reply.text)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    host.idle()
+    assert not errors, errors
+
+
+def echoes(host: Host, since: int, marker: str) -> int:
+    return sum(marker in line and "example.echo attempt" in line for line in host.output()[since:])
+
+
+def test_the_upload_carries_the_zone_database(host: Host) -> None:
+    """Pyodide has no /usr/share/zoneinfo: the vendored tzdata package is
+    what makes IANA zones work in the Worker."""
+    answer = host.python(
+        """
+        async def main(env):
+            import tzdata
+            from zoneinfo import ZoneInfo
+            from datetime import datetime, timezone
+            at = datetime(2026, 7, 1, 12, tzinfo=timezone.utc)
+            return [str(at.astimezone(ZoneInfo(z)).utcoffset()) for z in
+                    ("Europe/Berlin", "America/New_York", "Asia/Kolkata")]
+        """
+    )
+    assert answer == ["2:00:00", "-1 day, 20:00:00", "5:30:00"]
+
+
+def test_racing_cron_runs_deliver_each_slot_of_an_http_schedule_once(fresh: Host) -> None:
+    marker = uuid.uuid4().hex
+    reply = fresh.api(
+        "POST",
+        "/v1/schedules",
+        {
+            "id": "rt.minutely",
+            "cron": "* * * * *",
+            "name": "example.echo",
+            "payload": {"marker": marker},
+        },
+    )
+    assert reply.status == 201, reply.text
+    first = reply.json()["next_run_at"]
+    assert first % MINUTE == 0
+    same = fresh.api(
+        "POST",
+        "/v1/schedules",
+        {
+            "id": "rt.minutely",
+            "cron": "* * * * *",
+            "name": "example.echo",
+            "payload": {"marker": marker},
+        },
+    )
+    assert same.status == 200, "the same id replaces"
+    since = len(fresh.output())
+    slots = [first + k * MINUTE for k in range(3)]
+    for i, slot in enumerate(slots):
+        fire(fresh, slot + 400, n=8)
+        reports = wait_reports(fresh, since, 8 * (i + 1))
+    enqueued = Counter[int]()
+    for r in reports:
+        assert not r["schedules"]["error"], r["schedules"]
+        assert r["schedules"]["queries"] <= 2
+        enqueued[r["schedules"]["enqueued"]] += 1
+    assert enqueued == Counter({1: 3, 0: 21}), "one run of eight enqueued each slot"
+    assert sum(r["completed"] for r in reports) == 3, "and each started in its own run"
+    fresh.wait_for_output(marker, since)
+    assert echoes(fresh, since, marker) == 3
+    got = fresh.api("GET", "/v1/schedules/rt.minutely").json()
+    assert (got["last_run_at"], got["next_run_at"]) == (slots[-1], slots[-1] + MINUTE)
+
+
+def test_a_paused_schedule_enqueues_nothing_until_resumed(fresh: Host) -> None:
+    reply = fresh.api(
+        "POST", "/v1/schedules", {"id": "rt.p", "cron": "* * * * *", "name": "example.echo"}
+    )
+    slot = reply.json()["next_run_at"]
+    assert fresh.api("POST", "/v1/schedules/rt.p/pause").json()["paused"] is True
+    since = len(fresh.output())
+    fire(fresh, slot + 400)
+    (report,) = wait_reports(fresh, since, 1)
+    assert (report["schedules"]["due"], report["schedules"]["enqueued"]) == (0, 0)
+    assert fresh.api("POST", "/v1/schedules/rt.p/resume").json()["paused"] is False
+    assert fresh.api("DELETE", "/v1/schedules/rt.p").json() == {"id": "rt.p", "deleted": True}
+
+
+def test_schedules_over_rpc_and_the_422s_that_say_which(fresh: Host) -> None:
+    made = fresh.rpc(
+        "put_schedule",
+        {"id": "rt.rpc", "cron": "@daily", "name": "example.echo", "tz": "Europe/Berlin"},
+    )
+    assert made["created"] is True and made["tz"] == "Europe/Berlin"
+    listed = fresh.rpc("schedules")
+    assert [s["id"] for s in listed["schedules"]] == ["rt.rpc"]
+    assert fresh.rpc("schedule", "rt.rpc")["cron"] == "@daily"
+    for body, code in [
+        ({"cron": "99 * * * *", "name": "example.echo"}, "invalid_cron"),
+        ({"cron": "* * * * *", "name": "example.echo", "tz": "Nowhere/Land"}, "unknown_timezone"),
+        ({"cron": "* * * * *", "name": "no.such.job"}, "unknown_job"),
+    ]:
+        reply = fresh.api("POST", "/v1/schedules", body)
+        assert (reply.status, reply.json()["error"]["code"]) == (422, code), reply.text
+    assert fresh.rpc("delete_schedule", "rt.rpc")["deleted"] is True
+
+
+def schedules_report(host: Host, at_ms: int) -> dict[str, Any]:
+    since = len(host.output())
+    fire(host, at_ms)
+    (report,) = wait_reports(host, since, 1)
+    schedules: dict[str, Any] = report["schedules"]
+    assert not schedules["error"], schedules
+    return schedules
+
+
+def test_a_cron_run_reads_the_due_schedules_only(fresh: Host) -> None:
+    """Counted by Miniflare's D1: with 300 schedules none of which is due, a
+    run is one query reading a row or two; with one of them due, two
+    queries, reading a few rows more."""
+    at = fresh.python(
+        """
+        async def main(env):
+            import time
+            now = int(time.time() * 1000)
+            minute = now - now % 60000 + 120000
+            await env.DB.prepare(
+                "WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < 300) "
+                "INSERT INTO d1queue_schedules (id, cron, tz, name, payload, source, version, "
+                "next_run_at, created_at, updated_at) SELECT printf('rt.s%03d', i), "
+                "'* * * * *', 'UTC', 'example.echo', 'null', 'api', 'v', "
+                "CASE WHEN i = 1 THEN ?1 ELSE ?1 + 3600000 END, 0, 0 FROM k"
+            ).bind(minute).run()
+            return minute
+        """
+    )
+    none_due = schedules_report(fresh, at - 30_000)
+    assert (none_due["queries"], none_due["due"]) == (1, 0)
+    assert none_due["rows_read"] <= 3, none_due
+    assert none_due["rows_written"] == 0
+    one_due = schedules_report(fresh, at + 400)
+    assert (one_due["queries"], one_due["due"], one_due["enqueued"]) == (2, 1, 1)
+    assert one_due["rows_read"] <= 10, one_due
+    # The job (row, id index, unique index) and the schedule (row, due index).
+    assert one_due["rows_written"] <= 6, one_due
+    print("schedules: none due", none_due, "one due", one_due)
+    assert drain_reports(fresh, 0)
