@@ -523,3 +523,52 @@ async def queue_walk_cost(db: Any, queues: int, jobs_per_queue: int) -> dict[str
     rows = target.rows.get("SELECT", {}).get("rows_read", 0)
     await b.run("DELETE FROM d1queue_jobs WHERE queue LIKE 'walk-%'")
     return {"queues": len([n for n in names if n.startswith("walk-")]), "rows_read": rows}
+
+
+# -- schedules: what a cron run's evaluation costs ----------------------------------
+
+
+async def schedule_cost(db: Any, schedules: int, due: int) -> dict[str, Any]:
+    """`schedules` API schedules of a no-op job, `due` of them due now and the
+    rest an hour off, then one evaluation as the cron runs it: its queries,
+    rows read and rows written, and how many slots it enqueued."""
+    from d1queue.schedules import Schedules
+
+    b = Binding(db)
+    await b.batch(
+        [
+            ("DELETE FROM d1queue_schedules WHERE id LIKE 'bench.s%'", ()),
+            ("DELETE FROM d1queue_jobs WHERE queue = 'sched'", ()),
+        ]
+    )
+    minute = NOW_MS - NOW_MS % 60_000
+    await b.run(
+        "WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ?1) "
+        "INSERT INTO d1queue_schedules (id, cron, tz, name, payload, queue, source, version, "
+        "next_run_at, created_at, updated_at) SELECT printf('bench.s%05d', i), '* * * * *', "
+        "'UTC', 'bench.noop', 'null', 'sched', 'api', 'v', "
+        "CASE WHEN i <= ?2 THEN ?3 ELSE ?3 + 3600000 END, 0, 0 FROM k",
+        schedules,
+        due,
+        minute,
+    )
+    # A first run syncs this registry's (empty) code-declared set, once.
+    await Schedules(D1Queue(db), REGISTRY).run(now=minute - 120_000)
+    target = InstrumentedD1(db)
+    q = D1Queue(target, clock=lambda: minute + 1_000)
+    report = await Schedules(q, REGISTRY).run(now=minute + 1_000)
+    await b.batch(
+        [
+            ("DELETE FROM d1queue_schedules WHERE id LIKE 'bench.s%'", ()),
+            ("DELETE FROM d1queue_jobs WHERE queue = 'sched'", ()),
+        ]
+    )
+    return {
+        "schedules": schedules,
+        "due": due,
+        "enqueued": report.enqueued,
+        "queries": report.queries,
+        "rows_read": report.rows_read,
+        "rows_written": report.rows_written,
+        "error": report.error,
+    }

@@ -57,6 +57,8 @@ class Plan:
         # Jobs pushed to run later, behind 0, 10 or 1,000 due ones.
         self.delayed = 5_000 if quick else 100_000
         self.due = (0, 10, 1_000)
+        # Schedules stored, and how many of them are due at the cron run.
+        self.schedules = ((1_000, 0), (1_000, 1), (1_000, 100))
         self.pushes = 5 if quick else 20
         self.cpython_jobs = 500 if quick else 5_000
         # CPU per drained job (bench/cpu.py): jobs per cron run, pairs of runs.
@@ -92,6 +94,10 @@ def runtime_figures(plan: Plan) -> dict[str, Any]:
                 log(f"job life {key}: {plan.life_jobs} pushes, then a drain")
                 out["life"][key] = call("job_life", design=design, n=plan.life_jobs, fail=fail)
         out["delayed"] = delayed_backlog(call, plan)
+        out["schedules"] = {}
+        for total, due in plan.schedules:
+            log(f"schedules: one evaluation with {total:,} schedules, {due:,} due")
+            out["schedules"][f"{total}/{due}"] = call("schedule_cost", schedules=total, due=due)
         log("retries: 20 jobs released for 5 s, each design")
         out["retry"] = {
             "d1queue": call("retry_cost", n=20, delay_s=5.0),
@@ -295,12 +301,14 @@ def figures(
                 "select_rows_read": c["select_rows_read"],
             }
     retry = {d: _div(r["rows_written"], r["retried"]) for d, r in runtime["retry"].items()}
+    schedules = runtime["schedules"]
     return {
         "host_probe": runtime["probe"],
         "budgets": plan.budgets,
         "backlogs": per_backlog,
         "delayed_backlog": {"delayed": plan.delayed, "by_due": delayed},
         "rows_written_per_retry": retry,
+        "schedules": schedules,
         "life": life,
         "push_to_start": {
             "d1queue_drain_on_push_s": push["median_s"],
@@ -478,6 +486,19 @@ def table_rows(fig: dict[str, Any]) -> list[Row]:
             rows.append(
                 ("rows read by a SELECT finding nothing", label, f"{a:,}", f"{b:,}", "", verdict)
             )
+    for key, c in fig["schedules"].items():
+        total, due = (int(x) for x in key.split("/"))
+        verdict = f"≤ 2 queries: {'met' if c['queries'] <= 2 else 'NOT met'}"
+        rows.append(
+            (
+                "a cron run's schedule evaluation: queries / rows read / written",
+                f"{_k(total)} schedules, {due} due",
+                f"{c['queries']} / {c['rows_read']:,} / {c['rows_written']:,}",
+                "— (no schedules)",
+                "",
+                verdict,
+            )
+        )
     r = fig["rows_written_per_retry"]
     verdict = f"≤ 1: {'met' if r['d1queue'] is not None and r['d1queue'] <= 1 else 'NOT met'}"
     rows.append(("rows written / retry", "any", _num(r["d1queue"]), _num(r["seed"]), "", verdict))
