@@ -166,7 +166,7 @@ def test_the_migration_states_the_delayed_band_the_code_uses() -> None:
 async def test_every_row_moves_over_unchanged(tmp_path: Path) -> None:
     db = populated_v2(tmp_path)
     before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
-    assert db.apply_migrations() == ["0003_claim_order.sql"]
+    assert db.apply_migrations() == ["0003_claim_order.sql", "0005_stats.sql"]
     after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
     assert after.keys() == before.keys() and len(after) == 300
     for id, old in before.items():

@@ -34,7 +34,12 @@ def test_the_row_entities_describe_their_tables(db: SqliteD1) -> None:
 
 def test_the_driver_ships_its_own_migrations() -> None:
     names = sorted(p.name for p in MIGRATIONS.glob("*.sql"))
-    assert names == ["0001_init.sql", "0002_queue_state.sql", "0003_claim_order.sql"]
+    assert names == [
+        "0001_init.sql",
+        "0002_queue_state.sql",
+        "0003_claim_order.sql",
+        "0005_stats.sql",
+    ]
     fresh = SqliteD1()
     assert fresh.apply_migrations(MIGRATIONS) == names
     assert fresh.apply_migrations(MIGRATIONS) == [], "applying twice is a no-op"
