@@ -402,22 +402,25 @@ class Dashboard:
                 "<tr>"
                 f'<th scope="row"><a href="/ui/queues/{h.q(name)}">{h.e(name)}</a></th>'
                 f'<td class="num">{s.ready if s else 0}</td>'
-                f'<td class="num">{s.delayed if s else 0}</td>'
-                f'<td class="num">{s.reserved if s else 0}</td>'
+                f'<td class="num hide-narrow">{s.delayed if s else 0}</td>'
+                f'<td class="num hide-narrow">{s.reserved if s else 0}</td>'
                 f'<td class="num">{failed_link}</td>'
-                f"<td>{h.age(s.oldest_ready_age_s if s else None)}</td>"
+                f'<td class="hide-narrow">{h.age(s.oldest_ready_age_s if s else None)}</td>'
                 f"<td>{state}</td>"
-                f'<td class="num">{d.hour}</td><td class="num">{d.day}</td>'
+                f'<td class="num">{d.hour}</td><td class="num hide-narrow">{d.day}</td>'
                 f"<td>{button}</td></tr>"
             )
         if rows:
             table = (
                 '<div class="table-wrap"><table><caption class="visually-hidden">Queues</caption>'
                 '<thead><tr><th scope="col">Queue</th><th scope="col" class="num">Ready</th>'
-                '<th scope="col" class="num">Delayed</th><th scope="col" class="num">Reserved</th>'
-                '<th scope="col" class="num">Failed</th><th scope="col">Oldest ready</th>'
+                '<th scope="col" class="num hide-narrow">Delayed</th>'
+                '<th scope="col" class="num hide-narrow">Reserved</th>'
+                '<th scope="col" class="num">Failed</th>'
+                '<th scope="col" class="hide-narrow">Oldest ready</th>'
                 '<th scope="col">State</th><th scope="col" class="num">Done 1 h</th>'
-                '<th scope="col" class="num">Done 24 h</th><th scope="col">Action</th></tr>'
+                '<th scope="col" class="num hide-narrow">Done 24 h</th>'
+                '<th scope="col">Action</th></tr>'
                 f"</thead><tbody>{''.join(rows)}</tbody></table></div>"
             )
         else:

@@ -250,16 +250,27 @@ JS = """\
 """
 
 
+ICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    '<rect width="16" height="16" rx="3" fill="#0b57d0"/>'
+    '<path d="M4 5h8M4 8h8M4 11h5" stroke="#fff" stroke-width="1.6"/></svg>'
+)
+"""The tab's icon: without one the browser asks for /favicon.ico, which the
+API answers 401."""
+
+
 def _version(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 CSS_PATH = f"/ui/static/app.{_version(CSS)}.css"
 JS_PATH = f"/ui/static/app.{_version(JS)}.js"
+ICON_PATH = f"/ui/static/icon.{_version(ICON)}.svg"
 """Content-addressed paths: a page names the exact asset it was built with,
 so a browser may cache an asset for good and a deploy never mixes versions."""
 
 ASSETS: dict[str, tuple[str, str]] = {
     CSS_PATH: ("text/css; charset=utf-8", CSS),
     JS_PATH: ("text/javascript; charset=utf-8", JS),
+    ICON_PATH: ("image/svg+xml", ICON),
 }

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from urllib.parse import quote, urlencode
 
-from .assets import CSS_PATH, JS_PATH
+from .assets import CSS_PATH, ICON_PATH, JS_PATH
 
 
 def e(value: object) -> str:
@@ -104,6 +104,7 @@ def frame(title: str, body: str, *, current: str = "", csrf: str | None = None) 
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{e(title)} · d1queue</title>"
+        f'<link rel="icon" href="{ICON_PATH}" type="image/svg+xml">'
         f'<link rel="stylesheet" href="{CSS_PATH}">'
         f'<script src="{JS_PATH}" defer></script></head><body>'
         '<a class="skip" href="#main">Skip to content</a>'
