@@ -151,6 +151,7 @@ def test_a_failed_job_appears_and_a_bulk_retry_moves_it_back(
     expect(page.get_by_text("2 of 2 selected")).to_be_visible()
     page.get_by_role("button", name="Retry").click()
     expect(page.get_by_text("Put 2 failed jobs back on their queues")).to_be_visible()
+    expect(page.get_by_role("button", name="Stop auto-refresh")).to_be_hidden()  # nothing live
     shot(page, "10-confirm-retry")
     page.get_by_role("button", name="Retry 2 jobs").click()
     expect(page.get_by_role("status")).to_have_text("2 failed job(s) put back on their queues.")
@@ -175,6 +176,17 @@ def test_pause_and_resume(context: BrowserContext, ui_host: Host) -> None:
     ui_host.api("POST", "/v1/queues/mail/jobs", {"name": "example.echo", "payload": 1})
     page = context.new_page()
     sign_in(page)
+    expect(page.get_by_role("button", name="Stop auto-refresh")).to_be_visible()
+    # Reachable by keyboard: Tab gets to the queue's Pause button, Enter presses it.
+    for _ in range(30):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.textContent") == "Pause":
+            break
+    else:
+        pytest.fail("Tab never reached the Pause button")
+    page.keyboard.press("Enter")
+    expect(queue_row(page, "mail").get_by_role("button", name="Resume")).to_be_visible()
+    queue_row(page, "mail").get_by_role("button", name="Resume").click()
     row = queue_row(page, "mail")
     row.get_by_role("button", name="Pause").click()
     expect(queue_row(page, "mail").get_by_text("Paused", exact=True)).to_be_visible()

@@ -19,6 +19,7 @@ CSS = """\
   --panel: #161b22; --line: #30363d; --accent: #6ea8fe; --bad: #ff7b72; --ok: #56d364;
   --warn: #e3b341; } }
 * { box-sizing: border-box; }
+[hidden] { display: none !important; }
 body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif;
   color: var(--fg); background: var(--bg); }
 a { color: var(--accent); }
@@ -234,8 +235,8 @@ JS = """\
 
   document.addEventListener("DOMContentLoaded", function () {
     var live = document.querySelector("[data-live]");
-    var toggle = document.getElementById("refresh-toggle");
-    if (toggle) { toggle.hidden = !live; }
+    var panel = document.getElementById("refresh");
+    if (panel) { panel.hidden = !live; }
     relTimes(document);
     selection();
     if (live) {

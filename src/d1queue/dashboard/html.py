@@ -93,9 +93,9 @@ def frame(title: str, body: str, *, current: str = "", csrf: str | None = None) 
         )
         nav = f'<nav aria-label="Main"><ul>{links}</ul></nav>'
         session = (
-            '<div class="session"><span class="refresh">'
+            '<div class="session"><span class="refresh" id="refresh" hidden>'
             '<span id="refresh-status">Auto-refresh every 15 s</span>'
-            '<button type="button" id="refresh-toggle" aria-pressed="true" hidden>'
+            '<button type="button" id="refresh-toggle" aria-pressed="true">'
             "Stop auto-refresh</button></span>"
             f'<form method="post" action="/ui/signout" class="inline">{hidden("csrf", csrf)}'
             '<button type="submit">Sign out</button></form></div>'
