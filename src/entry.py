@@ -7,12 +7,14 @@ d1queue/ and jobs.py imports and tests under plain CPython.
 import json
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlparse
 
 from workers import Response, WorkerEntrypoint, fetch
 
 from d1queue import Config, ConfigError, D1Queue, __version__, drain
 from d1queue.api import MAX_BODY_BYTES, Api, json_object
 from d1queue.binding import Binding
+from d1queue.dashboard import Dashboard
 from d1queue.http_job import register_http_job
 from d1queue.limits import PLANS, Meter
 from d1queue.openapi import document
@@ -99,6 +101,26 @@ async def _body(request: Any) -> bytes:
     return bytes((await request.arrayBuffer()).to_bytes())
 
 
+def _is_dashboard(url: str) -> bool:
+    """/ui and everything under it is the dashboard (d1queue.dashboard)."""
+    path = urlparse(url).path
+    return path == "/ui" or path.startswith("/ui/")
+
+
+DASHBOARD_HEADERS = ("cookie", "host", "origin", "sec-fetch-site", "content-type")
+"""The request headers the dashboard reads (sessions, origin checks)."""
+
+
+async def _dashboard(
+    service: Service, token: Any, method: str, url: str, request: Any, body: bytes
+) -> Response:
+    headers = {k: str(request.headers.get(k) or "") for k in DASHBOARD_HEADERS}
+    board = Dashboard(service, str(token) if token else None)
+    reply = await board.handle(method, url, headers, body, service.queue.clock())
+    text = reply.body if method != "HEAD" else ""
+    return Response(text, status=reply.status, headers=reply.headers)
+
+
 class Default(WorkerEntrypoint):
     """One instance per event (request, cron run, RPC call): its meter counts
     that invocation's subrequests, the push's and its drain's alike."""
@@ -158,12 +180,15 @@ class Default(WorkerEntrypoint):
             service = self._service()
         except ConfigError as exc:  # the operator's mistake, said plainly
             return _json(ApiError(500, "misconfigured", str(exc)).body(), 500)
-        api = Api(service, str(token) if token else None, __version__, OPENAPI)
-        headers = {"authorization": str(request.headers.get("authorization") or "")}
         # The SDK's Request.method is an HTTPMethod enum and raises for any
         # other method (QUERY, say); the JS Request underneath has the string.
         method = str(getattr(request, "js_object", request).method)
         body = b"" if method in ("GET", "HEAD") else await _body(request)
+        url = str(request.url)
+        if _is_dashboard(url):
+            return await _dashboard(service, token, method, url, request, body)
+        api = Api(service, str(token) if token else None, __version__, OPENAPI)
+        headers = {"authorization": str(request.headers.get("authorization") or "")}
         reply = await api.handle(method, str(request.url), headers, body)
         return _json(reply.body, reply.status, reply.headers)
 

@@ -39,6 +39,7 @@ def test_the_driver_ships_its_own_migrations() -> None:
         "0002_queue_state.sql",
         "0003_claim_order.sql",
         "0004_schedules.sql",
+        "0005_stats.sql",
     ]
     fresh = SqliteD1()
     assert fresh.apply_migrations(MIGRATIONS) == names

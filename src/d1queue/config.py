@@ -71,6 +71,11 @@ class Config:
     otherwise); set, it applies to every claim the drain makes."""
     drain_on_push: bool = False
     """D1QUEUE_DRAIN_ON_PUSH: start a short drain after a push (API issue)."""
+    stats: bool = True
+    """D1QUEUE_STATS: record each run's completed, retried and failed counts
+    in the per-minute counters the dashboard draws (d1queue_stats): one
+    extra D1 query and at most one row written per run that settled a job,
+    budgeted like the rest."""
     max_jobs: int | None = None
     """D1QUEUE_MAX_JOBS: jobs one run may claim, the bound on its CPU time.
     Default by plan (MAX_JOBS)."""
@@ -100,7 +105,11 @@ class Config:
             raise ConfigError(f"D1QUEUE_QUEUES names {', '.join(repeated)} more than once")
         checks = [
             (self.time_budget_s > 0, "D1QUEUE_TIME_BUDGET_S must be > 0"),
-            (self.budget >= 3, "D1QUEUE_QUERY_BUDGET must be >= 3"),
+            (
+                self.budget >= 3 + self.stats_reserve,
+                f"D1QUEUE_QUERY_BUDGET must be >= {3 + self.stats_reserve}"
+                + (" (3 for a round, 1 for the run's counters)" if self.stats else ""),
+            ),
             (
                 self.budget <= plan.d1_queries,
                 f"D1QUEUE_QUERY_BUDGET must be <= {plan.d1_queries} "
@@ -141,6 +150,11 @@ class Config:
         return self.query_budget
 
     @property
+    def stats_reserve(self) -> int:
+        """Subrequests a drain keeps back for recording its counters."""
+        return 1 if self.stats else 0
+
+    @property
     def job_cap(self) -> int:
         """max_jobs, resolved."""
         assert self.max_jobs is not None
@@ -179,7 +193,7 @@ def _parse(name: str, raw: str) -> Any:
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(raw)
         return value
-    if name == "drain_on_push":
+    if name in ("drain_on_push", "stats"):
         if raw.lower() not in ("true", "false", "1", "0"):
             raise ValueError(raw)
         return raw.lower() in ("true", "1")

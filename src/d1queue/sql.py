@@ -405,3 +405,104 @@ RESUME_SCHEDULE = (
     "UPDATE d1queue_schedules SET paused = 0, next_run_at = ?2, updated_at = ?3 "
     "WHERE id = ?1 AND paused = 1 AND version = ?4"
 )
+
+# -- the drain's per-minute counters (migrations/0005_stats.sql) --------------
+
+STATS_SLOTS = 1440
+"""The counters' ring: one row per minute of the last day."""
+
+_MERGE_QUEUES = (
+    "(SELECT json_group_object(k, json_array(c, r, f)) FROM (SELECT k, SUM(c) AS c, "
+    "SUM(r) AS r, SUM(f) AS f FROM (SELECT key AS k, json_extract(value, '$[0]') AS c, "
+    "json_extract(value, '$[1]') AS r, json_extract(value, '$[2]') AS f "
+    "FROM json_each(d1queue_stats.queues) UNION ALL SELECT key, json_extract(value, '$[0]'), "
+    "json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(excluded.queues)) "
+    "GROUP BY k))"
+)
+
+
+def _add(column: str) -> str:
+    return (
+        f"{column} = CASE WHEN minute = excluded.minute THEN {column} + excluded.{column} "
+        f"ELSE excluded.{column} END"
+    )
+
+
+# One run's counts added to its minute's row: one statement, one row written.
+# A slot still holding the same minute a day ago is overwritten, not added to.
+# `run <> excluded.run`: re-sent after a lost reply, the UPSERT finds its own
+# run token on the row and adds nothing a second time (unless another run's
+# counts landed in between: then the re-send counts twice; these are
+# counters for a chart, never a job's state).
+# ?1 epoch minute ?2 completed ?3 retried ?4 failed ?5 per-queue JSON ?6 run token
+RECORD_STATS = (
+    "INSERT INTO d1queue_stats (slot, minute, completed, retried, failed, queues, run) "
+    f"VALUES (?1 % {STATS_SLOTS}, ?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (slot) DO UPDATE SET "
+    + ", ".join(_add(c) for c in ("completed", "retried", "failed"))
+    + f", queues = CASE WHEN minute = excluded.minute THEN {_MERGE_QUEUES} "
+    "ELSE excluded.queues END, minute = excluded.minute, run = excluded.run "
+    "WHERE run <> excluded.run"
+)
+
+# The chart: the last hour's minutes, read by their slots (one range, or two
+# where the hour wraps the ring), so it reads at most 60 rows.
+# ?1 ?2 first slot range ?3 ?4 second ?5 the minute before the first
+STATS_MINUTES = (
+    "SELECT minute, completed, retried, failed FROM d1queue_stats "
+    "WHERE (slot BETWEEN ?1 AND ?2 OR slot BETWEEN ?3 AND ?4) AND minute > ?5 ORDER BY minute"
+)
+
+# Jobs done per queue in the last hour and day: reads the ring (at most
+# 1,440 rows, fewer when the queues were idle), never a jobs table.
+# ?1 the minute before the hour ?2 the minute before the day
+STATS_BY_QUEUE = (
+    "SELECT j.key AS queue, "
+    "SUM(CASE WHEN s.minute > ?1 THEN json_extract(j.value, '$[0]') ELSE 0 END) AS done_hour, "
+    "SUM(json_extract(j.value, '$[0]')) AS done_day, "
+    "SUM(CASE WHEN s.minute > ?1 THEN json_extract(j.value, '$[2]') ELSE 0 END) AS failed_hour, "
+    "SUM(json_extract(j.value, '$[2]')) AS failed_day "
+    "FROM d1queue_stats s, json_each(s.queues) j WHERE s.minute > ?2 GROUP BY j.key"
+)
+
+# -- the dashboard's reads and actions (d1queue/dashboard/) --------------------
+
+_JOB_STATE = (
+    "CASE WHEN reserved_at IS NOT NULL AND locked_until > ?7 THEN 'reserved' "
+    "WHEN locked_until <= ?7 AND available_at <= ?7 THEN 'ready' ELSE 'delayed' END"
+)
+
+# A page of one queue's jobs in claim order (the key's order: ready band by
+# priority and age, then the delayed band, soonest first), after the cursor
+# (band, available_at, id), optionally of one state and one job name. A range
+# of the primary key (queue = ?1): the filters are checked as rows are read,
+# so a rare state or name reads further into the queue, never another queue.
+# ?1 queue ?2 cursor band ?3 cursor available_at ?4 cursor id ?5 name or ''
+# ?6 state or '' ?7 now ?8 limit
+LIST_QUEUE_JOBS = (
+    f"SELECT {JOB_COLUMNS}, band, {_JOB_STATE} AS state FROM d1queue_jobs "
+    "WHERE queue = ?1 AND (band < ?2 OR (band = ?2 AND (available_at > ?3 "
+    "OR (available_at = ?3 AND id > ?4)))) AND (?5 = '' OR name = ?5) "
+    f"AND (?6 = '' OR ?6 = {_JOB_STATE}) ORDER BY band DESC, available_at, id LIMIT ?8"
+)
+
+# "Run now": a job no worker holds, waiting (pushed with a delay, or out on a
+# retry's backoff), made due now and moved to the ready band of its priority.
+# A job already ready is left where it is (it would only lose its place).
+# ?1 now ?2 id
+RUN_NOW = (
+    "UPDATE d1queue_jobs SET band = priority, available_at = ?1, locked_until = 0 "
+    "WHERE id = ?2 AND reserved_at IS NULL AND (available_at > ?1 OR locked_until > ?1)"
+)
+
+# Failed jobs, newest first, filtered: keyset paging on (failed_at, id) as
+# LIST_FAILED_PAGE, bounded below by an age (`failed_at >= ?3`), with name and
+# error text checked as rows are read. The age's upper bound is the cursor.
+# ?1 cursor failed_at ?2 cursor id ?3 oldest failed_at ?4 name or ''
+# ?5 error text or '' (case-insensitive substring) ?6 limit [?7 queue]
+LIST_FAILED_FILTERED = (
+    f"SELECT {FAILED_COLUMNS} FROM d1queue_failed_jobs "
+    "WHERE (failed_at, id) < (?1, ?2) AND failed_at >= ?3 AND (?4 = '' OR name = ?4) "
+    "AND (?5 = '' OR instr(lower(error), lower(?5)) > 0) "
+    "ORDER BY failed_at DESC, id DESC LIMIT ?6"
+)
+LIST_FAILED_FILTERED_IN_QUEUE = LIST_FAILED_FILTERED.replace("WHERE ", "WHERE queue = ?7 AND ")

@@ -34,6 +34,8 @@ from .job import QueuedJob
 from .limits import PLANS, Meter, MeteredEnv
 from .queue import D1Queue, Mark, Outcome, exhausted_outcome
 from .registry import Backoff, JobSpec, Registry
+from .stats import RunCounts
+from .stats import record as record_counts
 
 MAX_ERROR_CHARS = 4000
 """last_error and the failed table's error are kept short: they are read by
@@ -224,7 +226,8 @@ async def drain(
         spent = meter.used - used0
         if per_statement:
             spent += (usage.statements - base[1]) - (usage.queries - base[0])
-        return min(config.budget - spent, meter.left())
+        # Kept back for the run's counters, sent after the last settle.
+        return min(config.budget - spent, meter.left()) - config.stats_reserve
 
     def claim_and_settle(n: int) -> int:
         """The claim batch of `n` jobs and the settle it will owe (every job
@@ -332,9 +335,12 @@ async def drain(
     lost = 0
     turn = 0
     pending: list[Outcome] = []  # the last round's outcomes, not yet settled
+    counts = RunCounts()  # for the per-minute counters (stats.py)
 
     def record(outcomes: list[Outcome], marks: list[Mark]) -> None:
         for outcome, mark in zip(outcomes, marks, strict=True):
+            if mark in ("written", "resent"):
+                counts.add(outcome.job.queue, outcome.action)
             if mark == "stale":
                 report.stale += 1
             elif mark == "unsettled":
@@ -429,6 +435,9 @@ async def drain(
         record(pending, await queue.settle_outcomes(pending))
     if report.stopped == "empty" and windowed:
         report.stopped = "window"
+    if config.stats and not counts.empty:
+        # One statement, at most one row written; left() kept room for it.
+        await record_counts(queue.binding, counts, queue.clock())
     return finish()
 
 

@@ -1,0 +1,139 @@
+"""Dashboard sessions and CSRF tokens, with no session table.
+
+A session is a cookie the Worker signed: `v1.<expires_ms>.<nonce>.<mac>`,
+the MAC an HMAC-SHA256 under a key derived from the API token
+(D1QUEUE_TOKEN). Why signed rather than stored: a stored session costs a D1
+write at sign-in and a read on every page (a subrequest each, against the
+free plan's 50), and a table to prune; a signed one costs neither. What it
+gives up is revoking one session early: signing out clears the cookie in
+that browser, and rotating the token (`wrangler secret put D1QUEUE_TOKEN`)
+ends every session at once, since the key changes with it. Sessions last
+SESSION_S, then the user signs in again.
+
+The CSRF token is per session: an HMAC of the session's nonce under the
+same key, sent in a hidden field of every form that changes state and
+checked in constant time. A page from another site can neither read it
+(same-origin policy) nor send the cookie (SameSite=Strict), and a stolen
+CSRF token is useless without its session.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+
+SESSION_S = 8 * 3600
+"""How long a sign-in lasts (absolute, not sliding: a cookie the Worker
+re-signed on every page would be a write to the browser on every refresh)."""
+
+COOKIE = "d1queue_session"
+SECURE_COOKIE = "__Host-d1queue_session"
+"""Over HTTPS the cookie takes the __Host- prefix: the browser then accepts
+it only with Secure, Path=/ and no Domain, so a sibling subdomain cannot
+plant or shadow it."""
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+"""Hosts served over plain HTTP in development (`make dev`): the cookie is
+not Secure there, or the browser would drop it."""
+
+_SHAPE = re.compile(r"v1\.([0-9]{1,15})\.([A-Za-z0-9_-]{16,64})\.([A-Za-z0-9_-]{43})")
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+@dataclass(frozen=True)
+class Session:
+    nonce: str
+    expires_ms: int
+
+
+class Sessions:
+    """Signs and checks sessions and CSRF tokens for one API token."""
+
+    def __init__(self, token: str) -> None:
+        # A key of its own, derived from the token, so a MAC shown to the
+        # browser is never a value the API would accept as a credential.
+        self._key = hmac.new(token.encode(), b"d1queue dashboard sessions v1", "sha256").digest()
+        self._token = token
+
+    def _mac(self, message: str) -> str:
+        return _b64(hmac.new(self._key, message.encode(), hashlib.sha256).digest())
+
+    def check_token(self, given: str) -> bool:
+        """Whether `given` is the API token, in constant time."""
+        return hmac.compare_digest(given.strip().encode(), self._token.encode())
+
+    def issue(self, now_ms: int) -> str:
+        """A fresh session's cookie value, valid for SESSION_S. The nonce is
+        drawn at sign-in, never at import (Workers refuse randomness then)."""
+        body = f"v1.{now_ms + SESSION_S * 1000}.{secrets.token_urlsafe(18)}"
+        return f"{body}.{self._mac(body)}"
+
+    def verify(self, value: str | None, now_ms: int) -> Session | None:
+        """The session a cookie value holds, or None: malformed, forged (made
+        under another token), or expired."""
+        if not value:
+            return None
+        m = _SHAPE.fullmatch(value)
+        if m is None:
+            return None
+        body = value.rsplit(".", 1)[0]
+        if not hmac.compare_digest(self._mac(body).encode(), m.group(3).encode()):
+            return None
+        expires = int(m.group(1))
+        if expires <= now_ms:
+            return None
+        return Session(nonce=m.group(2), expires_ms=expires)
+
+    def csrf(self, session: Session) -> str:
+        """The CSRF token of `session`: the same for every form it is shown."""
+        return self._mac(f"csrf.{session.nonce}")
+
+    def check_csrf(self, session: Session, given: str | None) -> bool:
+        return given is not None and hmac.compare_digest(
+            self.csrf(session).encode(), given.encode()
+        )
+
+
+def is_local(host: str) -> bool:
+    """Whether a request's Host (with or without port) is a development host."""
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+    return name.lower() in LOCAL_HOSTS
+
+
+def cookie_name(secure: bool) -> str:
+    return SECURE_COOKIE if secure else COOKIE
+
+
+def set_cookie(value: str, *, secure: bool, max_age_s: int = SESSION_S) -> str:
+    """The Set-Cookie header of a session (an empty value with max_age_s=0
+    clears it): HttpOnly (no script reads it), SameSite=Strict (no other site
+    sends it), Secure except on a development host, expiring."""
+    parts = [
+        f"{cookie_name(secure)}={value}",
+        "Path=/",
+        f"Max-Age={max_age_s}",
+        "HttpOnly",
+        "SameSite=Strict",
+    ]
+    if secure:
+        parts.append("Secure")
+    return "; ".join(parts)
+
+
+def read_cookies(header: str, name: str) -> list[str]:
+    """Every value of cookie `name` in a Cookie header: a browser may send two
+    of one name (another path's), and only a value the Worker signed counts,
+    so each is checked rather than guessing which the browser put first."""
+    values = []
+    for part in header.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep and key == name:
+            values.append(value)
+    return values

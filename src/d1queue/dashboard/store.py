@@ -1,0 +1,139 @@
+"""What the dashboard reads and does beyond the API's operations (service.py):
+a queue's jobs page by page, failed jobs filtered, "run now", and bulk
+retry or delete. Same layer as admin.py: statements from sql.py, sent
+through the queue's binding, each page a bounded number of round trips.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .. import sql
+from ..admin import Admin
+from ..bounds import MAX_SAFE_INT, PRIORITY_RANGE
+from ..queue import D1Queue, FailedJob
+
+ID_RULE = r"[A-Za-z0-9._:-]{1,128}"
+ID_PATTERN = re.compile(ID_RULE)
+STATES = ("ready", "delayed", "reserved")
+PAGE = 50
+"""Rows per page. Also the most jobs one bulk action takes: a retry is two
+statements a job, so 50 fit one batch (one subrequest) with room to spare."""
+
+_JOB_CURSOR = re.compile(r"(-?[0-9]{1,5}):([0-9]{1,15}):(" + ID_RULE + ")")
+_FAILED_CURSOR = re.compile(r"([0-9]{1,15}):(" + ID_RULE + ")")
+
+
+@dataclass
+class Page:
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+class Store:
+    def __init__(self, queue: D1Queue) -> None:
+        self.queue = queue
+        self.binding = queue.binding
+        self.admin = Admin(queue)
+
+    async def queue_jobs(
+        self, queue: str, *, state: str = "", name: str = "", cursor: str | None = None
+    ) -> Page:
+        """A page of `queue`'s jobs in claim order, optionally one state and
+        one job name. ValueError for a cursor not made by this function."""
+        band, at, after = PRIORITY_RANGE[1] + 1, 0, ""
+        if cursor:
+            m = _JOB_CURSOR.fullmatch(cursor)
+            if m is None:
+                raise ValueError("the page cursor is not one this dashboard made")
+            band, at, after = int(m.group(1)), int(m.group(2)), m.group(3)
+        now = self.queue.clock()
+        result = await self.binding.run(
+            sql.LIST_QUEUE_JOBS, queue, band, at, after, name, state, now, PAGE + 1
+        )
+        rows = [dict(r) for r in result.rows]
+        more = len(rows) > PAGE
+        rows = rows[:PAGE]
+        last = rows[-1] if rows else None
+        next_cursor = (
+            f"{last['band']}:{last['available_at']}:{last['id']}" if more and last else None
+        )
+        return Page(rows, next_cursor)
+
+    async def failed(
+        self,
+        *,
+        queue: str = "",
+        name: str = "",
+        error: str = "",
+        since_ms: int = 0,
+        before_ms: int = MAX_SAFE_INT,
+        cursor: str | None = None,
+    ) -> Page:
+        """A page of failed jobs, newest first, failed in [since_ms,
+        before_ms), of one queue and name, whose error contains `error`
+        (case-insensitive). ValueError for a malformed cursor."""
+        at, after = before_ms, ""
+        if cursor:
+            m = _FAILED_CURSOR.fullmatch(cursor)
+            if m is None:
+                raise ValueError("the page cursor is not one this dashboard made")
+            at, after = min(at, int(m.group(1))), m.group(2)
+            if int(m.group(1)) > before_ms:
+                after = ""
+        args: list[Any] = [at, after, since_ms, name, error, PAGE + 1]
+        statement = sql.LIST_FAILED_FILTERED
+        if queue:
+            statement = sql.LIST_FAILED_FILTERED_IN_QUEUE
+            args.append(queue)
+        result = await self.binding.run(statement, *args)
+        rows = [dict(r) for r in result.rows]
+        more = len(rows) > PAGE
+        rows = rows[:PAGE]
+        next_cursor = f"{rows[-1]['failed_at']}:{rows[-1]['id']}" if more and rows else None
+        return Page(rows, next_cursor)
+
+    async def run_now(self, id: str) -> Literal["done", "ready", "reserved", "missing"]:
+        """Make a waiting job due now. One round trip: the update and the
+        job's row as it is after it, in one batch."""
+        updated, found = await self.binding.batch(
+            [(sql.RUN_NOW, (self.queue.clock(), id)), (sql.SELECT_JOB, (id,))]
+        )
+        if updated.changes:
+            return "done"
+        if not found.rows:
+            return "missing"
+        return "reserved" if found.rows[0]["reserved_at"] is not None else "ready"
+
+    async def retry_many(self, ids: list[str]) -> int:
+        """Put failed jobs back on their queues, one fresh attempt each, in
+        one batch (one transaction, one subrequest); how many were put back.
+        Should the batch fail as a whole (an id already queued again makes
+        its insert conflict), each is retried on its own, so one such job
+        does not hold back the others."""
+        now = self.queue.clock()
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        for id in ids:
+            statements += [(sql.RETRY_FAILED_INSERT, (now, id)), (sql.RETRY_FAILED_DELETE, (id,))]
+        try:
+            results = await self.binding.batch(statements)
+        except Exception:
+            done = 0
+            for id in ids:
+                try:
+                    done += bool(await self.queue.retry_failed(id))
+                except Exception as exc:  # reported in the count, logged here
+                    print(f"d1queue dashboard: retrying failed job {id} failed: {exc}")
+            return done
+        return sum(r.changes for r in results[0::2])
+
+    async def delete_many(self, ids: list[str]) -> int:
+        """Delete failed jobs, in one batch; how many there were."""
+        results = await self.binding.batch([(sql.DELETE_FAILED, (id,)) for id in ids])
+        return sum(r.changes for r in results)
+
+    async def failed_job(self, id: str) -> FailedJob | None:
+        result = await self.binding.run(sql.SELECT_FAILED, id)
+        return FailedJob(**result.rows[0]) if result.rows else None

@@ -1,0 +1,251 @@
+"""The dashboard in a real browser: Playwright for Python driving Debian's
+chromium (/usr/bin/chromium; no browser of Playwright's own is downloaded)
+against the Worker served by the offline host, as `make dev` serves it.
+
+Every page is screenshotted into build/screenshots/ (gitignored)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+
+from .conftest import ROOT, TOKEN, Host, start_host
+
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = ROOT / "build" / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def ui_host() -> Iterator[Host]:
+    """A host of its own: these tests read the counters, which other tests'
+    drains would add to."""
+    h = start_host()
+    yield h
+    h.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"no {CHROMIUM}: `apt-get install -y chromium` (make setup does it)")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        # --no-sandbox: CI runs as root, where chromium's sandbox refuses to start.
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def context(browser: Browser, ui_host: Host) -> Iterator[BrowserContext]:
+    ui_host.reset()
+    ui_host.python(
+        """
+        async def main(env):
+            await env.DB.prepare("DELETE FROM d1queue_stats").run()
+        """
+    )
+    ctx = browser.new_context(base_url=ui_host.url, viewport={"width": 1280, "height": 900})
+    yield ctx
+    ctx.close()
+
+
+def shot(page: Page, name: str) -> None:
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def sign_in(page: Page, token: str = TOKEN) -> None:
+    page.goto("/ui")
+    expect(page).to_have_url(re.compile(r"/ui/signin\?next=%2Fui$"))
+    page.get_by_label("API token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def queue_row(page: Page, queue: str) -> object:
+    return page.get_by_role("row").filter(has=page.get_by_role("link", name=queue, exact=True))
+
+
+def test_sign_in_and_a_pushed_job_is_counted(context: BrowserContext, ui_host: Host) -> None:
+    page = context.new_page()
+    page.goto("/ui")
+    shot(page, "01-sign-in")
+    # Keyboard only: the token field has the focus, Enter submits.
+    expect(page.get_by_label("API token")).to_be_focused()
+    page.keyboard.type(TOKEN)
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    expect(page.get_by_text("No queues yet.")).to_be_visible()
+    shot(page, "02-overview-empty")
+
+    (cookie,) = context.cookies()
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["expires"] > 0
+    assert not cookie["secure"]  # plain HTTP on 127.0.0.1
+
+    pushed = ui_host.api(
+        "POST", "/v1/queues/mail/jobs", {"name": "example.echo", "payload": {"to": "ada"}}
+    )
+    assert pushed.status == 201
+    page.reload()
+    row = queue_row(page, "mail")
+    expect(row.get_by_role("cell").nth(0)).to_have_text("1")  # ready
+    shot(page, "03-overview")
+
+    page.get_by_role("link", name="mail", exact=True).click()
+    expect(page.get_by_role("heading", name="Queue mail")).to_be_visible()
+    expect(page.get_by_role("link", name=pushed.json()["id"])).to_be_visible()
+    shot(page, "04-queue")
+    page.get_by_role("link", name=pushed.json()["id"]).click()
+    expect(page.get_by_text('"to": "ada"')).to_be_visible()
+    shot(page, "05-job")
+
+    # The cron drains it; the drain's counters show it done in the last hour.
+    ui_host.scheduled()
+    page.goto("/ui")
+    row = queue_row(page, "mail")
+    expect(row.get_by_role("cell").nth(6)).to_have_text("1")  # done in the last hour
+    expect(page.locator("svg.chart rect.c")).to_have_count(1)
+    shot(page, "06-overview-after-a-run")
+
+    page.set_viewport_size({"width": 375, "height": 800})  # a narrow window
+    page.reload()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375 + 1
+    shot(page, "07-overview-narrow")
+
+
+def test_a_wrong_token_is_refused(context: BrowserContext) -> None:
+    page = context.new_page()
+    sign_in(page, token="not-the-token")
+    expect(page.get_by_role("alert")).to_have_text("That is not this Worker's API token.")
+    assert context.cookies() == []
+    shot(page, "08-sign-in-refused")
+    page.goto("/ui/failed")
+    expect(page).to_have_url(re.compile(r"/ui/signin"))
+
+
+def test_a_failed_job_appears_and_a_bulk_retry_moves_it_back(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    ids = [
+        ui_host.api(
+            "POST", "/v1/queues/math/jobs", {"name": "example.add", "payload": {"a": "x"}}
+        ).json()["id"]
+        for _ in range(2)
+    ]
+    ui_host.scheduled()  # a bad payload fails for good
+    assert ui_host.api("GET", f"/v1/jobs/{ids[0]}").json()["state"] == "failed"
+
+    page = context.new_page()
+    sign_in(page)
+    page.get_by_role("link", name="Failed jobs").click()
+    expect(page.get_by_role("checkbox", name=f"Select job {ids[0]}")).to_be_visible()
+    shot(page, "09-failed")
+    page.get_by_label("Error contains").fill("numbers a and b")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.get_by_role("checkbox", name=re.compile("^Select job "))).to_have_count(2)
+
+    page.get_by_role("checkbox", name="Select every job on this page").check()
+    expect(page.get_by_text("2 of 2 selected")).to_be_visible()
+    page.get_by_role("button", name="Retry").click()
+    expect(page.get_by_text("Put 2 failed jobs back on their queues")).to_be_visible()
+    expect(page.get_by_role("button", name="Stop auto-refresh")).to_be_hidden()  # nothing live
+    shot(page, "10-confirm-retry")
+    page.get_by_role("button", name="Retry 2 jobs").click()
+    expect(page.get_by_role("status")).to_have_text("2 failed job(s) put back on their queues.")
+    expect(page.get_by_text("No failed jobs match this filter.")).to_be_visible()
+    for id in ids:
+        assert ui_host.api("GET", f"/v1/jobs/{id}").json()["state"] == "ready"
+    page.goto("/ui")
+    expect(queue_row(page, "math").get_by_role("cell").nth(0)).to_have_text("2")
+
+    # And Delete, after its own confirmation, from a failed job's page.
+    ui_host.scheduled()
+    page.goto(f"/ui/jobs/{ids[0]}")
+    shot(page, "11-failed-job")
+    page.get_by_role("button", name="Delete").click()
+    expect(page.get_by_text("Remove 1 failed job for good?")).to_be_visible()
+    page.get_by_role("button", name="Delete 1 job").click()
+    expect(page.get_by_role("status")).to_have_text("1 failed job(s) removed for good.")
+    assert ui_host.api("GET", f"/v1/jobs/{ids[0]}").status == 404
+
+
+def test_pause_and_resume(context: BrowserContext, ui_host: Host) -> None:
+    ui_host.api("POST", "/v1/queues/mail/jobs", {"name": "example.echo", "payload": 1})
+    page = context.new_page()
+    sign_in(page)
+    expect(page.get_by_role("button", name="Stop auto-refresh")).to_be_visible()
+    # Reachable by keyboard: Tab gets to the queue's Pause button, Enter presses it.
+    for _ in range(30):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.textContent") == "Pause":
+            break
+    else:
+        pytest.fail("Tab never reached the Pause button")
+    page.keyboard.press("Enter")
+    expect(queue_row(page, "mail").get_by_role("button", name="Resume")).to_be_visible()
+    queue_row(page, "mail").get_by_role("button", name="Resume").click()
+    row = queue_row(page, "mail")
+    row.get_by_role("button", name="Pause").click()
+    expect(queue_row(page, "mail").get_by_text("Paused", exact=True)).to_be_visible()
+    assert ui_host.api("GET", "/v1/queues/mail").json()["paused"] is True
+    shot(page, "12-overview-paused")
+    queue_row(page, "mail").get_by_role("button", name="Resume").click()
+    expect(queue_row(page, "mail").get_by_text("Running", exact=True)).to_be_visible()
+    assert ui_host.api("GET", "/v1/queues/mail").json()["paused"] is False
+
+    page.goto("/ui/queues/mail")
+    page.get_by_role("button", name="Pause").click()
+    expect(page.get_by_role("button", name="Resume")).to_be_visible()
+    assert ui_host.api("GET", "/v1/queues/mail").json()["paused"] is True
+
+
+def test_a_state_change_without_its_csrf_token_is_refused(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    page = context.new_page()
+    sign_in(page)
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    # A direct POST carrying the session cookie (the context's) but no token.
+    reply = page.request.post("/ui/queues/mail/pause", form={"back": "/ui"})
+    assert reply.status == 403
+    assert "security token" in reply.text()
+    assert ui_host.api("GET", "/v1/queues/mail").json()["paused"] is False
+    reply = page.request.post("/ui/queues/mail/pause", form={"csrf": "forged" * 7 + "x"})
+    assert reply.status == 403
+    assert ui_host.api("GET", "/v1/queues/mail").json()["paused"] is False
+
+
+def test_the_page_refreshes_itself_keeping_the_selection(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    for _ in range(2):
+        ui_host.api("POST", "/v1/queues/math/jobs", {"name": "example.add", "payload": {}})
+    ui_host.scheduled()
+    page = context.new_page()
+    sign_in(page)
+    page.goto("/ui/failed")
+    boxes = page.get_by_role("checkbox", name=re.compile("^Select job "))
+    boxes.first.check()
+    ui_host.api("POST", "/v1/queues/math/jobs", {"name": "example.add", "payload": {}})
+    ui_host.scheduled()
+    # The page's script refreshes every 15 s: the third failure appears with
+    # the first still selected, and the URL is unchanged.
+    expect(boxes).to_have_count(3, timeout=25_000)
+    expect(page.get_by_text("1 of 3 selected")).to_be_visible()
+    assert page.url.endswith("/ui/failed")
+
+
+def test_the_schedules_page_and_the_csp(context: BrowserContext) -> None:
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    sign_in(page)
+    page.get_by_role("link", name="Schedules").click()
+    expect(page.get_by_role("heading", name="Schedules")).to_be_visible()
+    shot(page, "13-schedules")
+    reply = page.request.get("/ui/schedules")
+    assert "script-src 'self'" in reply.headers["content-security-policy"]
+    assert errors == [], errors  # no CSP violation, no script error

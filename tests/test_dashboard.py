@@ -1,0 +1,433 @@
+"""The dashboard under CPython, against SqliteD1: sessions and CSRF, what a
+page shows, what its forms change, and what they refuse (writing nothing).
+The same pages in a real browser: tests/runtime/test_dashboard_browser.py."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+
+from d1queue import Config, D1Queue, Registry, drain
+from d1queue.dashboard import Dashboard
+from d1queue.dashboard.app import CSP
+from d1queue.dashboard.session import SESSION_S, Sessions, set_cookie
+from d1queue.errors import Fail
+from d1queue.service import Service
+from d1queue.testing import SqliteD1
+
+from .contract import Clock
+
+TOKEN = "dashboard-test-token"
+
+
+def registry() -> Registry:
+    reg = Registry()
+
+    @reg.job("echo")
+    async def echo(payload: Any) -> None: ...
+
+    @reg.job("boom", max_attempts=1)
+    async def boom(payload: Any) -> None:
+        raise Fail(f"<b>bad</b> input {payload}")
+
+    return reg
+
+
+class Browser:
+    """Drives Dashboard.handle as a browser would: keeps the session cookie,
+    reads the CSRF token from the last page, follows nothing by itself."""
+
+    def __init__(self, board: Dashboard, clock: Clock, host: str = "127.0.0.1:8787") -> None:
+        self.board, self.clock, self.host = board, clock, host
+        self.cookie = ""
+        self.last = ""
+        self.token = ""
+
+    async def request(
+        self, method: str, path: str, form: dict[str, Any] | None = None, **headers: str
+    ) -> Any:
+        body = urlencode(form or {}, doseq=True).encode()
+        sent = {"host": self.host, "cookie": self.cookie, **headers}
+        reply = await self.board.handle(
+            method,
+            f"http://{self.host}{path}",
+            sent,
+            body if method == "POST" else b"",
+            self.clock(),
+        )
+        cookie = reply.headers.get("set-cookie", "")
+        if cookie:
+            self.cookie = cookie.split(";", 1)[0]
+        self.last = reply.body
+        return reply
+
+    async def get(self, path: str) -> Any:
+        return await self.request("GET", path)
+
+    async def post(self, path: str, form: dict[str, Any] | None = None, **headers: str) -> Any:
+        return await self.request("POST", path, form, **headers)
+
+    def csrf(self) -> str:
+        """The CSRF token of the last page that carried one (one per session)."""
+        m = re.search(r'name="csrf" value="([^"]+)"', self.last)
+        if m:
+            self.token = m.group(1)
+        assert self.token, "no page carried a CSRF token"
+        return self.token
+
+    async def sign_in(self) -> None:
+        reply = await self.post("/ui/signin", {"token": TOKEN, "next": "/ui"})
+        assert reply.status == 303 and reply.headers["location"] == "/ui"
+        await self.get("/ui")
+
+
+@pytest.fixture
+def service(db: SqliteD1, clock: Clock) -> Service:
+    return Service(D1Queue(db, clock=clock), registry())
+
+
+@pytest.fixture
+def board(service: Service) -> Dashboard:
+    return Dashboard(service, TOKEN)
+
+
+@pytest.fixture
+async def browser(board: Dashboard, clock: Clock) -> Browser:
+    b = Browser(board, clock)
+    await b.sign_in()
+    return b
+
+
+def paused(db: SqliteD1, queue: str) -> bool:
+    rows = db.query("SELECT paused FROM d1queue_queues WHERE name = ?1", queue)
+    return bool(rows and rows[0]["paused"])
+
+
+def failed_ids(db: SqliteD1) -> set[str]:
+    return {r["id"] for r in db.query("SELECT id FROM d1queue_failed_jobs")}
+
+
+async def fail_some(service: Service, n: int, queue: str = "mail") -> list[str]:
+    ids = [(await service.dispatch(queue, {"name": "boom", "payload": i}))["id"] for i in range(n)]
+    await drain(service.queue, service.registry, Config(queues=(queue,)))
+    return ids
+
+
+# -- signing in ---------------------------------------------------------------
+
+
+PAGES = ["/ui", "/ui/queues/mail", "/ui/jobs/abc", "/ui/failed", "/ui/schedules"]
+
+
+@pytest.mark.parametrize("path", PAGES)
+async def test_nothing_is_readable_signed_out(board: Dashboard, clock: Clock, path: str) -> None:
+    reply = await Browser(board, clock).get(path)
+    assert reply.status == 303
+    assert reply.headers["location"] == "/ui/signin?" + urlencode({"next": path})
+
+
+async def test_a_wrong_token_is_refused_and_sets_no_cookie(board: Dashboard, clock: Clock) -> None:
+    b = Browser(board, clock)
+    reply = await b.post("/ui/signin", {"token": "not-it"})
+    assert reply.status == 401
+    assert "set-cookie" not in reply.headers
+    assert "not this Worker&#x27;s API token" in reply.body
+    assert (await b.get("/ui")).status == 303
+
+
+async def test_the_session_cookie_is_httponly_strict_and_expires(
+    board: Dashboard, clock: Clock
+) -> None:
+    local = await Browser(board, clock).post("/ui/signin", {"token": TOKEN})
+    cookie = local.headers["set-cookie"]
+    assert cookie.startswith("d1queue_session=v1.")
+    assert {"HttpOnly", "SameSite=Strict", f"Max-Age={SESSION_S}", "Path=/"} <= set(
+        cookie.split("; ")
+    )
+    assert "Secure" not in cookie  # plain HTTP on 127.0.0.1: a Secure cookie would be dropped
+    remote = await Browser(board, clock, host="queue.example.com").post(
+        "/ui/signin", {"token": TOKEN}
+    )
+    cookie = remote.headers["set-cookie"]
+    assert cookie.startswith("__Host-d1queue_session=v1.") and "; Secure" in cookie
+
+
+async def test_a_session_expires(browser: Browser, clock: Clock) -> None:
+    assert (await browser.get("/ui")).status == 200
+    clock.advance(SESSION_S - 1)
+    assert (await browser.get("/ui")).status == 200
+    clock.advance(2)
+    assert (await browser.get("/ui")).status == 303
+
+
+async def test_a_forged_or_foreign_session_is_refused(browser: Browser, clock: Clock) -> None:
+    name, value = browser.cookie.split("=", 1)
+    body, mac = value.rsplit(".", 1)
+    later = re.sub(r"^v1\.(\d+)", lambda m: f"v1.{int(m.group(1)) + 10**9}", body)
+    for forged in (
+        f"{later}.{mac}",  # a longer life, same MAC
+        f"{body}.{mac[:-2]}AA",  # a MAC altered
+        Sessions("another-token").issue(clock()),  # signed with another token
+        "",
+        "garbage",
+    ):
+        browser.cookie = f"{name}={forged}"
+        assert (await browser.get("/ui")).status == 303, forged
+
+
+def test_sessions_sign_and_check() -> None:
+    s = Sessions("t")
+    value = s.issue(1000)
+    session = s.verify(value, 1001)
+    assert session is not None and session.expires_ms == 1000 + SESSION_S * 1000
+    assert s.verify(value, 1000 + SESSION_S * 1000) is None
+    assert Sessions("u").verify(value, 1001) is None
+    other = s.verify(s.issue(1000), 1001)
+    assert other is not None and s.csrf(session) != s.csrf(other)
+    assert s.check_csrf(session, s.csrf(session))
+    assert not s.check_csrf(session, s.csrf(other))
+    assert not s.check_csrf(session, None)
+    assert s.check_token("t") and not s.check_token("T")
+    assert set_cookie("", secure=True, max_age_s=0).endswith(
+        "Max-Age=0; HttpOnly; SameSite=Strict; Secure"
+    )
+
+
+async def test_sign_out_clears_the_cookie(browser: Browser) -> None:
+    reply = await browser.post("/ui/signout", {"csrf": browser.csrf()})
+    assert reply.status == 303 and "Max-Age=0" in reply.headers["set-cookie"]
+    assert (await browser.get("/ui")).status == 303
+
+
+async def test_sign_in_returns_only_to_a_dashboard_page(board: Dashboard, clock: Clock) -> None:
+    for target, expected in (
+        ("/ui/failed?queue=mail", "/ui/failed?queue=mail"),
+        ("https://evil.example/ui", "/ui"),
+        ("//evil.example/ui", "/ui"),
+        ("/ui//evil.example", "/ui"),
+        ("/v1/queues", "/ui"),
+    ):
+        reply = await Browser(board, clock).post("/ui/signin", {"token": TOKEN, "next": target})
+        assert reply.headers["location"] == expected, target
+
+
+# -- CSRF and origin ------------------------------------------------------------
+
+
+async def test_a_state_change_without_its_csrf_token_is_refused(
+    browser: Browser, db: SqliteD1, board: Dashboard, clock: Clock
+) -> None:
+    other = Browser(board, clock)
+    await other.sign_in()
+    for form in ({}, {"csrf": ""}, {"csrf": "x" * 43}, {"csrf": other.csrf()}):
+        reply = await browser.post("/ui/queues/mail/pause", form)
+        assert reply.status == 403, form
+        assert "security token" in reply.body
+        assert not paused(db, "mail")
+    reply = await browser.post("/ui/queues/mail/pause", {"csrf": browser.csrf()})
+    assert reply.status == 303 and paused(db, "mail")
+
+
+async def test_a_form_from_another_origin_is_refused(browser: Browser, db: SqliteD1) -> None:
+    csrf = browser.csrf()
+    for headers in ({"origin": "https://evil.example"}, {"sec-fetch-site": "cross-site"}):
+        reply = await browser.post("/ui/queues/mail/pause", {"csrf": csrf}, **headers)
+        assert reply.status == 403 and not paused(db, "mail"), headers
+    reply = await browser.post(
+        "/ui/queues/mail/pause",
+        {"csrf": csrf},
+        origin="http://127.0.0.1:8787",
+        **{"sec-fetch-site": "same-origin"},
+    )
+    assert reply.status == 303 and paused(db, "mail")
+
+
+async def test_an_action_signed_out_is_refused_and_writes_nothing(
+    board: Dashboard, clock: Clock, db: SqliteD1, service: Service
+) -> None:
+    ids = await fail_some(service, 1)
+    b = Browser(board, clock)
+    for path, form in (
+        ("/ui/queues/mail/pause", {}),
+        ("/ui/failed/bulk", {"action": "delete", "ids": ids, "confirm": "yes"}),
+    ):
+        reply = await b.post(path, form)
+        assert reply.status == 401, path
+    assert not paused(db, "mail") and failed_ids(db) == set(ids)
+
+
+# -- the headers every page carries -------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/ui", "/ui/failed", "/ui/queues/mail", "/ui/schedules"])
+async def test_pages_carry_a_strict_csp_and_no_inline_code(browser: Browser, path: str) -> None:
+    reply = await browser.get(path)
+    assert reply.status == 200
+    assert reply.headers["content-security-policy"] == CSP
+    assert "'unsafe-inline'" not in CSP and "script-src 'self'" in CSP
+    assert reply.headers["cache-control"] == "no-store"
+    assert reply.headers["x-frame-options"] == "DENY"
+    assert not re.search(r"<script(?![^>]*\bsrc=)", reply.body), "inline script"
+    assert " style=" not in reply.body and "<style" not in reply.body
+    assert " on" not in re.sub(r'"[^"]*"', "", reply.body).lower().replace(" one", "")
+
+
+async def test_assets_are_served_by_the_worker(browser: Browser) -> None:
+    page = (await browser.get("/ui")).body
+    for path in re.findall(r'(?:href|src)="(/ui/static/[^"]+)"', page):
+        reply = await browser.get(path)
+        assert reply.status == 200 and reply.headers["content-type"].startswith(("text/", "image/"))
+        assert "immutable" in reply.headers["cache-control"]
+    assert len(re.findall(r"/ui/static/", page)) == 3
+    assert "http://" not in page.split("<main")[0] and "https://" not in page
+
+
+# -- pages ---------------------------------------------------------------------------
+
+
+async def test_the_overview_counts_queues_and_empty_state(
+    browser: Browser, service: Service, clock: Clock
+) -> None:
+    body = (await browser.get("/ui")).body
+    assert "No queues yet." in body and "/v1/queues/default/jobs" in body
+    for i in range(3):
+        await service.dispatch("mail", {"name": "echo", "payload": i})
+    await service.dispatch("mail", {"name": "echo", "payload": 9, "delay_s": 600})
+    clock.advance(90)
+    body = (await browser.get("/ui")).body
+    row = re.search(r'<tr><th scope="row"><a href="/ui/queues/mail">mail</a></th>(.*?)</tr>', body)
+    assert row, body
+    cells = re.findall(r"<td class=\"num[^\"]*\">(\d+)</td>", row.group(1))
+    assert cells[:3] == ["3", "1", "0"]  # ready, delayed, reserved
+    assert "1 min" in row.group(1)  # the oldest ready job's age
+    assert ">Pause</button>" in row.group(1) and "Running" in row.group(1)
+
+
+async def test_pause_and_resume_from_the_overview(browser: Browser, db: SqliteD1) -> None:
+    reply = await browser.post("/ui/queues/mail/pause", {"csrf": browser.csrf(), "back": "/ui"})
+    assert reply.headers["location"] == "/ui?notice=paused"
+    body = (await browser.get(reply.headers["location"])).body
+    assert paused(db, "mail") and ">Resume</button>" in body and "Queue paused" in body
+    await browser.post("/ui/queues/mail/resume", {"csrf": browser.csrf(), "back": "/ui"})
+    assert not paused(db, "mail")
+
+
+async def test_the_queue_page_pages_and_filters(
+    browser: Browser, service: Service, clock: Clock
+) -> None:
+    for i in range(55):
+        await service.dispatch("mail", {"name": "echo", "payload": i})
+    for i in range(3):
+        await service.dispatch("mail", {"name": "boom", "payload": i, "delay_s": 60})
+    body = (await browser.get("/ui/queues/mail")).body
+    assert body.count('<a href="/ui/jobs/') == 50
+    nxt = re.search(r'href="(/ui/queues/mail\?cursor=[^"]+)">Next page', body)
+    assert nxt
+    body = (await browser.get(nxt.group(1).replace("&amp;", "&"))).body
+    assert body.count('<a href="/ui/jobs/') == 8 and "Next page" not in body
+    body = (await browser.get("/ui/queues/mail?name=boom")).body
+    assert body.count('<a href="/ui/jobs/') == 3 and "badge delayed" in body
+    body = (await browser.get("/ui/queues/mail?state=delayed")).body
+    assert body.count('<a href="/ui/jobs/') == 3
+    body = (await browser.get("/ui/queues/mail?state=reserved")).body
+    assert "No jobs match this filter." in body
+    assert "holds no jobs" in (await browser.get("/ui/queues/empty")).body
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/ui/queues/mail?state=done",
+        "/ui/queues/mail?cursor=zzz",
+        "/ui/queues/mail?limt=5",
+        "/ui/queues/bad%20name",
+        "/ui/failed?age=forever",
+        "/ui/failed?cursor=not-a-cursor",
+        "/ui/failed?queue=%3Cx%3E",
+        "/ui/jobs/%3Cscript%3E",
+    ],
+)
+async def test_bad_input_is_a_clear_400(browser: Browser, path: str) -> None:
+    reply = await browser.get(path)
+    assert reply.status == 400, reply.body
+    assert 'role="alert"' in reply.body
+
+
+async def test_the_job_page_shows_escapes_and_acts(
+    browser: Browser, service: Service, db: SqliteD1, clock: Clock
+) -> None:
+    payload = {"html": "<script>alert(1)</script>", "n": [1, 2]}
+    job_id = (
+        await service.dispatch("mail", {"name": "echo", "payload": payload, "delay_s": 3600})
+    )["id"]
+    body = (await browser.get(f"/ui/jobs/{job_id}")).body
+    assert "<script>alert" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "&quot;n&quot;: [\n    1,\n    2\n  ]" in body  # pretty-printed
+    assert "0 of 3" in body and "in 1 h 0 min" in body and "UTC)" in body
+    reply = await browser.post(f"/ui/jobs/{job_id}/run", {"csrf": browser.csrf()})
+    assert reply.status == 303
+    assert (await service.job(job_id))["state"] == "ready"
+    reply = await browser.post(f"/ui/jobs/{job_id}/run", {"csrf": browser.csrf()})
+    assert "already_ready" in reply.headers["location"]
+    reply = await browser.post(f"/ui/jobs/{job_id}/cancel", {"csrf": browser.csrf()})
+    assert reply.status == 303
+    assert db.query("SELECT COUNT(*) AS n FROM d1queue_jobs")[0]["n"] == 0
+    assert (await browser.get(f"/ui/jobs/{job_id}")).status == 404
+
+
+async def test_failed_jobs_filter_and_bulk_retry_after_confirming(
+    browser: Browser, service: Service, db: SqliteD1, clock: Clock
+) -> None:
+    ids = await fail_some(service, 3)
+    other = await fail_some(service, 1, queue="other")
+    body = (await browser.get("/ui/failed")).body
+    assert all(f'value="{i}"' in body for i in ids + other)
+    assert "&lt;b&gt;bad&lt;/b&gt;" in body and "<b>bad" not in body
+    assert ">Retry</button>" in body and ">Delete</button>" in body
+    assert (await browser.get("/ui/failed?queue=other")).body.count('name="ids"') == 1
+    assert (await browser.get("/ui/failed?error=INPUT+2")).body.count('name="ids"') == 1
+    assert (await browser.get("/ui/failed?name=echo")).body.count('name="ids"') == 0
+    assert (await browser.get("/ui/failed?age=1h")).body.count('name="ids"') == 4
+    assert (await browser.get("/ui/failed?age=gt1d")).body.count('name="ids"') == 0
+    clock.advance(2 * 86400)
+    await browser.sign_in()  # the session has expired meanwhile
+    assert (await browser.get("/ui/failed?age=gt1d")).body.count('name="ids"') == 4
+
+    await browser.get("/ui/failed")
+    form = {"csrf": browser.csrf(), "action": "retry", "ids": ids[:2], "back": "/ui/failed"}
+    confirm = await browser.post("/ui/failed/bulk", form)
+    assert confirm.status == 200 and "Put 2 failed jobs back" in confirm.body
+    assert ">Retry 2 jobs</button>" in confirm.body
+    assert failed_ids(db) == set(ids + other), "nothing is done before confirming"
+    reply = await browser.post(
+        "/ui/failed/bulk", {**form, "csrf": browser.csrf(), "confirm": "yes"}
+    )
+    assert reply.headers["location"] == "/ui/failed?notice=retried&n=2"
+    assert failed_ids(db) == {ids[2], *other}
+    assert {(await service.job(i))["state"] for i in ids[:2]} == {"ready"}
+
+    form = {"csrf": browser.csrf(), "action": "delete", "ids": [ids[2], *other], "confirm": "yes"}
+    reply = await browser.post("/ui/failed/bulk", form)
+    assert "notice=removed&n=2" in reply.headers["location"]
+    assert failed_ids(db) == set()
+    body = (await browser.get("/ui/failed")).body
+    assert "No failed jobs." in body
+
+
+async def test_bulk_refuses_bad_input_and_writes_nothing(
+    browser: Browser, service: Service, db: SqliteD1
+) -> None:
+    ids = await fail_some(service, 2)
+    csrf = browser.csrf()
+    for form in (
+        {"action": "retry"},
+        {"action": "explode", "ids": ids},
+        {"action": "delete", "ids": [*ids, "<bad>"]},
+        {"action": "delete", "ids": [f"{i:032x}" for i in range(51)]},
+    ):
+        reply = await browser.post("/ui/failed/bulk", {"csrf": csrf, "confirm": "yes", **form})
+        assert reply.status == 400, form
+    assert failed_ids(db) == set(ids)
