@@ -204,7 +204,7 @@ def test_a_drain_prepares_each_sql_text_once(clean_host: Host) -> None:
             b.db, b._parse = Counted(b.db), lambda text: parses.append(text) or parse(text)
             report = await drain(q, reg, Config(plan="paid", batch_size=25))
             return {
-                "succeeded": report.succeeded,
+                "completed": report.completed,
                 "statements": report.statements,
                 "queries": report.queries,
                 "prepares": len(prepares),
@@ -213,7 +213,7 @@ def test_a_drain_prepares_each_sql_text_once(clean_host: Host) -> None:
             }
         """
     )
-    assert result["succeeded"] == 60
+    assert result["completed"] == 60
     assert result["prepares"] == result["distinct"], result
     assert result["statements"] > 3 * result["prepares"], result
     # one JSON.parse per batch: the batches, less the single-statement runs
