@@ -12,10 +12,13 @@ the bench, so the handler costs nothing.
 Per job = (CPU of a cron run draining N jobs − CPU of a cron run draining
 none) / N, for three clocks the host prints per invocation (host/limits.mjs):
 
-- `cpu_ms`: the host's main thread while the Worker's code runs (every step
-  of Pyodide's event loop and the call that starts the handler, with the JS
-  they call synchronously: the SDK, the D1 binding's prepare/bind and the
-  request's JSON encoding). What workerd would charge; the headline figure.
+- `cpu_ms`: the CPU time of the host's main thread (CLOCK_THREAD_CPUTIME_ID)
+  while the Worker's code runs: every step of Pyodide's event loop and the
+  call that starts the handler, with the JS they call synchronously (the SDK,
+  the D1 binding's prepare/bind and the request's JSON encoding), and the
+  parsing of each D1 answer with the promise reactions that hand it to
+  Python; not the host's accounting and relay transport (host/limits.mjs
+  d1()). What workerd would charge; the headline figure.
 - `main_thread_cpu_ms`: the main thread over the invocation's whole span,
   adding Node's I/O on that thread (the relay's replies decoded, HTTP).
 - `process_cpu_ms`: every thread of the host process (adding the relay's

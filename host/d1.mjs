@@ -29,6 +29,12 @@ function coerce(value) {
   });
 }
 
+// workerd d1-api.ts _send(): the request's body is the statements' JSON,
+// made in the isolate (so charged to the Worker); the relay wraps it.
+function send(call, op, stmts, arg) {
+  return call(op, JSON.stringify(stmts), arg);
+}
+
 function unwrapStatements(statements) {
   // `.map` exists on JS arrays and on Pyodide proxies of Python lists alike.
   return statements.map((s) => {
@@ -42,18 +48,27 @@ function unwrapStatements(statements) {
 export class D1PreparedStatement {
   constructor(call, sql, params = []) { this.call = call; this[inner] = { sql, params }; }
   bind(...values) { return new D1PreparedStatement(this.call, this[inner].sql, values.map(coerce)); }
-  first(colName) { return this.call('first', [this[inner]], colName ?? null); }
-  all() { return this.call('all', [this[inner]]); }
-  run() { return this.call('run', [this[inner]]); }
-  raw(options) { return this.call('raw', [this[inner]], options ?? null); }
+  first(colName) { return send(this.call, 'first', [this[inner]], colName ?? null); }
+  all() { return send(this.call, 'all', [this[inner]]); }
+  run() { return send(this.call, 'run', [this[inner]]); }
+  raw(options) { return send(this.call, 'raw', [this[inner]], options ?? null); }
 }
 
 export class D1Database {
-  /** `call(op, statements, arg)`: one round trip to Miniflare (relay.mjs). */
+  /** `call(op, body, arg)`: one round trip to Miniflare (relay.mjs, through
+   * limits.mjs), `body` the statements' JSON; it resolves to the result. */
   constructor(call) { this.call = call; }
   prepare(query) { return new D1PreparedStatement(this.call, query); }
-  batch(statements) { return this.call('batch', unwrapStatements(statements)); }
-  exec(query) { return this.call('exec', [{ sql: query, params: [] }]); }
+  batch(statements) {
+    let stmts;
+    try {
+      stmts = unwrapStatements(statements);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return send(this.call, 'batch', stmts);
+  }
+  exec(query) { return send(this.call, 'exec', [{ sql: query, params: [] }]); }
 }
 
 // --raw-db: the same binding under another constructor name, so the SDK's

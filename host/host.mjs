@@ -159,7 +159,7 @@ const pyodideReady = loadPyodide({
 });
 pyodideReady.catch(() => {}); // awaited below; not "unhandled" meanwhile
 const { unstable_getMiniflareWorkerOptions, unstable_readConfig, unstable_splitSqlQuery } = await import('wrangler');
-const { startMiniflare } = await import('./relay.mjs');
+const { startMiniflare, decodeAnswer } = await import('./relay.mjs');
 const { D1Database, RawD1Database } = await import('./d1.mjs');
 const { parseCron } = await import('./cron.mjs');
 
@@ -248,7 +248,7 @@ const [pyodide, compatFlags, bundleDir] = await Promise.all([
     ({ mf, relay } = await startMiniflare(workerOptions, persistRoot));
     for (const d1 of config.d1_databases ?? []) {
       const Binding = opts['raw-db'] ? RawD1Database : D1Database;
-      d1Bindings.set(d1.binding, new Binding(limits.d1(relay(d1.binding), faults))); // counted per invocation, faulted
+      d1Bindings.set(d1.binding, new Binding(limits.d1(relay(d1.binding), faults, decodeAnswer))); // counted per invocation, faulted
     }
   })(),
 ]).catch(async (e) => fail(`start-up failed: ${e.message}`));

@@ -25,12 +25,14 @@
 //   open-source workerd, whose LimitEnforcer is a stub). workerd's
 //   d1-api.ts sends D1 calls through the binding's fetcher (`_wrappedFetch`
 //   outside its try), so the limit error reaches the caller unwrapped.
-// - CPU: free 10 ms, paid 30 s, measured as the process's CPU
-//   (process.cpuUsage: see cpuNow) while the Worker's own code runs: the call that
+// - CPU: free 10 ms, paid 30 s, measured as the CPU time of the thread the
+//   Worker runs on (see cpuNow) while the Worker's own code runs: the call that
 //   starts a handler and every step of Pyodide's event loop (host.mjs routes
-//   its scheduleCallback through timed()), charged to the invocation the
-//   step belongs to, waitUntil work included. Node's I/O around it (HTTP
-//   serving, outbound fetch, the D1 relay's replies) is not counted, as
+//   its scheduleCallback through timed()), and the parsing of each D1 answer
+//   with the promise reactions that hand it to Python (d1()), charged to the
+//   invocation they belong to, waitUntil work included. The host's own work
+//   (its accounting, the D1 relay's transport: d1()), HTTP serving and
+//   outbound fetch are not counted, as
 //   workerd does it off the isolate. Node is not workerd: --cpu warn. Past it
 //   the invocation's next I/O throws and its outcome is `exceededCpu`: a
 //   fetch is answered 503, error 1102 "Worker exceeded CPU time limit."
@@ -69,25 +71,69 @@ const WAIT_UNTIL_CANCELLED =
 
 const LATE = Symbol('late');
 
-// The clock every step of the Worker is timed with: the process's CPU
-// (getrusage RUSAGE_SELF), which Linux reports to the microsecond. The main
-// thread's own (process.threadCpuUsage, RUSAGE_THREAD) moves in scheduler
-// ticks on these machines (4 ms steps, checked on kernel 6.18): a step of
-// 30 us read 0 or 4,000 us, so an invocation's figure was a tally of which
-// steps a tick happened to land in. The process clock also counts the host's
-// other threads while a step runs (the relay's client thread, V8's GC
-// helpers): a small overcount, never an undercount.
-const cpuNow = () => {
+// The clock every step of the Worker is timed with: the CPU time of the
+// thread that runs it, Node's main thread (CLOCK_THREAD_CPUTIME_ID), as
+// workerd charges a request the CPU of the isolate's thread. Node has no call
+// for that clock but reaches it through WASI's clock_time_get (uvwasi calls
+// clock_gettime(CLOCK_THREAD_CPUTIME_ID)): a 17-byte function below reads it,
+// to the nanosecond, for ~1 us. Not the process's clock (getrusage
+// RUSAGE_SELF), which counts every thread while a step runs: the D1 relay's
+// client thread (the host's transport, which in production is not the
+// Worker's) and V8's compiler and GC helper threads (measured: a 30 us step
+// read 31 us on the thread clock and up to 2,363 us on the process clock
+// while another thread was busy). Not process.threadCpuUsage (RUSAGE_THREAD)
+// either: it moves in scheduler ticks on these machines (4 ms steps, checked
+// on kernel 6.18). Where WASI is missing, the process clock stands in: an
+// overcount, never an undercount.
+const THREAD_CLOCK_WASM = (() => {
+  const name = (s) => [s.length, ...Buffer.from(s)];
+  return new Uint8Array([
+    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version 1
+    // types: (i32, i64, i32) -> i32 (clock_time_get); () -> f64 (now)
+    0x01, 0x0c, 0x02, 0x60, 0x03, 0x7f, 0x7e, 0x7f, 0x01, 0x7f, 0x60, 0x00, 0x01, 0x7c,
+    0x02, 0x29, 0x01, ...name('wasi_snapshot_preview1'), ...name('clock_time_get'), 0x00, 0x00,
+    0x03, 0x02, 0x01, 0x01, // one function of type 1
+    0x05, 0x03, 0x01, 0x00, 0x01, // one page of memory
+    0x07, 0x10, 0x02, ...name('memory'), 0x02, 0x00, ...name('now'), 0x00, 0x01,
+    // now(): clock_time_get(3 = THREAD_CPUTIME_ID, precision 1, into [0]); f64(load [0])
+    0x0a, 0x13, 0x01, 0x11, 0x00, 0x41, 0x03, 0x42, 0x01, 0x41, 0x00, 0x10, 0x00, 0x1a,
+    0x41, 0x00, 0x29, 0x03, 0x00, 0xba, 0x0b,
+  ]);
+})();
+
+const processNow = () => {
   const { user, system } = process.cpuUsage();
   return (user + system) / 1000; // ms
 };
-const processNow = cpuNow;
 
-// The main thread's CPU to the nanosecond, for the invocation line's
-// cross-check (read twice per invocation: a read costs ~13 us): the
-// scheduler's own sum in /proc/thread-self/sched where Linux has it,
-// else the tick-granular thread clock.
-const mainNow = (() => {
+async function threadClock() {
+  const warn = process.emitWarning; // WASI is "experimental": no warning line in the host's output
+  process.emitWarning = () => {};
+  try {
+    const { WASI } = await import('node:wasi');
+    const wasi = new WASI({ version: 'preview1' });
+    const instance = new WebAssembly.Instance(new WebAssembly.Module(THREAD_CLOCK_WASM), wasi.getImportObject());
+    wasi.initialize(instance);
+    const now = instance.exports.now;
+    const a = now();
+    if (!(a > 0)) return null;
+    return () => now() / 1e6; // ms
+  } catch {
+    return null;
+  } finally {
+    process.emitWarning = warn;
+  }
+}
+
+const threadNow = await threadClock();
+export const CPU_CLOCK = threadNow ? 'main thread (CLOCK_THREAD_CPUTIME_ID)' : 'process (getrusage)';
+const cpuNow = threadNow ?? processNow;
+
+// The main thread's CPU over an invocation's whole span, for the invocation
+// line's cross-check: the thread clock, else the scheduler's own sum in
+// /proc/thread-self/sched where Linux has it (a read costs ~13 us), else the
+// tick-granular thread clock.
+const mainNow = threadNow ?? (() => {
   let fd = null;
   const buf = Buffer.alloc(8192);
   try {
@@ -141,7 +187,7 @@ export class Limits {
     if (!this.enabled) return 'limits off';
     const c = this.caps;
     return `${this.plan} plan limits: ${c.subrequests} subrequests, ${c.d1Queries} D1 queries, ` +
-      `${c.cpuMs} ms CPU${this.enforceCpu ? '' : ' (warn only)'}, waitUntil ${this.waitUntilMs / 1000} s, ` +
+      `${c.cpuMs} ms CPU (${CPU_CLOCK} clock)${this.enforceCpu ? '' : ' (warn only)'}, waitUntil ${this.waitUntilMs / 1000} s, ` +
       `scheduled ${this.scheduledMs / 1000} s`;
   }
 
@@ -152,7 +198,8 @@ export class Limits {
 
   /** Run `fn` (one step of the Worker's code: an event-loop callback of
    * Pyodide's, or the call that starts a handler) and charge its CPU to the
-   * current invocation. */
+   * current invocation; host work the step handed over (Invocation.offStep:
+   * the D1 relay's transport) runs after it, uncharged. */
   timed(fn) {
     const inv = this.current();
     if (!inv || inv.stepStart !== null) return fn(); // no invocation, or nested
@@ -160,8 +207,7 @@ export class Limits {
     try {
       return fn();
     } finally {
-      inv.workerCpu += cpuNow() - inv.stepStart;
-      inv.stepStart = null;
+      inv.closeStep();
     }
   }
 
@@ -171,19 +217,59 @@ export class Limits {
   }
 
   /**
-   * Wrap a D1 round trip `call(op, stmts, arg)` (d1.mjs): one subrequest and
-   * one D1 query; `faults` (faults.mjs), if given, may delay or fail it.
-   */
-  d1(call, faults = null) {
+   * Wrap a D1 round trip `call(op, body, arg)` (relay.mjs: `body` is the
+   * statements' JSON, made by the binding in d1.mjs; the promise gives the
+   * answer's text): one subrequest and one D1 query; `faults` (faults.mjs),
+   * if given, may delay or fail it; `decode(text)` turns the answer into the
+   * binding's result or throws D1's error.
+   *
+   * What is charged to the Worker follows what workerd runs in the isolate
+   * (d1-api.ts): the binding's prepare/bind and the request's
+   * JSON.stringify (in d1.mjs, inside the Worker's step), and parsing D1's
+   * answer (`decode`, with the promise reactions it resolves: Pyodide
+   * handing the result to Python). What workerd does outside the isolate is
+   * not charged, and here it is the host's own: this accounting (one
+   * subrequest counted, the invocation looked up), the relay's envelope and
+   * its message to the client thread, which runs after the step
+   * (Invocation.offStep) so that thread's HTTP work does not run, and count
+   * in the process's CPU, while the step's clock runs. */
+  d1(call, faults = null, decode = (text) => text) {
     const als = this.als;
-    return async (op, stmts, arg) => {
+    return (op, body, arg) => {
       const inv = als.getStore();
-      inv?.admit('d1');
-      // The relay's own I/O belongs to no invocation. run(undefined), not
-      // exit(): exit() switches Node's async hooks off and on again, which
-      // cost ~1.5 ms of main-thread CPU per D1 call here (V8 drops the code
-      // it optimised for promises each time), charged to the Worker.
-      return als.run(undefined, () => (faults ? faults.run(inv, () => call(op, stmts, arg)) : call(op, stmts, arg)));
+      try {
+        inv?.admit('d1');
+      } catch (e) {
+        return Promise.reject(e);
+      }
+      return new Promise((resolve, reject) => {
+        const deliver = (text) => {
+          let value;
+          try {
+            value = decode(text);
+          } catch (e) {
+            reject(e);
+            return;
+          }
+          resolve(value);
+        };
+        const send = () => {
+          let reply;
+          try {
+            // The relay's own I/O belongs to no invocation. run(undefined), not
+            // exit(): exit() switches Node's async hooks off and on again, which
+            // cost ~1.5 ms of main-thread CPU per D1 call here (V8 drops the
+            // code it optimised for promises each time).
+            reply = als.run(undefined, () => (faults ? faults.run(inv, () => call(op, body, arg)) : call(op, body, arg)));
+          } catch (e) {
+            reject(e);
+            return;
+          }
+          reply.then((text) => (inv ? inv.charge(() => deliver(text)) : deliver(text)), reject);
+        };
+        if (inv && inv.stepStart !== null) inv.offStep.push(send);
+        else send();
+      });
     };
   }
 
@@ -247,6 +333,7 @@ class Invocation {
     if (ctx) ctx.invocation = this;
     this.workerCpu = 0; // ms spent running the Worker's own code (timed())
     this.stepStart = null; // cpuNow() when the step running now began
+    this.offStep = []; // host work a step handed over, run when it ends (uncharged)
     this.startWall = Date.now();
     this.startMain = mainNow();
     this.startProcess = processNow();
@@ -267,12 +354,40 @@ class Invocation {
   }
 
   /** CPU the Worker itself has used: its Python steps and the JS they call
-   * synchronously (the SDK, the D1 binding's prepare and bind), as workerd
+   * synchronously (the SDK, the D1 binding's prepare and bind and its
+   * request's JSON), and the parsing of D1's answers (charge()), as workerd
    * counts an isolate's execution; not the host's Node I/O (HTTP serving,
-   * the D1 relay's replies, outbound fetch), which workerd does off the
+   * the D1 relay's transport, outbound fetch), which workerd does off the
    * isolate. */
   cpuMs() {
     return this.workerCpu + (this.stepStart === null ? 0 : cpuNow() - this.stepStart);
+  }
+
+  /** End the step running now: charge its CPU, then run the host work it
+   * handed over (offStep), uncharged. */
+  closeStep() {
+    this.workerCpu += cpuNow() - this.stepStart;
+    this.stepStart = null;
+    if (this.offStep.length) {
+      const work = this.offStep;
+      this.offStep = [];
+      for (const fn of work) fn();
+    }
+  }
+
+  /** Run `fn`, which resolves a promise the Worker awaits (a D1 answer), as
+   * Worker CPU outside any step: it and the promise reactions it sets off
+   * (Pyodide passing the value into Python), which run before a microtask
+   * queued after them, where the clock stops. Inside a step it is charged
+   * already. */
+  charge(fn) {
+    if (this.stepStart !== null) return fn();
+    this.stepStart = cpuNow();
+    try {
+      fn();
+    } finally {
+      queueMicrotask(() => this.closeStep());
+    }
   }
 
   /** Run fn inside this invocation (a scheduled run is also cut at its wall-time deadline). */

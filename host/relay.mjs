@@ -61,7 +61,8 @@ export default {
  * `persistRoot` (DIR of `--persist-to DIR`: the file is DIR/v3/d1/…, as
  * wrangler's local D1 commands lay it out). `workerOptions` comes from
  * wrangler's unstable_getMiniflareWorkerOptions (D1 ids as wrangler picks
- * them). Returns {mf, relay}; relay(binding)(op, stmts, arg) runs one call. */
+ * them). Returns {mf, relay}; relay(binding)(op, body, arg) runs one call
+ * (`body`: the statements as JSON) and gives the answer's text (decodeAnswer). */
 export async function startMiniflare(workerOptions, persistRoot) {
   const d1Databases = Object.fromEntries(
     Object.entries(workerOptions.d1Databases ?? {}).map(([name, db]) => [name, typeof db === 'string' ? db : db.id]),
@@ -94,12 +95,26 @@ export async function startMiniflare(workerOptions, persistRoot) {
     waiting.set(id, { resolve, reject });
     client.postMessage({ id, body });
   });
-  const relay = (binding) => async (op, stmts, arg = null) => {
-    const answer = JSON.parse(await roundTrip(JSON.stringify({ binding, op, stmts, arg })));
-    if (!answer.ok) {
-      throw new Error(answer.message, answer.cause ? { cause: new Error(answer.cause) } : undefined);
-    }
-    return answer.out;
+  // The envelope around the statements' JSON (made by the binding, d1.mjs)
+  // is the host's: built here, by concatenation, after the Worker's step
+  // (limits.mjs offStep). The answer's text goes back as it came: the
+  // binding's side parses it (decodeAnswer).
+  const relay = (binding) => {
+    const head = `{"binding":${JSON.stringify(binding)},"op":`;
+    return (op, body, arg = null) =>
+      roundTrip(`${head}${JSON.stringify(op)},"arg":${JSON.stringify(arg ?? null)},"stmts":${body}}`);
   };
   return { mf, relay };
+}
+
+/** The relay's answer as the binding's result, or D1's error thrown: what
+ * workerd's binding does with D1's answer in the isolate (d1-api.ts toJson,
+ * mapD1Result, toArrayOfObjects), so it is charged to the Worker
+ * (limits.mjs d1). */
+export function decodeAnswer(text) {
+  const answer = JSON.parse(text);
+  if (!answer.ok) {
+    throw new Error(answer.message, answer.cause ? { cause: new Error(answer.cause) } : undefined);
+  }
+  return answer.out;
 }

@@ -17,6 +17,9 @@ cross as one JSON text that `JSON.parse` turns into JS values (JSON null is
 the SQL NULL a raw binding needs) and are bound by one `Array.map` per run
 of statements sharing a SQL text, and the results come back as one JSON
 text (D1 itself sent them as JSON, so nothing is lost) for `json.loads`.
+A run of writes that return no rows crosses without the parts of `meta`
+nobody reads (a JSON.stringify allowlist): most of a settle or claim batch's
+text was `meta` the driver never looked at.
 """
 
 from __future__ import annotations
@@ -149,6 +152,41 @@ def _null_to_none(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if v is null else v) for k, v in row.items()}
 
 
+_scan: Any = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def json_loads(text: str) -> Any:
+    """`json.loads(text)`, for compact JSON without the Python-level wrappers
+    (three calls and two whitespace matches, most of the time of a small
+    text in Pyodide): the decoder's own scanner when it reads the whole
+    text; anything else (whitespace around it, trailing data, a syntax
+    error) goes to json.loads, which says what is wrong."""
+    try:
+        value, end = _scan(text, 0)
+    except (StopIteration, TypeError, ValueError):
+        return json.loads(text)
+    if end != len(text):
+        return json.loads(text)
+    return value
+
+
+_WRITE_VERBS = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+
+
+@functools.lru_cache(maxsize=256)
+def returns_no_rows(sql: str) -> bool:
+    """Whether `sql` is a write that cannot return rows (no RETURNING): its
+    result is `meta` and an empty `results`, whatever it matched."""
+    head = sql.lstrip().upper()
+    return head.startswith(_WRITE_VERBS) and "RETURNING" not in head
+
+
+WRITE_RESULT_KEYS = ("meta", "results", "changes", "last_row_id", "rows_read", "rows_written")
+"""What `_decode` reads of a write's result: JSON.stringify's allowlist for a
+run of writes. An allowlist applies at every depth, so it is used only where
+`results` is known to be empty (returns_no_rows)."""
+
+
 def _result(raw: Any) -> Result:
     raw = _plain(raw)
     meta = _plain(_field(raw, "meta")) or {}
@@ -166,11 +204,11 @@ def _decode(raw: Mapping[str, Any]) -> Result:
     """One statement's result, already plain Python (parsed from JSON)."""
     meta = raw.get("meta") or {}
     return Result(
-        rows=raw.get("results") or [],
-        changes=int(meta.get("changes") or 0),
-        last_row_id=meta.get("last_row_id"),
-        rows_read=int(meta.get("rows_read") or 0),
-        rows_written=int(meta.get("rows_written") or 0),
+        raw.get("results") or [],
+        int(meta.get("changes") or 0),
+        meta.get("last_row_id"),
+        int(meta.get("rows_read") or 0),
+        int(meta.get("rows_written") or 0),
     )
 
 
@@ -183,6 +221,11 @@ def _blobs_to_bytes(results: list[dict[str, Any]]) -> None:
             for key, value in row.items():
                 if type(value) is list:
                     row[key] = bytes(value)
+
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+"""Compact json.dumps, its encoder made once (json.dumps builds one per call
+when given separators)."""
 
 
 def _json_params(params: Sequence[Any]) -> list[Any] | None:
@@ -256,6 +299,12 @@ class Binding:
             self._parse = js.JSON.parse
             self._stringify = js.JSON.stringify
             self._apply = js.Function.prototype.apply
+            # Array methods as plain functions: one crossing a call instead of
+            # an attribute lookup on the proxy and then the call.
+            call = js.Function.prototype.call
+            self._map = call.bind(js.Array.prototype.map)
+            self._slice = call.bind(js.Array.prototype.slice)
+            self._write_keys = self._to_js(list(WRITE_RESULT_KEYS))
         self._slots = asyncio.Semaphore(max_in_flight)
 
     def _prepare(self, sql: str, params: Sequence[Any]) -> Any:
@@ -308,20 +357,46 @@ class Binding:
             else:
                 runs.append((sql, [values]))
         try:
-            text = json.dumps([values for _, values in runs], separators=(",", ":"))
+            text = _dumps([values for _, values in runs])
         except (TypeError, ValueError):  # e.g. a str subclass json cannot encode
             return self._to_js([self._prepare(q, p) for q, p in statements])
         arrays = self._parse(text)
-        parts = [arrays[i].map(self._binder(sql)) for i, (sql, _) in enumerate(runs)]
-        return parts[0].concat(*parts[1:]) if len(parts) > 1 else parts[0]
+        if len(runs) == 1:
+            return self._map(arrays[0], self._binder(runs[0][0]))
+        parts = [self._map(arrays[i], self._binder(sql)) for i, (sql, _) in enumerate(runs)]
+        return parts[0].concat(*parts[1:])
 
     def _js_results(self, raw: Any) -> Any:
         """A JS result (or Array of them) as plain Python, in one crossing."""
         text: str = self._stringify(raw)
-        plain = json.loads(text)
+        plain = json_loads(text)
         if text.count('":[') != text.count('"results":['):  # some cell is a BLOB
             _blobs_to_bytes(plain if isinstance(plain, list) else [plain])
         return plain
+
+    def _js_batch_results(self, raw: Any, statements: Sequence[Statement]) -> list[Any]:
+        """A batch's JS results as plain Python: each run of writes that
+        return no rows (returns_no_rows) crosses with only the keys `_decode`
+        reads (WRITE_RESULT_KEYS), any other run whole (`_js_results`)."""
+        writes = [returns_no_rows(sql) for sql, _ in statements]
+        if not any(writes):
+            return list(self._js_results(raw))
+        if all(writes):
+            return list(json_loads(self._stringify(raw, self._write_keys)))
+        out: list[Any] = []
+        start = 0
+        n = len(statements)
+        while start < n:
+            stop = start + 1
+            while stop < n and writes[stop] == writes[start]:
+                stop += 1
+            part = self._slice(raw, start, stop)
+            if writes[start]:
+                out += json_loads(self._stringify(part, self._write_keys))
+            else:
+                out += self._js_results(part)
+            start = stop
+        return out
 
     def _count(self, statements: Sequence[Statement], results: list[Result], t0: float) -> None:
         u = self.usage
@@ -389,7 +464,7 @@ class Binding:
             t0 = time.perf_counter()
             raw, resent = await self._send(send)
             if self._raw:
-                results = [_decode(r) for r in self._js_results(raw)]
+                results = [_decode(r) for r in self._js_batch_results(raw, statements)]
             else:
                 results = [_result(r) for r in _plain(raw)]
             for r in results:

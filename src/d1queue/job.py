@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .binding import json_loads
 from .bounds import (
     MAX_DELAY_S,
     MAX_JSON_DEPTH,
@@ -172,7 +173,7 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
             # Written by something other than d1queue: parsing it could stop
             # the Worker's Python (see bounds.MAX_JSON_DEPTH).
             raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels")
-        payload = json.loads(row["payload"])
+        payload = json_loads(text)
     except (TypeError, ValueError) as exc:
         payload, payload_error = row["payload"], f"undecodable payload: {exc}"
     held = row.get("reserved_at") is not None

@@ -23,15 +23,15 @@ import copy
 import sys
 import time
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Generator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
 from .config import ALL_QUEUES, Config, ConfigError
-from .context import Fetch, JobContext
+from .context import DrainContext, Fetch, JobContext
 from .errors import Fail, Retry
 from .job import QueuedJob
-from .limits import PLANS, Meter, MeteredEnv
+from .limits import PLANS, Meter
 from .queue import D1Queue, Mark, Outcome, exhausted_outcome
 from .registry import Backoff, JobSpec, Registry
 from .stats import RunCounts
@@ -115,14 +115,47 @@ else:  # no eager tasks before Python 3.12 (CPython tests only: Workers run 3.13
         return asyncio.ensure_future(coro)
 
 
+class _Started:
+    """A coroutine already past its first step, awaitable for the rest of its
+    run: what `yield from` does, for a coroutine that was started by hand."""
+
+    __slots__ = ("_coro", "_signal")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], signal: Any) -> None:
+        self._coro = coro
+        self._signal = signal
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, signal = self._coro, self._signal
+        while True:
+            try:
+                sent = yield signal
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation (the timeout) or a throw
+                try:
+                    signal = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    signal = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
 async def _bounded(coro: Coroutine[Any, Any, Any], timeout_s: float) -> None:
-    """Await a handler for at most `timeout_s`, raising what it raised. The
-    timer (a JS setTimeout on Pyodide) is armed only for a handler still
-    running after its first step."""
-    task = _eager(coro)
-    if not task.done():
-        await asyncio.wait_for(task, timeout_s)
-    task.result()
+    """Await a handler for at most `timeout_s`, raising what it raised. It runs
+    in the caller's task, not one of its own (on Pyodide a task costs CPU,
+    and the job already has one: see _eager); its first step runs at once,
+    and the timer (a JS setTimeout on Pyodide) is armed only for a handler
+    still running after it."""
+    try:
+        signal = coro.send(None)
+    except StopIteration:
+        return
+    await asyncio.wait_for(_Started(coro, signal), timeout_s)
 
 
 def retry_or_fail_outcome(
@@ -139,27 +172,29 @@ def retry_or_fail_outcome(
 async def outcome_of(job: QueuedJob, registry: Registry, ctx: JobContext) -> Outcome:
     """Run one claimed job and decide its outcome. Never raises for anything
     the job did: a bad job fails alone and the drain goes on."""
+    return await _attempt(job, registry.get(job.name), ctx)
+
+
+async def _attempt(job: QueuedJob, spec: JobSpec | None, ctx: JobContext) -> Outcome:
+    """outcome_of with the job's spec already looked up (the drain has it)."""
     if job.exhausted:
         return exhausted_outcome(job)
     if job.payload_error:
         return Outcome(job, "fail", error=job.payload_error)
-    spec = registry.get(job.name)
     if spec is None:
         return Outcome(job, "fail", error=f"no handler is registered for job name {job.name!r}")
-
-    def retry_or_fail(error: str, delay_s: float | None = None) -> Outcome:
-        return retry_or_fail_outcome(job, spec, error, delay_s)
-
     try:
         await _bounded(spec.call(job.payload, ctx), spec.timeout_s)
     except Fail as exc:
         return Outcome(job, "fail", error=f"failed by the handler: {exc}"[:MAX_ERROR_CHARS])
     except Retry as exc:
-        return retry_or_fail(f"retry requested: {exc}"[:MAX_ERROR_CHARS], exc.delay_s)
+        return retry_or_fail_outcome(
+            job, spec, f"retry requested: {exc}"[:MAX_ERROR_CHARS], exc.delay_s
+        )
     except TimeoutError:
-        return retry_or_fail(f"timed out after {spec.timeout_s:g}s")
+        return retry_or_fail_outcome(job, spec, f"timed out after {spec.timeout_s:g}s")
     except Exception as exc:
-        return retry_or_fail(_describe(exc))
+        return retry_or_fail_outcome(job, spec, _describe(exc))
     return Outcome(job, "complete")
 
 
@@ -260,26 +295,23 @@ async def drain(
                 f"but a drain on this configuration can give a job at most {most} "
                 "(D1QUEUE_PLAN, D1QUEUE_QUERY_BUDGET)",
             )
-        declared = spec.subrequests if spec else 0
-        budget = meter.child(
-            declared,
-            label=f"job {job.name!r}, which declared subrequests={declared},",
-            hint="; register it with a larger subrequests=",
-        )
-        ctx = JobContext(
-            job=job,
-            queue=queue.metered(budget),
-            env=None if env is None else MeteredEnv(env, budget),
-            meter=budget,
+        # The budget and the metered queue and env are made only if the
+        # handler reaches for them (DrainContext).
+        ctx = DrainContext(
+            job,
+            parent=meter,
+            declared=spec.subrequests if spec else 0,
+            queue=queue,
+            env=env,
             http=fetch,
-            raw_env=env,
         )
         async with slots:
-            outcome = await outcome_of(job, registry, ctx)
-        if budget.refused is not None and outcome.action == "complete":
+            outcome = await _attempt(job, spec, ctx)
+        refused = ctx.refused
+        if refused is not None and outcome.action == "complete":
             # The handler caught the refusal and returned: its work is not
             # whole, and this attempt must not count as done.
-            outcome = retry_or_fail_outcome(job, spec, _describe(budget.refused))
+            outcome = retry_or_fail_outcome(job, spec, _describe(refused))
         return outcome
 
     stop = ""  # why admit() refused the rest of a round's candidates

@@ -167,7 +167,16 @@ def test_a_cpu_heavy_job_shows_in_the_reported_cpu(free_host: Host) -> None:
                 assert report.completed == 1
             """
         )
-        (line,) = [d for d in lines_of(free_host, since, "d1queue.drain") if d["trigger"] == "test"]
+        (line,) = [
+            d
+            for d in wait_lines(
+                free_host,
+                since,
+                "d1queue.drain",
+                lambda ds: any(d.get("trigger") == "test" for d in ds),
+            )
+            if d.get("trigger") == "test"
+        ]
         return float(line["cpu_ms"])
 
     free_host.reset()
