@@ -431,3 +431,34 @@ async def test_bulk_refuses_bad_input_and_writes_nothing(
         reply = await browser.post("/ui/failed/bulk", {"csrf": csrf, "confirm": "yes", **form})
         assert reply.status == 400, form
     assert failed_ids(db) == set(ids)
+
+
+async def test_the_schedules_page_lists_pauses_and_resumes(
+    browser: Browser, service: Service, db: SqliteD1
+) -> None:
+    body = (await browser.get("/ui/schedules")).body
+    assert "No schedules yet" in body, "the empty state says what to do"
+    await service.put_schedule(
+        {"id": "digest", "cron": "0 6 * * *", "name": "echo", "tz": "Europe/Berlin"}
+    )
+    body = (await browser.get("/ui/schedules")).body
+    assert "digest" in body and "0 6 * * *" in body and "Europe/Berlin" in body
+    assert ">Pause</button>" in body
+    refused = await browser.post("/ui/schedules/digest/pause", {"back": "/ui/schedules"})
+    assert refused.status == 403, "no CSRF token, no change"
+    assert (await service.schedule("digest"))["paused"] is False
+    reply = await browser.post(
+        "/ui/schedules/digest/pause", {"csrf": browser.csrf(), "back": "/ui/schedules"}
+    )
+    assert reply.headers["location"] == "/ui/schedules?notice=schedule_paused"
+    assert (await service.schedule("digest"))["paused"] is True
+    body = (await browser.get(reply.headers["location"])).body
+    assert ">Resume</button>" in body and "Schedule paused" in body
+    await browser.post(
+        "/ui/schedules/digest/resume", {"csrf": browser.csrf(), "back": "/ui/schedules"}
+    )
+    assert (await service.schedule("digest"))["paused"] is False
+    missing = await browser.post(
+        "/ui/schedules/nope/pause", {"csrf": browser.csrf(), "back": "/ui/schedules"}
+    )
+    assert missing.status == 404

@@ -238,14 +238,29 @@ def test_the_page_refreshes_itself_keeping_the_selection(
     assert page.url.endswith("/ui/failed")
 
 
-def test_the_schedules_page_and_the_csp(context: BrowserContext) -> None:
+def test_the_schedules_page_and_the_csp(context: BrowserContext, ui_host: Host) -> None:
+    made = ui_host.api(
+        "POST", "/v1/schedules", {"id": "ui.digest", "cron": "*/5 * * * *", "name": "example.echo"}
+    )
+    assert made.status in (200, 201), made.text
     page = context.new_page()
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     sign_in(page)
     page.get_by_role("link", name="Schedules").click()
     expect(page.get_by_role("heading", name="Schedules")).to_be_visible()
+    row = page.get_by_role("row").filter(has_text="ui.digest")
+    expect(row).to_contain_text("*/5 * * * *")
     shot(page, "13-schedules")
+    row.get_by_role("button", name="Pause").click()
+    expect(page.get_by_text("Schedule paused")).to_be_visible()
+    assert ui_host.api("GET", "/v1/schedules/ui.digest").json()["paused"] is True
+    page.get_by_role("row").filter(has_text="ui.digest").get_by_role(
+        "button", name="Resume"
+    ).click()
+    expect(page.get_by_text("Schedule running again")).to_be_visible()
+    assert ui_host.api("GET", "/v1/schedules/ui.digest").json()["paused"] is False
+    assert ui_host.api("DELETE", "/v1/schedules/ui.digest").status == 200
     reply = page.request.get("/ui/schedules")
     assert "script-src 'self'" in reply.headers["content-security-policy"]
     assert errors == [], errors  # no CSP violation, no script error

@@ -59,10 +59,15 @@ AGES: dict[str, tuple[str, int | None, int | None]] = {
 }
 """The failed list's age filter: (label, newer than s, older than s)."""
 
+SCHEDULES_PAGE = 50
+"""Schedules listed a page."""
+
 NOTICES = {
     "signed_in": "Signed in.",
     "paused": "Queue paused: its jobs wait until it is resumed.",
     "resumed": "Queue running again: the next cron run drains it.",
+    "schedule_paused": "Schedule paused: it enqueues nothing until resumed.",
+    "schedule_resumed": "Schedule running again, from its next slot.",
     "cancelled": "Job cancelled.",
     "run_now": "Job made due now: the next drain runs it.",
     "already_ready": "The job was already due; nothing changed.",
@@ -171,6 +176,8 @@ class Dashboard:
             ("GET", "/ui/failed", self.failed_page, True),
             ("POST", "/ui/failed/bulk", self.bulk, True),
             ("GET", "/ui/schedules", self.schedules_page, True),
+            ("POST", "/ui/schedules/{id}/pause", self.pause_schedule, True),
+            ("POST", "/ui/schedules/{id}/resume", self.resume_schedule, True),
         ]
 
     # -- dispatch ---------------------------------------------------------------
@@ -799,20 +806,84 @@ class Dashboard:
     # -- schedules --------------------------------------------------------------
 
     async def schedules_page(self, request: Request) -> Reply:
-        self._known(request)
-        # PLACEHOLDER (issue 13): recurring schedules are being built on
-        # another branch (src/d1queue/schedules.py, migration 0004,
-        # /v1/schedules). Once they land on main, list them here (name, cron,
-        # queue, next run, last run, paused) with pause/resume/run-now forms
-        # protected like the others.
+        self._known(request, "cursor")
+        now = request.now_ms
+        cursor = request.param("cursor") or None
+        if cursor is not None:
+            _check_name("schedule id", cursor)
+        page = await self.service.schedules(SCHEDULES_PAGE, cursor)
+        csrf = self._csrf(request)
+        rows = []
+        for sch in page["schedules"]:
+            paused = bool(sch["paused"])
+            action = "resume" if paused else "pause"
+            back = "/ui/schedules" + h.qs({"cursor": cursor} if cursor else {})
+            button = (
+                f'<form method="post" action="/ui/schedules/{h.q(sch["id"])}/{action}" '
+                f'class="inline">{csrf}{h.hidden("back", back)}'
+                f'<button type="submit" title="{action.title()} schedule {h.e(sch["id"])}">'
+                f"{action.title()}</button></form>"
+            )
+            state = (
+                '<span class="badge paused">Paused</span>'
+                if paused
+                else '<span class="badge running">Running</span>'
+            )
+            queue = sch.get("queue") or ""
+            rows.append(
+                "<tr>"
+                f'<th scope="row">{h.e(sch["id"])}</th>'
+                f'<td><code>{h.e(sch["cron"])}</code> '
+                f'<span class="muted">{h.e(sch["tz"])}</span></td>'
+                f"<td>{h.e(sch['name'])}</td>"
+                f'<td class="hide-narrow"><a href="/ui/queues/{h.q(queue)}">{h.e(queue)}</a></td>'
+                f"<td>{h.when(sch.get('next_run_at'), now)}</td>"
+                f'<td class="hide-narrow">{h.when(sch.get("last_run_at"), now)}</td>'
+                f"<td>{state}</td>"
+                f'<td class="hide-narrow">{h.e(sch.get("source", ""))}</td>'
+                f"<td>{button}</td></tr>"
+            )
+        if rows:
+            table = (
+                '<div class="table-wrap"><table><caption class="visually-hidden">Schedules'
+                '</caption><thead><tr><th scope="col">Schedule</th><th scope="col">Cron</th>'
+                '<th scope="col">Job</th><th scope="col" class="hide-narrow">Queue</th>'
+                '<th scope="col">Next run</th><th scope="col" class="hide-narrow">Last run</th>'
+                '<th scope="col">State</th><th scope="col" class="hide-narrow">Declared in</th>'
+                '<th scope="col">Action</th></tr>'
+                f"</thead><tbody>{''.join(rows)}</tbody></table></div>"
+                + _pager("/ui/schedules", {}, cursor or "", page.get("next_cursor"))
+            )
+        else:
+            table = (
+                '<div class="empty"><p><strong>No schedules yet.</strong> Declare one beside '
+                'its handler (<code>@registry.job("report.daily", schedule="0 6 * * *", '
+                'tz="Europe/Berlin")</code>) or create one with the API:</p>'
+                '<pre>curl -H "Authorization: Bearer $TOKEN" '
+                f"{h.e(_origin(request))}/v1/schedules \\\n"
+                '     -d \'{"cron": "*/5 * * * *", "name": "example.echo"}\'</pre></div>'
+            )
         body = (
-            "<h1>Schedules</h1>"
-            '<div class="empty"><p><strong>Recurring schedules are not part of this '
-            "version of d1queue yet.</strong> When they land, this page lists each schedule "
-            "with its next and last run. Until then, push jobs with "
-            "<code>delay_s</code> or from your own cron.</p></div>"
+            f"<h1>Schedules</h1>{self._notice(request)}"
+            f'<section id="schedules" data-live aria-labelledby="schedules-h">'
+            f'<h2 id="schedules-h" class="visually-hidden">Schedules</h2>{table}</section>'
         )
         return Reply(200, self._page(request, "Schedules", body, current="/ui/schedules"))
+
+    async def _set_schedule_paused(self, request: Request, id: str, paused: bool) -> Reply:
+        _check_name("schedule id", id)
+        if paused:
+            await self.service.pause_schedule(id)
+        else:
+            await self.service.resume_schedule(id)
+        back = _safe_back(request.field("back"), "/ui/schedules")
+        return _redirect(_with_notice(back, "schedule_paused" if paused else "schedule_resumed"))
+
+    async def pause_schedule(self, request: Request, id: str) -> Reply:
+        return await self._set_schedule_paused(request, id, True)
+
+    async def resume_schedule(self, request: Request, id: str) -> Reply:
+        return await self._set_schedule_paused(request, id, False)
 
 
 def e_status(status: int) -> str:
