@@ -833,7 +833,7 @@ class Dashboard:
             rows.append(
                 "<tr>"
                 f'<th scope="row">{h.e(sch["id"])}</th>'
-                f'<td><code>{h.e(sch["cron"])}</code> '
+                f"<td><code>{h.e(sch['cron'])}</code> "
                 f'<span class="muted">{h.e(sch["tz"])}</span></td>'
                 f"<td>{h.e(sch['name'])}</td>"
                 f'<td class="hide-narrow"><a href="/ui/queues/{h.q(queue)}">{h.e(queue)}</a></td>'
@@ -865,8 +865,7 @@ class Dashboard:
             )
         body = (
             f"<h1>Schedules</h1>{self._notice(request)}"
-            f'<section id="schedules" data-live aria-labelledby="schedules-h">'
-            f'<h2 id="schedules-h" class="visually-hidden">Schedules</h2>{table}</section>'
+            f'<section id="schedules" data-live aria-label="Schedule list">{table}</section>'
         )
         return Reply(200, self._page(request, "Schedules", body, current="/ui/schedules"))
 
