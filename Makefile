@@ -64,6 +64,10 @@ check-wrangler: setup
 	rm -rf $(TMP) && mkdir -p $(TMP)
 	wrangler d1 migrations apply d1queue --local --persist-to $(TMP)/state
 	$(PY) tools/bundle.py --outdir $(TMP)/dist --check
+	# The same upload with the wake-up block turned on (README "Wake-ups"):
+	# wrangler accepts its Queues bindings offline.
+	$(PY) tools/wake_config.py --write
+	wrangler deploy --dry-run --config wrangler.wake.toml --outdir $(TMP)/dist-wake
 
 # The Worker on 127.0.0.1:8787 with local D1 (.wrangler/state, migrations
 # applied first) and the cron running every minute. By default it is served by
@@ -76,6 +80,12 @@ RUNTIME ?= offline
 PORT ?= 8787
 # The Workers plan whose per-invocation limits the host enforces (host/limits.mjs).
 PLAN ?= paid
+# WAKE=queues serves wrangler.toml with its wake-up block turned on
+# (tools/wake_config.py): Miniflare's Queues and the Worker's queue() consumer.
+WAKE ?= off
+ifeq ($(WAKE),queues)
+DEV_CONFIG := --config wrangler.wake.toml
+endif
 dev: setup .dev.vars
 	wrangler d1 migrations apply d1queue --local
 ifeq ($(RUNTIME),cloudflare)
@@ -83,7 +93,8 @@ ifeq ($(RUNTIME),cloudflare)
 else
 	@echo "make dev: serving the Worker with the offline host (wrangler dev would download Cloudflare's Python runtime; RUNTIME=cloudflare uses it)"
 	@echo "make dev: API token for Authorization: Bearer ... is in .dev.vars"
-	node host/host.mjs --port $(PORT) --crons --plan $(PLAN)
+	$(if $(DEV_CONFIG),$(PY) tools/wake_config.py --write)
+	node host/host.mjs --port $(PORT) --crons --plan $(PLAN) $(DEV_CONFIG)
 endif
 
 # Local secrets for make dev: a fresh API token, made once.

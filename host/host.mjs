@@ -4,9 +4,10 @@
 // modules of src/ and python_modules/ with the `workers` SDK, vendored by
 // tools/bundle.py) in Pyodide (npm `pyodide`, the release workerd selects for
 // the Worker's compatibility date and flags: flags.mjs), with Miniflare's D1
-// (relay.mjs).
+// (relay.mjs), and Miniflare's Queues for the config's [[queues.producers]]
+// and [[queues.consumers]] (queues.mjs: the Worker's `queue()` consumes them).
 //
-//   node host/host.mjs [--port 8787] [--persist-to DIR | --fresh] [--crons]
+//   node host/host.mjs [--config FILE (default: --root's wrangler.toml)] [--port 8787] [--persist-to DIR | --fresh] [--crons]
 //                      [--test-hooks] [--raw-db] [--root DIR] [--bundle DIR]
 //                      [--var NAME=VALUE ...] [--site DIR ...]   (over [vars] and .dev.vars; tests set secrets so)
 //                      [--plan free|paid] [--cpu enforce|warn] [--cpu-ms N] [--no-limits]
@@ -25,6 +26,8 @@
 //                      GET  /__test/idle   (answers once all waitUntil work is done)
 //                      POST /__test/rpc/<method> (body: JSON array of arguments)
 //                      GET  /__test/faults (the D1 faults injected so far, by kind)
+//                      POST /__test/queue-faults (body: {"fail_sends": N}: the next N queue
+//                            sends fail, as a Queues send can; answers the sends seen and failed)
 //                      POST /__test/faults (body: {"rate", "kinds", "latency_ms", "seed"}: new settings)
 //
 // D1 faults (faults.mjs): on a fraction RATE of the Worker's D1 calls,
@@ -81,6 +84,7 @@ try {
       'test-hooks': { type: 'boolean', default: false },
       'raw-db': { type: 'boolean', default: false },
       root: { type: 'string', default: process.cwd() },
+      config: { type: 'string' },
       bundle: { type: 'string' },
       var: { type: 'string', multiple: true, default: [] },
       site: { type: 'string', multiple: true, default: [] },
@@ -134,7 +138,7 @@ try {
 }
 
 const root = path.resolve(opts.root);
-const configPath = path.join(root, 'wrangler.toml');
+const configPath = opts.config ? path.resolve(opts.config) : path.join(root, 'wrangler.toml');
 if (!fs.existsSync(configPath)) die(`no wrangler.toml in ${root}`);
 
 // Same layout as wrangler: --persist-to DIR keeps D1 in DIR/v3/d1; the default
@@ -161,6 +165,7 @@ pyodideReady.catch(() => {}); // awaited below; not "unhandled" meanwhile
 const { unstable_getMiniflareWorkerOptions, unstable_readConfig, unstable_splitSqlQuery } = await import('wrangler');
 const { startMiniflare, decodeAnswer } = await import('./relay.mjs');
 const { D1Database, RawD1Database } = await import('./d1.mjs');
+const { WorkerQueue, QueueController } = await import('./queues.mjs');
 const { parseCron } = await import('./cron.mjs');
 
 let shuttingDown = false;
@@ -237,6 +242,11 @@ bundleReady.catch(() => {});
 
 let workerOptions;
 const d1Bindings = new Map(); // binding name -> D1Database over Miniflare
+const queueBindings = new Map(); // binding name -> WorkerQueue over Miniflare's Queues
+// Batches Miniflare delivers before the Worker is loaded wait for it.
+let workerLoaded;
+const workerReady = new Promise((resolve) => { workerLoaded = resolve; });
+const queueFaults = { failSends: 0, sends: 0, failed: 0 }; // POST /__test/queue-faults
 const [pyodide, compatFlags, bundleDir] = await Promise.all([
   pyodideReady,
   flagsReady,
@@ -245,7 +255,20 @@ const [pyodide, compatFlags, bundleDir] = await Promise.all([
     // wrangler's own view of the bindings: D1 ids, [vars] and .dev.vars.
     ({ workerOptions } = unstable_getMiniflareWorkerOptions(configPath));
     let relay;
-    ({ mf, relay } = await startMiniflare(workerOptions, persistRoot));
+    let queueCall;
+    ({ mf, relay, queueCall } = await startMiniflare(workerOptions, persistRoot, async (raw) => (await workerReady)(raw)));
+    const send = async (op, payload) => {
+      queueFaults.sends++;
+      if (queueFaults.failSends > 0) {
+        queueFaults.failSends--;
+        queueFaults.failed++;
+        throw new Error('Queue send failed: injected by the host (POST /__test/queue-faults)');
+      }
+      return queueCall(op, payload);
+    };
+    for (const producer of config.queues?.producers ?? []) {
+      queueBindings.set(producer.binding, new WorkerQueue(producer.binding, limits.queue(send))); // counted per invocation
+    }
     for (const d1 of config.d1_databases ?? []) {
       const Binding = opts['raw-db'] ? RawD1Database : D1Database;
       d1Bindings.set(d1.binding, new Binding(limits.d1(relay(d1.binding), faults, decodeAnswer))); // counted per invocation, faulted
@@ -288,7 +311,7 @@ for (const d1 of config.d1_databases ?? []) {
 
 // ------------------------------------------------------------ the env --
 
-const env = { ...(workerOptions.bindings ?? {}), ...Object.fromEntries(d1Bindings) };
+const env = { ...(workerOptions.bindings ?? {}), ...Object.fromEntries(d1Bindings), ...Object.fromEntries(queueBindings) };
 for (const pair of opts.var) {
   const eq = pair.indexOf('=');
   if (eq < 1) await fail(`--var wants NAME=VALUE, got '${pair}'`);
@@ -296,7 +319,7 @@ for (const pair of opts.var) {
 }
 // Service bindings (objects with a fetch method), if any: each call is a subrequest.
 for (const [k, v] of Object.entries(env)) {
-  if (v && typeof v === 'object' && typeof v.fetch === 'function' && !(v instanceof D1Database)) env[k] = limits.service(v);
+  if (v && typeof v === 'object' && typeof v.fetch === 'function' && !(v instanceof D1Database) && !(v instanceof WorkerQueue)) env[k] = limits.service(v);
 }
 
 // ------------------------------------------------------ waitUntil / ctx --
@@ -448,6 +471,7 @@ try {
 } catch (e) {
   await fail(`cannot load the Worker ${config.main}:\n${e.message}`);
 }
+workerLoaded((raw) => runQueue(raw)); // runQueue is hoisted; newEntrypoint's state is set by now
 
 // A new entrypoint per event, with its own ctx, as workerd constructs it, and
 // the invocation its limits are counted on (limits.mjs): run its calls in inv.run().
@@ -555,6 +579,27 @@ async function runScheduled(cron, scheduledTime) {
   return inv.outcome;
 }
 
+// A batch Miniflare delivered to the relay (relay.mjs): the Worker's
+// `queue(batch)` in an invocation of its own (the plan's limits, 15 min of
+// wall time), called as workerd calls it: (batch, undefined, undefined).
+// Resolves to one decision per message (queues.mjs); a handler that threw or
+// ran out of CPU has its undecided messages retried.
+async function runQueue(raw) {
+  const batch = new QueueController(raw);
+  const { ctx, inv, inst } = newEntrypoint('queue');
+  let threw = false;
+  try {
+    await inv.run(() => limits.timed(() => pyhost.call_method(false, inst, 'queue', batch, undefined, undefined)));
+  } catch (e) {
+    threw = true;
+    process.stderr.write(`d1queue host: queue(${raw.queue}) threw: ${oneError(e)}\n`);
+  } finally {
+    inst.destroy();
+    await endInvocation(inv, ctx); // the event is over when its waitUntil work is
+  }
+  return batch.decisions(threw || inv.outcome !== 'ok');
+}
+
 async function runTestPython(req, res) {
   const chunks = [];
   for await (const chunk of req) chunks.push(chunk);
@@ -629,6 +674,15 @@ const server = http.createServer(async (req, res) => {
       }
       return text(res, 200, JSON.stringify(faults.totals()), 'application/json');
     }
+    if (opts['test-hooks'] && url.pathname === '/__test/queue-faults') {
+      if (req.method === 'POST') {
+        const chunks = [];
+        for await (const chunk of req) chunks.push(chunk);
+        const { fail_sends: n = 0 } = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}');
+        queueFaults.failSends = Number(n);
+      }
+      return text(res, 200, JSON.stringify({ sends: queueFaults.sends, failed: queueFaults.failed, fail_sends: queueFaults.failSends }), 'application/json');
+    }
     if (opts['test-hooks'] && url.pathname === '/__test/idle') {
       await settle(pending);
       return text(res, 200, 'idle');
@@ -682,6 +736,6 @@ process.on('SIGTERM', () => shutdown('SIGTERM'));
 
 server.on('error', (e) => fail(`cannot listen on 127.0.0.1:${port}: ${e.message}`));
 server.listen(port, '127.0.0.1', () => {
-  process.stderr.write(`d1queue host: ready in ${((Date.now() - started) / 1000).toFixed(1)}s (Python ${pyodide.runPython("import sys; sys.version.split()[0]")} on Pyodide ${pyodide.version}, selected by ${release.flag}; upload: ${bundleDir}; D1 state: ${persistRoot}${opts['raw-db'] ? ', raw D1 binding' : ''}; ${limits.describe()}${faults.active ? `; ${faults.describe()}` : ''})\n`);
+  process.stderr.write(`d1queue host: ready in ${((Date.now() - started) / 1000).toFixed(1)}s (Python ${pyodide.runPython("import sys; sys.version.split()[0]")} on Pyodide ${pyodide.version}, selected by ${release.flag}; upload: ${bundleDir}; D1 state: ${persistRoot}${opts['raw-db'] ? ', raw D1 binding' : ''}; ${limits.describe()}${faults.active ? `; ${faults.describe()}` : ''}${queueBindings.size ? `; Queues (Miniflare): ${[...queueBindings.keys()].join(', ')} -> ${(config.queues?.consumers ?? []).map((c) => c.queue).join(', ') || 'no consumer'}` : ''})\n`);
   process.stdout.write(`d1queue host listening on http://127.0.0.1:${server.address().port}\n`);
 });

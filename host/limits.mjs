@@ -211,7 +211,7 @@ export class Limits {
     }
   }
 
-  /** A new invocation of `kind` ('fetch', 'scheduled', 'rpc', 'test') for `ctx`. */
+  /** A new invocation of `kind` ('fetch', 'scheduled', 'queue', 'rpc', 'test') for `ctx`. */
   begin(kind, ctx) {
     return new Invocation(this, kind, ctx);
   }
@@ -270,6 +270,15 @@ export class Limits {
         if (inv && inv.stepStart !== null) inv.offStep.push(send);
         else send();
       });
+    };
+  }
+
+  /** Wrap a Queues round trip `call(op, payload)` (queues.mjs): one subrequest. */
+  queue(call) {
+    const als = this.als;
+    return async (op, payload) => {
+      als.getStore()?.admit('queue');
+      return als.run(undefined, () => call(op, payload)); // not exit(): see d1()
     };
   }
 
@@ -348,9 +357,10 @@ class Invocation {
     this.held = [];
     this.ended = false;
     this.faults = null; // D1 faults injected into its calls, by kind (faults.mjs)
-    // A scheduled run's wall time counts from its start; other invocations'
-    // waitUntil window opens at the response (responded()).
-    this.deadline = kind === 'scheduled' ? this.startWall + limits.scheduledMs : null;
+    // A scheduled run's or a queue consumer's wall time counts from its start
+    // (15 min each: Workers and Queues limits); other invocations' waitUntil
+    // window opens at the response (responded()).
+    this.deadline = kind === 'scheduled' || kind === 'queue' ? this.startWall + limits.scheduledMs : null;
   }
 
   /** CPU the Worker itself has used: its Python steps and the JS they call
@@ -505,7 +515,7 @@ class Invocation {
     });
     const how = await Promise.race([all(), late]).finally(() => clearTimeout(timer));
     if (how === LATE && own.size) {
-      this.cut(this.kind === 'scheduled' ? 'exceededWallTime' : 'waitUntil window closed', own.size);
+      this.cut(this.kind === 'scheduled' || this.kind === 'queue' ? 'exceededWallTime' : 'waitUntil window closed', own.size);
       return true;
     }
     if (hadWork) this.overCpu(); // waitUntil work past the CPU limit fails the invocation too

@@ -36,10 +36,42 @@ parentPort.on('message', ({ id, body }) => {
   req.end(body);
 });`;
 
+// The relay Worker. Besides D1 it is the host's Cloudflare Queues (Miniflare's
+// own simulation, not a home-made queue; queues.mjs): 'queue-send' sends with
+// its real producer binding, and its queue() handler, the consumer of the
+// config's queues, forwards each batch Miniflare delivers to the host
+// (__D1QUEUE_HOST, a function binding running in Node), which runs the Python
+// Worker's queue() and answers one decision per message, applied here with
+// Miniflare's own ack() / retry(). If the host fails to answer, the handler
+// throws and Miniflare delivers the whole batch again.
 const RELAY = `
 export default {
+  async queue(batch, env) {
+    const messages = batch.messages.map((m) => ({
+      id: m.id, timestamp: m.timestamp.getTime(), body: JSON.stringify(m.body), attempts: m.attempts,
+    }));
+    const answer = await env.__D1QUEUE_HOST.fetch('http://host/queue', {
+      method: 'POST', body: JSON.stringify({ queue: batch.queue, messages }),
+    });
+    if (answer.status !== 200) throw new Error('the host could not run the batch: ' + (await answer.text()));
+    const { decisions } = await answer.json();
+    batch.messages.forEach((m, i) => {
+      const d = decisions[i];
+      if (d.action === 'ack') m.ack();
+      else m.retry(d.delaySeconds == null ? undefined : { delaySeconds: d.delaySeconds });
+    });
+  },
   async fetch(request, env) {
-    const { binding, op, stmts, arg } = await request.json();
+    const { binding, op, stmts, arg, payload } = await request.json();
+    if (op === 'queue-send') {
+      try {
+        const { messages, options } = payload;
+        await env[payload.binding].sendBatch(messages.map((m) => ({ ...m, body: JSON.parse(m.body), contentType: 'json' })), options);
+        return Response.json({ ok: true, out: null });
+      } catch (e) {
+        return Response.json({ ok: false, message: String(e && e.message), cause: null });
+      }
+    }
     const db = env[binding];
     const prep = (s) => db.prepare(s.sql).bind(...s.params);
     try {
@@ -57,13 +89,16 @@ export default {
   },
 };`;
 
-/** Start Miniflare with the relay and the config's D1 databases, stored under
+/** Start Miniflare with the relay and the config's D1 databases and queues, stored under
  * `persistRoot` (DIR of `--persist-to DIR`: the file is DIR/v3/d1/…, as
  * wrangler's local D1 commands lay it out). `workerOptions` comes from
  * wrangler's unstable_getMiniflareWorkerOptions (D1 ids as wrangler picks
- * them). Returns {mf, relay}; relay(binding)(op, body, arg) runs one call
- * (`body`: the statements as JSON) and gives the answer's text (decodeAnswer). */
-export async function startMiniflare(workerOptions, persistRoot) {
+ * them, and its queueProducers / queueConsumers). `onQueueBatch({queue,
+ * messages})` runs a delivered batch and resolves to its decisions. Returns
+ * {mf, relay, queueCall}; relay(binding)(op, body, arg) runs one D1 call
+ * (`body`: the statements as JSON) and gives the answer's text (decodeAnswer);
+ * queueCall(op, payload) one Queues call (queues.mjs). */
+export async function startMiniflare(workerOptions, persistRoot, onQueueBatch = null) {
   const d1Databases = Object.fromEntries(
     Object.entries(workerOptions.d1Databases ?? {}).map(([name, db]) => [name, typeof db === 'string' ? db : db.id]),
   );
@@ -74,6 +109,18 @@ export async function startMiniflare(workerOptions, persistRoot) {
       compatibilityDate: workerOptions.compatibilityDate ?? '2025-01-01',
       resourcePersistencePath: `${persistRoot}/v3`,
       d1Databases,
+      queueProducers: workerOptions.queueProducers,
+      queueConsumers: workerOptions.queueConsumers,
+      serviceBindings: {
+        __D1QUEUE_HOST: async (request) => {
+          if (!onQueueBatch) return new Response('this host runs no queue consumer', { status: 503 });
+          try {
+            return Response.json({ decisions: await onQueueBatch(await request.json()) });
+          } catch (e) {
+            return new Response(String(e?.stack ?? e), { status: 500 });
+          }
+        },
+      },
     }),
   );
   const url = String(await mf.ready);
@@ -104,7 +151,12 @@ export async function startMiniflare(workerOptions, persistRoot) {
     return (op, body, arg = null) =>
       roundTrip(`${head}${JSON.stringify(op)},"arg":${JSON.stringify(arg ?? null)},"stmts":${body}}`);
   };
-  return { mf, relay };
+  const queueCall = async (op, payload) => {
+    const answer = JSON.parse(await roundTrip(JSON.stringify({ op, payload })));
+    if (!answer.ok) throw new Error(answer.message);
+    return answer.out;
+  };
+  return { mf, relay, queueCall };
 }
 
 /** The relay's answer as the binding's result, or D1's error thrown: what

@@ -20,6 +20,7 @@ from d1queue.limits import PLANS, Meter
 from d1queue.openapi import document
 from d1queue.schedules import DUE_LIMITS, Schedules, trigger_grace_ms
 from d1queue.service import ApiError, Service
+from d1queue.wake import WAKE_BINDING, Waker, consume
 from jobs import registry
 
 PUSH_DRAIN: dict[str, Any] = {"time_budget_s": 5.0, "query_budget": 10}
@@ -138,17 +139,37 @@ class Default(WorkerEntrypoint):
             return D1Queue(db)
         return D1Queue(db, reservation_s=config.reservation_s)
 
+    def _waker(self, config: Config) -> Waker | None:
+        """The wake-up sender (D1QUEUE_WAKE = "queues"), counting its sends on
+        this invocation's meter; None when wake-ups are off. A missing
+        producer binding is the operator's mistake, said plainly."""
+        if config.wake != "queues":
+            return None
+        producer = getattr(self.env, WAKE_BINDING, None)
+        if producer is None:
+            raise ConfigError(
+                f'D1QUEUE_WAKE = "queues" needs a [[queues.producers]] binding named '
+                f"{WAKE_BINDING} in wrangler.toml (README: Wake-ups)"
+            )
+        return Waker(producer, self._invocation(config))
+
     def _service(self) -> Service:
         config = config_from_env(self.env)
         queue = self._queue(config)
+        waker = self._waker(config)
 
-        def drain_after_push(name: str) -> None:
+        async def after_push(name: str) -> None:
+            # Called only once the push's D1 write succeeded. One wake message
+            # per push call, whatever it pushed; a failed send is logged by the
+            # Waker and never fails the push: D1 holds the job, the cron runs it.
+            if waker is not None:
+                await waker.wake(name)
             if config.drain_on_push:
                 short = replace(config, queues=(name,), **PUSH_DRAIN)
                 window = PLANS[config.plan].wait_until_s
                 self.ctx.waitUntil(self._drain(short, why="push", window_s=window))
 
-        return Service(queue, registry, on_push=drain_after_push, config=config)
+        return Service(queue, registry, on_push=after_push, config=config)
 
     async def _drain(
         self,
@@ -208,6 +229,37 @@ class Default(WorkerEntrypoint):
             now=now, grace_ms=trigger_grace_ms(cron, now), limit=DUE_LIMITS[config.plan]
         )
         await self._drain(config, why=f"cron {cron}", extra={"schedules": report.as_dict()})
+
+    async def queue(self, batch: Any, env: Any = None, ctx: Any = None) -> None:
+        """The Cloudflare Queues consumer (D1QUEUE_WAKE = "queues"): drain the
+        queues the batch's wake messages name, within this invocation's own
+        limits, then acknowledge every message. Messages are acknowledged only
+        after the drain: a consumer that dies mid-batch has them delivered
+        again, and the jobs it held go back when their leases lapse. A drain
+        stopped by D1 failing asks for the batch again (retry). env and ctx
+        are on `self`, as for `scheduled`."""
+        config = config_from_env(self.env)
+        messages = list(batch.messages)
+        bodies = [_py(m.body) for m in messages]
+
+        async def run_drain(c: Config) -> Any:
+            return await drain(self._queue(c), registry, c, env=self.env, fetch=_fetch)
+
+        report, drained = await consume(
+            self._queue(config), config, bodies, run_drain=run_drain, waker=self._waker(config)
+        )
+        line = {
+            "event": "d1queue.drain",
+            "trigger": f"queue {batch.queue}",
+            **(drained.as_dict() if drained is not None else {}),
+            "wake": report.as_dict(),
+        }
+        print(json.dumps(line))
+        for m in messages:
+            if report.retry:
+                m.retry()
+            else:
+                m.ack()
 
     # -- RPC: for Workers with a service binding to this one ---------------------
     # Same validation as the HTTP API; errors raise (the caller sees

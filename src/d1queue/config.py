@@ -79,6 +79,18 @@ class Config:
     max_jobs: int | None = None
     """D1QUEUE_MAX_JOBS: jobs one run may claim, the bound on its CPU time.
     Default by plan (MAX_JOBS)."""
+    wake: Literal["off", "queues"] = "off"
+    """D1QUEUE_WAKE: "queues" sends a Cloudflare Queues message after each
+    push (binding WAKE, see README "Wake-ups"), whose consumer drains the
+    queue at once; "off" leaves draining to the cron (and drain-on-push).
+    D1 stays the source of truth either way: a lost or duplicated message
+    costs latency, never a job."""
+    wake_per_jobs: int = 100
+    """D1QUEUE_WAKE_PER_JOBS: a consumer that stopped on a budget with work
+    left sends one more wake message per this many due jobs..."""
+    wake_max: int = 16
+    """D1QUEUE_WAKE_MAX: ...and at most this many (the fan-out ceiling; keep
+    the consumer's max_concurrency at or below it)."""
 
     def __post_init__(self) -> None:
         if self.plan not in PLANS:
@@ -122,6 +134,10 @@ class Config:
                 self.reservation_s is None or self.reservation_s > 0,
                 "D1QUEUE_RESERVATION_S must be > 0",
             ),
+            (self.wake in ("off", "queues"), "D1QUEUE_WAKE must be 'off' or 'queues'"),
+            (1 <= self.wake_per_jobs <= 100_000, "D1QUEUE_WAKE_PER_JOBS must be 1..100000"),
+            # sendBatch takes at most 100 messages (Queues limits).
+            (1 <= self.wake_max <= 100, "D1QUEUE_WAKE_MAX must be 1..100"),
             (
                 self.batch_counts_as in ("query", "statements"),
                 "D1QUEUE_BATCH_COUNTS_AS must be 'query' or 'statements'",
@@ -186,7 +202,14 @@ class Config:
 def _parse(name: str, raw: str) -> Any:
     if name == "queues":
         return tuple(q.strip() for q in raw.split(",") if q.strip())
-    if name in ("query_budget", "batch_size", "concurrency", "max_jobs"):
+    if name in (
+        "query_budget",
+        "batch_size",
+        "concurrency",
+        "max_jobs",
+        "wake_per_jobs",
+        "wake_max",
+    ):
         return int(raw)
     if name in ("time_budget_s", "reservation_s"):
         value = float(raw)

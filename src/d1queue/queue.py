@@ -598,6 +598,15 @@ class D1Queue:
         result = await self.binding.run(sql.COUNT_UNRESERVED, check_name("queue", queue))
         return int(result.rows[0]["n"])
 
+    async def due(self, queue: str, cap: int) -> int:
+        """Jobs on `queue` a claim could take now, counted up to about `cap`
+        (one query reading about as many rows): how many more consumers a
+        wake-up should bring in (wake.py), not an exact figure."""
+        result = await self.binding.run(
+            sql.COUNT_DUE_CAPPED, check_name("queue", queue), self.clock(), max(1, int(cap))
+        )
+        return min(int(result.rows[0]["n"]), int(cap))
+
     async def clear(self, queue: str) -> int:
         """Delete every job on `queue`, reserved or not; returns how many."""
         result = await self.binding.run(sql.CLEAR_QUEUE, check_name("queue", queue))

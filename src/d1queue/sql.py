@@ -66,6 +66,17 @@ SELECT_CANDIDATES = (
     "ORDER BY available_at, id LIMIT ?3)"
 )
 
+# Due jobs on a queue, counted up to a cap (a wake consumer's fan-out):
+# SELECT_CANDIDATES's two ranges, each cut off by the cap, so it reads at most
+# about 2 x cap rows (and the held rows it skips) however deep the backlog.
+# ?1 queue ?2 now ?3 cap
+COUNT_DUE_CAPPED = (
+    f"SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM d1queue_jobs "
+    f"WHERE queue = ?1 AND band > {DELAYED_BAND} AND locked_until <= ?2 LIMIT ?3)) + "
+    f"(SELECT COUNT(*) FROM (SELECT 1 FROM d1queue_jobs WHERE queue = ?1 "
+    f"AND band = {DELAYED_BAND} AND available_at <= ?2 AND locked_until <= ?2 LIMIT ?3)) AS n"
+)
+
 RECLAIM_NOTE = "lease expired before the job was settled (worker died or overran)"
 _NOTE = "'" + RECLAIM_NOTE.replace("'", "''") + "'"
 # The note a reclaimed job's last_error gets, before the error it had (cut at
