@@ -25,7 +25,7 @@ import time
 import traceback
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from .config import ALL_QUEUES, Config, ConfigError
 from .context import DrainContext, Fetch, JobContext
@@ -189,7 +189,7 @@ async def _attempt(job: QueuedJob, spec: JobSpec | None, ctx: JobContext) -> Out
         # only coroutine functions, so this is what call() would await).
         handler = spec.handler
         coro = handler(job.payload, ctx) if spec.wants_context else handler(job.payload)
-        await _bounded(coro, spec.timeout_s)
+        await _bounded(cast("Coroutine[Any, Any, Any]", coro), spec.timeout_s)
     except Fail as exc:
         return Outcome(job, "fail", error=f"failed by the handler: {exc}"[:MAX_ERROR_CHARS])
     except Retry as exc:
