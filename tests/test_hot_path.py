@@ -77,3 +77,83 @@ async def test_a_handler_that_uses_nothing_gets_no_meter(
     assert report.completed == 6  # the pushed job waits for the next run (a short round)
     assert len(made) == 1  # only the fan-out's budget
     assert (made[0].subrequests, made[0].used) == (1, 1)
+
+
+_ROW = {
+    "id": "0190abcdef0123456789abcdef012345",
+    "queue": "q",
+    "name": "j",
+    "payload": '{"i":12}',
+    "attempts": 1,
+    "max_attempts": 3,
+    "priority": 2,
+    "available_at": 1_000,
+    "created_at": 900,
+    "locked_until": 0,
+    "reserved_at": None,
+    "reservation": None,
+    "unique_key": "k",
+    "last_error": "boom",
+}
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"locked_until": 5_000},  # waiting out a retry in place
+        {"reserved_at": 800, "locked_until": 2_000, "reservation": "t"},  # a lapsed lease
+        {"payload": "null"},
+        {"payload": " 1"},  # json.loads reads it; the fast path defers
+        {"payload": "{"},  # undecodable: kept as text, explained
+        {"payload": "[" * 70 + "]" * 70},  # past the depth limit
+        {"payload": '{"a":' + "1" * 70 + "}"},  # long but shallow
+        {"payload": None},
+        {"attempts": 1.0},  # not an int: the general path makes it one
+        {"unique_key": None, "last_error": None},
+    ],
+)
+def test_row_to_job_fast_path_makes_what_the_general_path_makes(changes: dict[str, Any]) -> None:
+    from d1queue.job import _row_to_job, row_to_job
+
+    row = {**_ROW, **changes}
+    fast, general = row_to_job(row), _row_to_job(row)
+    assert fast == general
+    assert (fast.held, fast.payload_error) == (general.held, general.payload_error)
+    assert fast.__dict__ == general.__dict__
+    assert list(fast.__dict__) == list(general.__dict__)  # same field order, same repr
+    assert repr(fast) == repr(general)
+
+
+@pytest.mark.parametrize(
+    ("params", "fast"),
+    [
+        (("a", 1, 2.5, None, True), True),
+        ((2**53 - 2, -(2**53 - 2)), False),  # 16 digits: checked, and passes there
+        ((10**15 - 1, -(10**15 - 1)), True),
+        ((2**53 - 1,), False),  # refused by the checked path
+        ((b"\x00",), False),  # bytes: converted by the checked path
+        (("x" * 3,), True),
+        (("1234567890123456",), False),  # digits in a string: only checked, not refused
+        ((float("nan"),), False),
+        ((1.5e300,), True),
+    ],
+)
+def test_batches_skip_the_per_value_check_only_when_json_is_exact(
+    params: tuple[Any, ...], fast: bool
+) -> None:
+    from d1queue.binding import _dumps_strict, _has_long_number, _plain_runs
+
+    runs = _plain_runs([("SELECT ?", params), ("SELECT ?", params), ("SELECT 1", ())])
+    if runs is None:
+        assert not fast
+        return
+    sqls, groups = runs
+    assert sqls == ["SELECT ?", "SELECT 1"]
+    assert groups == [[params, params], [()]]
+    try:
+        text = _dumps_strict(groups)
+    except ValueError:
+        assert not fast
+        return
+    assert (not _has_long_number(text)) == fast

@@ -25,7 +25,7 @@ import time
 import traceback
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from .config import ALL_QUEUES, Config, ConfigError
 from .context import DrainContext, Fetch, JobContext
@@ -184,7 +184,12 @@ async def _attempt(job: QueuedJob, spec: JobSpec | None, ctx: JobContext) -> Out
     if spec is None:
         return Outcome(job, "fail", error=f"no handler is registered for job name {job.name!r}")
     try:
-        await _bounded(spec.call(job.payload, ctx), spec.timeout_s)
+        # The handler's coroutine itself, not spec.call's wrapper around it:
+        # one coroutine fewer to make and step per job (the registry admits
+        # only coroutine functions, so this is what call() would await).
+        handler = spec.handler
+        coro = handler(job.payload, ctx) if spec.wants_context else handler(job.payload)
+        await _bounded(cast("Coroutine[Any, Any, Any]", coro), spec.timeout_s)
     except Fail as exc:
         return Outcome(job, "fail", error=f"failed by the handler: {exc}"[:MAX_ERROR_CHARS])
     except Retry as exc:
