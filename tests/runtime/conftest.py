@@ -185,13 +185,17 @@ class Host:
             raise self._fail(f"/__test/idle answered {reply.status}")
 
     def reset(self) -> None:
-        """Empty d1queue's tables (cheaper than a new host per test)."""
+        """Empty d1queue's tables (cheaper than a new host per test): jobs,
+        failures, queue state, the run counters and API-made schedules (one
+        left by an earlier test would enqueue jobs into this one's cron runs)."""
         self.python(
             """
             async def main(env):
                 await env.DB.prepare("DELETE FROM d1queue_jobs").run()
                 await env.DB.prepare("DELETE FROM d1queue_failed_jobs").run()
                 await env.DB.prepare("DELETE FROM d1queue_queues").run()
+                await env.DB.prepare("DELETE FROM d1queue_stats").run()
+                await env.DB.prepare("DELETE FROM d1queue_schedules WHERE source = 'api'").run()
             """
         )
 
