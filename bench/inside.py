@@ -16,6 +16,7 @@ from typing import Any
 
 from d1queue import Config, D1Queue, Fail, Registry, drain
 from d1queue.binding import Binding, Result
+from d1queue.sql import DELAYED_BAND
 
 from .seed_driver import FAILED, JOBS, SCHEMA, SeedQueue, seed_drain
 
@@ -382,7 +383,6 @@ async def seed_jobs(
     the ready ones; priorities spread over `levels` levels."""
     b = Binding(db)
     await b.run("DELETE FROM d1queue_jobs WHERE queue = ?1", queue)
-    band = -1001  # sql.DELAYED_BAND, by value: the bench reads no private module
     kinds = (
         (delayed, "d", 1, NOW_MS + 60_000, 0, None, None),
         (due, "r", 0, NOW_MS - 100_000, 0, None, None),
@@ -397,7 +397,7 @@ async def seed_jobs(
                 queue,
                 levels,
                 is_delayed,
-                band,
+                DELAYED_BAND,
                 at,
                 locked,
                 reserved_at,

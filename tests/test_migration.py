@@ -30,113 +30,23 @@ def old_rows() -> list[tuple[Any, ...]]:
     """Jobs in every state the 0001 schema held, on two queues."""
     rows: list[tuple[Any, ...]] = []
     for i in range(300):
-        # id, queue, payload, attempts, priority, available_at, reserved_at,
-        # reserved_until, reservation, created_at, unique_key, last_error
+        # Per state: attempts, available_at, reserved_at, reserved_until,
+        # reservation, created_at, unique_key, last_error.
+        states: list[tuple[Any, ...]] = [
+            (0, NOW - 10_000 + i, None, None, None, NOW - 20_000, None, None),  # ready
+            (0, FUTURE + i, None, None, None, NOW - 20_000, None, None),  # delayed
+            # held, lease running
+            (1, NOW - 5_000, NOW - 1_000, NOW + 60_000, f"tok{i}", NOW - 20_000, None, None),
+            # released for a retry later, token kept
+            (1, FUTURE + i, None, None, f"tok{i}", NOW - 20_000, None, "boom"),
+            (0, NOW - 9_000 + i, None, None, None, NOW - 20_000, f"key{i}", None),  # unique
+            # held, lease lapsed
+            (2, NOW - 8_000, NOW - 200_000, NOW - 100_000, f"tok{i}", NOW - 300_000, None, "x"),
+        ]
+        attempts, *rest = states[i % 6]
         queue = "default" if i % 3 else "mail"
         priority = (i % 5) - 2
-        kind = i % 6
-        if kind == 0:  # ready
-            rows.append(
-                (
-                    f"j{i:04d}",
-                    queue,
-                    f'{{"i":{i}}}',
-                    0,
-                    priority,
-                    NOW - 10_000 + i,
-                    None,
-                    None,
-                    None,
-                    NOW - 20_000,
-                    None,
-                    None,
-                )
-            )
-        elif kind == 1:  # delayed
-            rows.append(
-                (
-                    f"j{i:04d}",
-                    queue,
-                    f'{{"i":{i}}}',
-                    0,
-                    priority,
-                    FUTURE + i,
-                    None,
-                    None,
-                    None,
-                    NOW - 20_000,
-                    None,
-                    None,
-                )
-            )
-        elif kind == 2:  # held, lease running
-            rows.append(
-                (
-                    f"j{i:04d}",
-                    queue,
-                    f'{{"i":{i}}}',
-                    1,
-                    priority,
-                    NOW - 5_000,
-                    NOW - 1_000,
-                    NOW + 60_000,
-                    f"tok{i}",
-                    NOW - 20_000,
-                    None,
-                    None,
-                )
-            )
-        elif kind == 3:  # released for a retry later, token kept
-            rows.append(
-                (
-                    f"j{i:04d}",
-                    queue,
-                    f'{{"i":{i}}}',
-                    1,
-                    priority,
-                    FUTURE + i,
-                    None,
-                    None,
-                    f"tok{i}",
-                    NOW - 20_000,
-                    None,
-                    "boom",
-                )
-            )
-        elif kind == 4:  # unique, ready
-            rows.append(
-                (
-                    f"j{i:04d}",
-                    queue,
-                    f'{{"i":{i}}}',
-                    0,
-                    priority,
-                    NOW - 9_000 + i,
-                    None,
-                    None,
-                    None,
-                    NOW - 20_000,
-                    f"key{i}",
-                    None,
-                )
-            )
-        else:  # held, lease lapsed
-            rows.append(
-                (
-                    f"j{i:04d}",
-                    queue,
-                    f'{{"i":{i}}}',
-                    2,
-                    priority,
-                    NOW - 8_000,
-                    NOW - 200_000,
-                    NOW - 100_000,
-                    f"tok{i}",
-                    NOW - 300_000,
-                    None,
-                    "x",
-                )
-            )
+        rows.append((f"j{i:04d}", queue, f'{{"i":{i}}}', attempts, priority, *rest))
     return rows
 
 

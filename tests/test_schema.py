@@ -85,7 +85,7 @@ def seed(db: SqliteD1, *, delayed: int, due: int, in_flight: int = 0, levels: in
         "INSERT INTO d1queue_jobs (id, queue, name, payload, max_attempts, priority, band, "
         "available_at, created_at, locked_until, reserved_at, reservation) "
         "SELECT printf('%s%07d', ?2, i), 'default', 't', 'null', 3, i % ?3, "
-        "CASE WHEN ?4 THEN -1001 ELSE i % ?3 END, ?5 + i, 0, ?6, ?7, ?8 FROM n"
+        f"CASE WHEN ?4 THEN {sql.DELAYED_BAND} ELSE i % ?3 END, ?5 + i, 0, ?6, ?7, ?8 FROM n"
     )
     conn = db._conn
     if delayed:

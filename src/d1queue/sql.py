@@ -237,14 +237,12 @@ def select_unique_holders(n: int) -> str:
 # retry). The queues are walked by seeks and each is read by its key range:
 # every job is read once, as counting needs, and no table is scanned.
 # ?1 now
+_RESERVED = "(j.reserved_at IS NOT NULL AND j.locked_until > ?1)"
+_READY = "(j.locked_until <= ?1 AND j.available_at <= ?1)"
 _JOB_STATS = (
-    "SELECT j.queue AS queue, "
-    "SUM(j.reserved_at IS NOT NULL AND j.locked_until > ?1) AS reserved, "
-    "SUM(j.locked_until <= ?1 AND j.available_at <= ?1) AS ready, "
-    "SUM((j.reserved_at IS NULL OR j.locked_until <= ?1) "
-    "AND NOT (j.locked_until <= ?1 AND j.available_at <= ?1)) AS delayed, "
-    "MIN(CASE WHEN j.locked_until <= ?1 AND j.available_at <= ?1 "
-    "THEN max(j.available_at, j.locked_until) END) AS oldest_ready_at "
+    f"SELECT j.queue AS queue, SUM({_RESERVED}) AS reserved, SUM({_READY}) AS ready, "
+    f"SUM(NOT {_RESERVED} AND NOT {_READY}) AS delayed, "
+    f"MIN(CASE WHEN {_READY} THEN max(j.available_at, j.locked_until) END) AS oldest_ready_at "
 )
 JOB_STATS = (
     _walk_queues("d1queue_jobs")

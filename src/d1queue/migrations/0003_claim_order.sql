@@ -1,8 +1,8 @@
 -- The jobs table keyed in the order the claim reads it, so a job's life
 -- writes 4 rows (D1 bills each row changed and each index entry inserted):
 -- the push writes the row and its id-index entry, the claim and the
--- acknowledgement one row each. Nothing a claim or a retry changes is in a
--- key, so neither moves the row or touches an index.
+-- completion one row each. Nothing a claim or a retry within a lease changes
+-- is in a key, so neither moves the row or touches an index.
 --
 -- The key: (queue, band DESC, available_at, id).
 --   band is the job's priority when it was due as it was pushed, and -1001
