@@ -6,6 +6,11 @@
 //   --d1-fault-kinds K,K,...   which failures, drawn uniformly (repeat a kind to
 //                              weight it); default: lost-before,lost-after,overloaded
 //   --d1-latency-ms N          every call first waits a random 0..N ms (default 0)
+//   --d1-rtt-ms N              every call first waits exactly N ms: the network
+//                              round trip to D1, calls overlapping (default 0)
+//   --d1-busy-ms N             every call holds its database N ms, one call at a
+//                              time per database: D1 runs one query at a time,
+//                              ~1 ms each (CLOUDFLARE.md) (default 0)
 //   --d1-seed N                seeds the draws (default: random); the ready line says it
 //
 // The kinds, each with the message D1 gives (workerd's d1-api.ts raises
@@ -63,9 +68,11 @@ export class D1Faults {
   }
 
   /** New settings (POST /__test/faults does this too); the counts go on. */
-  configure({ rate = 0, kinds = KINDS, latencyMs = 0, seed = Math.floor(Math.random() * 2 ** 32) } = {}) {
+  configure({ rate = 0, kinds = KINDS, latencyMs = 0, rttMs = 0, busyMs = 0, seed = Math.floor(Math.random() * 2 ** 32) } = {}) {
     if (!(Number.isFinite(rate) && rate >= 0 && rate <= 1)) throw new Error('--d1-fault wants a fraction from 0 to 1');
-    if (!(Number.isFinite(latencyMs) && latencyMs >= 0)) throw new Error('--d1-latency-ms wants a number >= 0');
+    for (const [name, v] of [['--d1-latency-ms', latencyMs], ['--d1-rtt-ms', rttMs], ['--d1-busy-ms', busyMs]]) {
+      if (!(Number.isFinite(v) && v >= 0)) throw new Error(`${name} wants a number >= 0`);
+    }
     if (!(Number.isInteger(seed) && seed >= 0 && seed < 2 ** 32)) throw new Error('--d1-seed wants an integer from 0 to 2^32 - 1');
     if (!Array.isArray(kinds) || !kinds.length) throw new Error('--d1-fault-kinds names no kind');
     for (const k of kinds) {
@@ -74,12 +81,14 @@ export class D1Faults {
     this.rate = rate;
     this.kinds = kinds;
     this.latencyMs = latencyMs;
+    this.rttMs = rttMs;
+    this.busyMs = busyMs;
     this.seed = seed;
     this.random = generator(seed);
   }
 
   get active() {
-    return this.rate > 0 || this.latencyMs > 0;
+    return this.rate > 0 || this.latencyMs > 0 || this.rttMs > 0 || this.busyMs > 0;
   }
 
   describe() {
@@ -87,6 +96,8 @@ export class D1Faults {
     const parts = [];
     if (this.rate > 0) parts.push(`D1 faults on ${+(this.rate * 100).toFixed(2)}% of calls (${this.kinds.join(', ')})`);
     if (this.latencyMs > 0) parts.push(`D1 latency 0-${this.latencyMs} ms`);
+    if (this.rttMs > 0) parts.push(`D1 round trip ${this.rttMs} ms`);
+    if (this.busyMs > 0) parts.push(`each database busy ${this.busyMs} ms per call, one at a time`);
     return `${parts.join(', ')}, seed ${this.seed}`;
   }
 
@@ -98,13 +109,15 @@ export class D1Faults {
    * Make D1 call `call()` (a promise-returning thunk) for invocation `inv`
    * (limits.mjs; undefined for the host's own calls), failing it as drawn.
    */
-  async run(inv, call) {
+  async run(inv, call, database = '') {
     if (!this.active || !inv || inv.kind === 'test') return call();
     this.calls++;
     if (this.latencyMs > 0) {
       const ms = this.random() * this.latencyMs;
       await new Promise((resolve) => setTimeout(resolve, ms));
     }
+    if (this.rttMs > 0) await sleep(this.rttMs);
+    if (this.busyMs > 0) call = this.#occupying(database, call);
     if (this.rate === 0 || this.random() >= this.rate) return call();
     const kind = this.kinds[Math.floor(this.random() * this.kinds.length)];
     this.counts[key(kind)]++;
@@ -117,4 +130,26 @@ export class D1Faults {
     } catch {}
     throw d1Error(NETWORK_LOST);
   }
+
+  /** The same object, its calls naming `database` (for --d1-busy-ms). */
+  forDatabase(database) {
+    return { run: (inv, call) => this.run(inv, call, database) };
+  }
+
+  #busy = new Map(); // database -> the promise its last call holds it until
+
+  /** `call` made once `database` is free, holding it busyMs ms longer. */
+  #occupying(database, call) {
+    return () => {
+      const previous = this.#busy.get(database) ?? Promise.resolve();
+      const mine = previous.then(async () => {
+        await sleep(this.busyMs);
+        return call();
+      });
+      this.#busy.set(database, mine.then(() => {}, () => {}));
+      return mine;
+    };
+  }
 }
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -13,6 +13,7 @@
 //                      [--plan free|paid] [--cpu enforce|warn] [--cpu-ms N] [--no-limits]
 //                      [--wait-until-s 30] [--scheduled-s 900]
 //                      [--d1-fault RATE] [--d1-fault-kinds K,...] [--d1-latency-ms N] [--d1-seed N]
+//                      [--d1-rtt-ms N] [--d1-busy-ms N] [--consumer-lanes N]
 //
 // Limits mode (limits.mjs, on unless --no-limits; --plan paid by default): each
 // invocation (a fetch, a scheduled run, an RPC or test-hook call, with its
@@ -98,6 +99,9 @@ try {
       'd1-fault-kinds': { type: 'string' },
       'd1-latency-ms': { type: 'string', default: '0' },
       'd1-seed': { type: 'string' },
+      'd1-rtt-ms': { type: 'string', default: '0' },
+      'd1-busy-ms': { type: 'string', default: '0' },
+      'consumer-lanes': { type: 'string', default: '1' },
     },
   }));
 } catch (e) {
@@ -130,6 +134,8 @@ try {
   faults = new D1Faults({
     rate: Number(opts['d1-fault']),
     latencyMs: Number(opts['d1-latency-ms']),
+    rttMs: Number(opts['d1-rtt-ms']),
+    busyMs: Number(opts['d1-busy-ms']),
     ...(opts['d1-fault-kinds'] === undefined ? {} : { kinds: opts['d1-fault-kinds'].split(',').map((k) => k.trim()).filter(Boolean) }),
     ...(opts['d1-seed'] === undefined ? {} : { seed: Number(opts['d1-seed']) }),
   });
@@ -240,6 +246,47 @@ function buildBundle() {
 const bundleReady = opts.bundle ? Promise.resolve(path.resolve(opts.bundle)) : buildBundle();
 bundleReady.catch(() => {});
 
+// Consumer lanes. Miniflare's Queues deliver one batch at a time per queue;
+// Cloudflare runs up to the consumer's max_concurrency invocations at once.
+// With --consumer-lanes N each consumed queue becomes N Miniflare queues
+// (the queue itself and "<queue>-lane-1"...), each delivering on its own, the
+// producer binding spreads its send calls over them in turn, and the Worker's
+// queue() sees the queue's own name: up to N consumer invocations at once,
+// each message still stored, delivered, acked and retried by Miniflare.
+const lanes = Number(opts['consumer-lanes']);
+if (!Number.isInteger(lanes) || lanes < 1 || lanes > 250) die(`--consumer-lanes wants 1..250 (Queues' max_concurrency), not '${opts['consumer-lanes']}'`);
+const laneQueue = new Map(); // a lane's Miniflare queue name -> the queue's own name
+const laneBindings = new Map(); // producer binding -> its lanes' bindings
+const laneTurn = new Map(); // producer binding -> the next lane to send on
+const laneName = (name, i) => (i === 0 ? name : `${name}-lane-${i}`);
+function withLanes(options, n) {
+  if (n === 1) return options;
+  const producers = {};
+  for (const [binding, p] of Object.entries(options.queueProducers ?? {})) {
+    const names = [];
+    for (let i = 0; i < n; i++) {
+      producers[laneName(binding, i)] = { ...p, queueName: laneName(p.queueName, i) };
+      names.push(laneName(binding, i));
+    }
+    laneBindings.set(binding, names);
+  }
+  const consumers = {};
+  for (const [queue, c] of Object.entries(options.queueConsumers ?? {})) {
+    for (let i = 0; i < n; i++) {
+      consumers[laneName(queue, i)] = c;
+      laneQueue.set(laneName(queue, i), queue);
+    }
+  }
+  return { ...options, queueProducers: producers, queueConsumers: consumers };
+}
+function nextLane(binding) {
+  const names = laneBindings.get(binding);
+  if (!names) return binding;
+  const turn = laneTurn.get(binding) ?? 0;
+  laneTurn.set(binding, (turn + 1) % names.length);
+  return names[turn];
+}
+
 let workerOptions;
 const d1Bindings = new Map(); // binding name -> D1Database over Miniflare
 const queueBindings = new Map(); // binding name -> WorkerQueue over Miniflare's Queues
@@ -254,6 +301,7 @@ const [pyodide, compatFlags, bundleDir] = await Promise.all([
   (async () => {
     // wrangler's own view of the bindings: D1 ids, [vars] and .dev.vars.
     ({ workerOptions } = unstable_getMiniflareWorkerOptions(configPath));
+    workerOptions = withLanes(workerOptions, lanes);
     let relay;
     let queueCall;
     ({ mf, relay, queueCall } = await startMiniflare(workerOptions, persistRoot, async (raw) => (await workerReady)(raw)));
@@ -264,14 +312,14 @@ const [pyodide, compatFlags, bundleDir] = await Promise.all([
         queueFaults.failed++;
         throw new Error('Queue send failed: injected by the host (POST /__test/queue-faults)');
       }
-      return queueCall(op, payload);
+      return queueCall(op, { ...payload, binding: nextLane(payload.binding) });
     };
     for (const producer of config.queues?.producers ?? []) {
       queueBindings.set(producer.binding, new WorkerQueue(producer.binding, limits.queue(send))); // counted per invocation
     }
     for (const d1 of config.d1_databases ?? []) {
       const Binding = opts['raw-db'] ? RawD1Database : D1Database;
-      d1Bindings.set(d1.binding, new Binding(limits.d1(relay(d1.binding), faults, decodeAnswer))); // counted per invocation, faulted
+      d1Bindings.set(d1.binding, new Binding(limits.d1(relay(d1.binding), faults.forDatabase(d1.binding), decodeAnswer))); // counted per invocation, faulted
     }
   })(),
 ]).catch(async (e) => fail(`start-up failed: ${e.message}`));
@@ -585,7 +633,7 @@ async function runScheduled(cron, scheduledTime) {
 // Resolves to one decision per message (queues.mjs); a handler that threw or
 // ran out of CPU has its undecided messages retried.
 async function runQueue(raw) {
-  const batch = new QueueController(raw);
+  const batch = new QueueController({ ...raw, queue: laneQueue.get(raw.queue) ?? raw.queue });
   const { ctx, inv, inst } = newEntrypoint('queue');
   let threw = false;
   try {
@@ -736,6 +784,6 @@ process.on('SIGTERM', () => shutdown('SIGTERM'));
 
 server.on('error', (e) => fail(`cannot listen on 127.0.0.1:${port}: ${e.message}`));
 server.listen(port, '127.0.0.1', () => {
-  process.stderr.write(`d1queue host: ready in ${((Date.now() - started) / 1000).toFixed(1)}s (Python ${pyodide.runPython("import sys; sys.version.split()[0]")} on Pyodide ${pyodide.version}, selected by ${release.flag}; upload: ${bundleDir}; D1 state: ${persistRoot}${opts['raw-db'] ? ', raw D1 binding' : ''}; ${limits.describe()}${faults.active ? `; ${faults.describe()}` : ''}${queueBindings.size ? `; Queues (Miniflare): ${[...queueBindings.keys()].join(', ')} -> ${(config.queues?.consumers ?? []).map((c) => c.queue).join(', ') || 'no consumer'}` : ''})\n`);
+  process.stderr.write(`d1queue host: ready in ${((Date.now() - started) / 1000).toFixed(1)}s (Python ${pyodide.runPython("import sys; sys.version.split()[0]")} on Pyodide ${pyodide.version}, selected by ${release.flag}; upload: ${bundleDir}; D1 state: ${persistRoot}${opts['raw-db'] ? ', raw D1 binding' : ''}; ${limits.describe()}${faults.active ? `; ${faults.describe()}` : ''}${queueBindings.size ? `; Queues (Miniflare): ${[...queueBindings.keys()].join(', ')} -> ${(config.queues?.consumers ?? []).map((c) => c.queue).join(', ') || 'no consumer'}${lanes > 1 ? ` in ${lanes} consumer lanes` : ''}` : ''})\n`);
   process.stdout.write(`d1queue host listening on http://127.0.0.1:${server.address().port}\n`);
 });

@@ -195,6 +195,27 @@ def test_a_backlog_fans_out_over_more_consumers(clean_wake_host: Host) -> None:
     assert kinds["scheduled"] == 0, "no cron ran"
 
 
+def test_consumer_lanes_deliver_batches_side_by_side_under_the_queues_own_name() -> None:
+    """--consumer-lanes 3 (the host's stand-in for Cloudflare running several
+    consumer invocations at once, which Miniflare alone does not): three
+    push calls' messages go out on three lanes, so three batches of one are
+    delivered (one lane would fold them into one batch), each named by the
+    queue's own name, and each job runs once."""
+    host = start_host(*wake_args("--consumer-lanes", "3"))
+    try:
+        start = len(host.output())
+        for w in ("l0", "l1", "l2"):
+            push(host, w)
+        wait_runs(host, {"l0", "l1", "l2"}, start)
+        wait_quiet(host)
+        assert runs(host, start) == Counter({"l0": 1, "l1": 1, "l2": 1})
+        consumers = [x for x in lines(host, "d1queue.drain", start) if "wake" in x]
+        assert [x["wake"]["messages"] for x in consumers] == [1, 1, 1]
+        assert {x["trigger"] for x in consumers} == {"queue d1queue-wake"}
+    finally:
+        host.stop()
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_driver_contract_holds_with_the_transport_on(wake_host: Host, case: str) -> None:
     wait_quiet(wake_host)
