@@ -38,6 +38,7 @@ from tests.runtime.conftest import Host, start_host  # noqa: E402
 from bench import cpu as bench_cpu  # noqa: E402
 from bench import cpython  # noqa: E402
 from bench import host as bench_host  # noqa: E402
+from bench import throughput  # noqa: E402
 
 DESIGNS = ("d1queue", "seed")
 LATENCIES_MS = (0, 10, 50)
@@ -64,6 +65,12 @@ class Plan:
         # CPU per drained job (bench/cpu.py): jobs per cron run, pairs of runs.
         self.cpu_jobs = 200 if quick else 500
         self.cpu_repeats = 3 if quick else 7
+        # Throughput past one invocation (bench/throughput.py): jobs pushed,
+        # shards and concurrent consumer invocations measured.
+        self.throughput_jobs = 500 if quick else 2_000
+        self.throughput_shards = [1, 2] if quick else [1, 2, 4]
+        self.throughput_consumers = [1, 4] if quick else [1, 4, 16]
+        self.free_consumer_jobs = 50 if quick else 200
 
 
 def log(message: str) -> None:
@@ -593,7 +600,14 @@ def main() -> int:
     cpu = cpu_per_job(plan)
     fig = figures(plan, runtime, push, cpy, cpu)
     rows = table_rows(fig)
-    table = render(rows)
+    flow = throughput.run(
+        plan.throughput_jobs,
+        plan.throughput_shards,
+        plan.throughput_consumers,
+        plan.free_consumer_jobs,
+    )
+    fig["throughput"] = flow
+    table = render(rows) + "\n\n" + throughput.table(flow)
     elapsed = time.monotonic() - started
 
     out = Path(args.out)

@@ -4,6 +4,11 @@ overloaded", and latency) on every push and every cron run; pushes retried
 by the client; concurrent cron runs; and the host killed with SIGKILL in the
 middle of its drains, then a new host started on the same D1 state.
 
+The same chaos runs with the Queues wake transport on (README "Wake-ups"):
+consumers in three lanes drain instead of cron runs, with the same faults,
+and the host is killed while a consumer holds jobs; its undelivered wake
+messages die with it, and the new host's cron (the safety net) finishes.
+
 Checked from the Worker's own output (example.echo prints each run) and the
 database: no job lost, the tables empty at the end, nothing failed, and no job
 that completed run again unless its first run was in the killed host (or its
@@ -27,7 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .conftest import Host, start_host
+import pytest
+from tools.wake_config import write as write_wake_config
+
+from .conftest import ROOT, Host, start_host
 
 JOBS = 300
 FAULT_RATE = "0.1"
@@ -51,8 +59,26 @@ OVERLOADED = "D1 DB is overloaded. Too many requests queued."
 ECHO = re.compile(r"example\.echo attempt (\d+): \{'i': (\d+)\}")
 
 
-def host_args(seed: int) -> tuple[str, ...]:
+TRANSPORTS = ("cron", "queues")
+WAKE_LANES = "3"
+"""Consumer invocations at once in the wake variant (host --consumer-lanes)."""
+
+
+def host_args(seed: int, transport: str = "cron") -> tuple[str, ...]:
+    wake: tuple[str, ...] = ()
+    if transport == "queues":
+        wake = (
+            "--config",
+            str(write_wake_config(ROOT)),
+            "--consumer-lanes",
+            WAKE_LANES,
+            "--var",
+            f"D1QUEUE_WAKE_PER_JOBS={MAX_JOBS}",
+            "--var",
+            "D1QUEUE_WAKE_MAX=2",
+        )
     return (
+        *wake,
         "--plan",
         "paid",
         "--cpu",
@@ -191,11 +217,43 @@ def test_each_fault_is_what_d1_gives_before_or_after_its_commit(clean_host: Host
         host.post("/__test/faults", json={})  # no faults, no latency: as the host started
 
 
-def test_chaos_with_d1_faults_and_a_killed_host(tmp_path: Path) -> None:
+def set_paused(host: Host, paused: bool) -> None:
+    """Pause or resume the queue, re-sent while D1's injected faults make it
+    answer 5xx (it is idempotent)."""
+    path = f"/v1/queues/default/{'pause' if paused else 'resume'}"
+    for _ in range(PUSH_TRIES):
+        reply = host.api("POST", path)
+        if reply.status == 200:
+            return
+        assert reply.status >= 500, reply.text
+    raise AssertionError(f"{path}: {PUSH_TRIES} tries answered 5xx")
+
+
+def wake_consumers(host: Host, n: int) -> None:
+    """n wake messages, one send call each: with the host's lanes, n
+    consumers at once (what n push calls would send)."""
+    host.python(
+        f"""
+        async def main(env):
+            for _ in range({n}):
+                await env.WAKE.send({{"shard": 0, "queue": "default"}})
+        """
+    )
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_chaos_with_d1_faults_and_a_killed_host(tmp_path: Path, transport: str) -> None:
+    """transport "cron": concurrent cron runs drain. "queues": the wake
+    consumers do; the queue is paused while the jobs are pushed (each push's
+    wake-up finds it paused and is acknowledged), so that the pushes and the
+    deduplication check see every job, then resumed and woken."""
     state = tmp_path / "state"
-    first = start_host(*host_args(SEED), persist_to=state, own_group=True)
+    first = start_host(*host_args(SEED, transport), persist_to=state, own_group=True)
     stop = threading.Event()
+    wake = transport == "queues"
     try:
+        if wake:
+            set_paused(first, True)
         # -- pushes, retried on 5xx; a sample pushed again --------------------
         tries: dict[int, list[int]] = {i: [] for i in range(JOBS)}
         with ThreadPoolExecutor(4) as pool:
@@ -219,7 +277,12 @@ def test_chaos_with_d1_faults_and_a_killed_host(tmp_path: Path) -> None:
                 concurrent_runs(first, runs1)
 
         since = len(first.output())
-        driver = threading.Thread(target=cycles)
+        if wake:
+            # No cron: the resumed queue's wake-ups start consumers, whose
+            # fan-out (one more per MAX_JOBS due, at most 2) keeps them going.
+            set_paused(first, False)
+            wake_consumers(first, int(WAKE_LANES))
+        driver = threading.Thread(target=(lambda: None) if wake else cycles)
         driver.start()
         try:
             deadline = time.monotonic() + 120
@@ -237,7 +300,7 @@ def test_chaos_with_d1_faults_and_a_killed_host(tmp_path: Path) -> None:
     finally:
         first.stop()
 
-    second = start_host(*host_args(SEED + 1), persist_to=state)
+    second = start_host(*host_args(SEED + 1, transport), persist_to=state)
     try:
         at_start = table_counts(second)
         held_at_kill = age_leases(second)  # the killed host's claims: their drains are gone
@@ -262,7 +325,7 @@ def test_chaos_with_d1_faults_and_a_killed_host(tmp_path: Path) -> None:
     lost = [i for i in range(JOBS) if not ran[i]]
     reports = events(lines1, "d1queue.drain") + events(lines2, "d1queue.drain")
     index = {job_id: i for i, job_id in ids.items()}
-    unsettled = Counter(index[j] for r in reports for j in r["unsettled"])
+    unsettled = Counter(index[j] for r in reports for j in r.get("unsettled", ()))
     by_kill = {i for i in ran1 if ran2[i]}
     # A run beyond the first is explained by the killed host (once) or by an
     # outcome the drain reported unsettled (once per report).
@@ -274,7 +337,7 @@ def test_chaos_with_d1_faults_and_a_killed_host(tmp_path: Path) -> None:
     faults = Counter(faults1) + Counter(faults2)
     kinds = {k: faults[k] for k in ("lost_before", "lost_after", "overloaded")}
     print(
-        f"\nruntime chaos: {JOBS} jobs pushed ({sum(map(len, tries.values()))} pushes, "
+        f"\nruntime chaos ({transport}): {JOBS} jobs pushed ({sum(map(len, tries.values()))} pushes, "
         f"{len(retried)} jobs re-pushed after a 5xx, {len(stored_by_failed_push)} of them "
         f"answered deduplicated: the failed push had stored them; {len(RESENT)} pushed "
         f"again on purpose, all deduplicated); D1 faults injected {kinds} in "
@@ -285,9 +348,10 @@ def test_chaos_with_d1_faults_and_a_killed_host(tmp_path: Path) -> None:
         f"{held_at_kill} jobs held at the kill (of {at_start['jobs']} left); new host: "
         f"{sum(ran2.values())} echo runs, cron runs {dict(runs2)}, {aged_later} leases left "
         f"by its own drains; drain reports: {len(reports)}, completed "
-        f"{sum(r['completed'] for r in reports)}, resent {sum(r['resent'] for r in reports)}, "
-        f"stale {sum(r['stale'] for r in reports)}, unsettled {sum(unsettled.values())}, "
-        f"stopped by a D1 error {sum(r['stopped'] == 'd1_error' for r in reports)}"
+        f"{sum(r.get('completed', 0) for r in reports)}, "
+        f"resent {sum(r.get('resent', 0) for r in reports)}, "
+        f"stale {sum(r.get('stale', 0) for r in reports)}, unsettled {sum(unsettled.values())}, "
+        f"stopped by a D1 error {sum(r.get('stopped') == 'd1_error' for r in reports)}"
     )
     print(
         f"runtime chaos: lost {len(lost)}; jobs left {end['jobs']}, failed {end['failed']}; "
@@ -299,4 +363,11 @@ def test_chaos_with_d1_faults_and_a_killed_host(tmp_path: Path) -> None:
     assert end == {"jobs": 0, "reserved": 0, "failed": 0}
     assert unexplained == {}, {i: (ran1[i], ran2[i], unsettled[i]) for i in unexplained}
     assert all(kinds.values()), f"the run met every kind of fault: {kinds}"
-    assert runs1["cut"] >= 1, "the host was killed under a cron run"
+    if wake:
+        consumers = [r for r in events(lines1, "d1queue.drain") if "wake" in r]
+        assert consumers and runs1 == Counter(), "consumers drained, no cron ran"
+        # Killed while the consumers were at work (whether a lease was held at
+        # that instant is a race; test_wake_runtime kills one mid-batch).
+        assert at_start["jobs"] > 0, "the host was killed before the backlog was done"
+    else:
+        assert runs1["cut"] >= 1, "the host was killed under a cron run"
