@@ -36,10 +36,7 @@ os.environ["PATH"] = os.pathsep.join(
 from tests.runtime.conftest import Host, start_host  # noqa: E402
 
 from bench import cpu as bench_cpu  # noqa: E402
-from bench import (
-    cpython,
-    throughput,
-)
+from bench import cpython, throughput  # noqa: E402
 from bench import host as bench_host  # noqa: E402
 
 DESIGNS = ("d1queue", "seed")

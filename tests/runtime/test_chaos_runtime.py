@@ -337,7 +337,8 @@ def test_chaos_with_d1_faults_and_a_killed_host(tmp_path: Path, transport: str) 
     faults = Counter(faults1) + Counter(faults2)
     kinds = {k: faults[k] for k in ("lost_before", "lost_after", "overloaded")}
     print(
-        f"\nruntime chaos ({transport}): {JOBS} jobs pushed ({sum(map(len, tries.values()))} pushes, "
+        f"\nruntime chaos ({transport}): {JOBS} jobs pushed "
+        f"({sum(map(len, tries.values()))} pushes, "
         f"{len(retried)} jobs re-pushed after a 5xx, {len(stored_by_failed_push)} of them "
         f"answered deduplicated: the failed push had stored them; {len(RESENT)} pushed "
         f"again on purpose, all deduplicated); D1 faults injected {kinds} in "
