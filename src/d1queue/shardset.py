@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 from .binding import MAX_IN_FLIGHT
 from .job import QueuedJob, new_id
 from .limits import Meter
-from .queue import D1Queue
+from .queue import D1Queue, _unregistered
+from .registry import JobSpec
 from .shards import Routing, mark_id, shard_of_id
 
 T = TypeVar("T")
@@ -77,7 +78,37 @@ class ShardQueue(D1Queue):
             other = other.metered(meter)
         return other
 
+    async def dispatch(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        delay_s: float = 0,
+        max_attempts: int | None = None,
+        priority: int | None = None,
+        unique_key: str | None = None,
+        partition: str | None = None,
+    ) -> str:
+        """D1Queue.dispatch, to the shard the job's queue (or `partition`)
+        routes to: a handler's follow-up job lands where its queue lives."""
+        spec = self.registry.get(name) if self.registry is not None else None
+        job = (spec or JobSpec(name, _unregistered)).new(
+            payload,
+            queue=queue,
+            delay_s=delay_s,
+            max_attempts=max_attempts,
+            priority=priority,
+            unique_key=unique_key,
+            at_ms=self.clock(),
+        )
+        job.id = mark_id(job.id, self.shards.routing.shard_of(job.queue, partition))
+        return await self.push(job)
+
     async def push(self, job: QueuedJob) -> str:
+        """D1Queue.push on the shard the job's id names (an id is made for
+        its queue's shard when it has none; an id without a marker is
+        shard 0's)."""
         target = self.sibling(self.place(job))
         if target is not self:
             return await target.push(job)
