@@ -30,6 +30,7 @@ if str(REPO) not in sys.path:  # run as a script, tools/ is sys.path[0]
     sys.path.insert(0, str(REPO))
 
 from tools.wake_config import wake_toml  # noqa: E402
+
 OUTPUT = "wrangler.shards.toml"
 
 
@@ -72,9 +73,10 @@ def bindings(path: Path) -> list[str]:
     return [str(d["binding"]) for d in config.get("d1_databases", [])]
 
 
-def write(shards: int, *, wake: bool = False, root: Path = REPO) -> Path:
-    """Write root/wrangler.shards.toml (atomically: test sessions may race)."""
-    target = root / OUTPUT
+def write(shards: int, *, wake: bool = False, root: Path = REPO, name: str = OUTPUT) -> Path:
+    """Write root/wrangler.shards.toml, or root/`name` (atomically: test
+    sessions may race)."""
+    target = root / name
     text = shards_toml((root / "wrangler.toml").read_text(), shards, wake=wake)
     fd, tmp = tempfile.mkstemp(dir=root, prefix=".wrangler.shards.", suffix=".toml")
     with os.fdopen(fd, "w") as f:
