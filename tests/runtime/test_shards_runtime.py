@@ -75,7 +75,8 @@ def rows(host: Host) -> dict[str, list[str]]:
         async def main(env):
             out = {{}}
             for name in {list(SHARDS)!r}:
-                r = await getattr(env, name).prepare("SELECT id FROM d1queue_jobs ORDER BY id").all()
+                db = getattr(env, name)
+                r = await db.prepare("SELECT id FROM d1queue_jobs ORDER BY id").all()
                 out[name] = [row.id for row in r.results]
             return out
         """
@@ -132,7 +133,8 @@ def test_pushes_land_on_their_queues_shard_and_lookups_find_them(host: Host) -> 
         async def main(env):
             out = []
             for db in (env.DB, env.DB_1):
-                r = await db.prepare("SELECT paused FROM d1queue_queues WHERE name = 'reports'").all()
+                sql = "SELECT paused FROM d1queue_queues WHERE name = 'reports'"
+                r = await db.prepare(sql).all()
                 out.append([row.paused for row in r.results])
             return out
         """
