@@ -198,17 +198,10 @@ class Default(WorkerEntrypoint):
         *,
         why: str,
         window_s: float | None = None,
-        extra: dict[str, Any] | None = None,
     ) -> Any:
         """Drain one shard and log its report as one JSON line."""
         report = await drain(queue, registry, config, env=self.env, fetch=_fetch, window_s=window_s)
-        line = {
-            "event": "d1queue.drain",
-            "trigger": why,
-            "shard": queue.shard,
-            **report.as_dict(),
-            **(extra or {}),
-        }
+        line = {"event": "d1queue.drain", "trigger": why, "shard": queue.shard, **report.as_dict()}
         print(json.dumps(line))
         return report
 
@@ -235,11 +228,13 @@ class Default(WorkerEntrypoint):
         return _json(reply.body, reply.status, reply.headers)
 
     async def scheduled(self, controller: Any, env: Any, ctx: Any) -> None:
-        """The cron: enqueue due schedule slots, then drain within the budgets
-        (claims take over lapsed leases), so a slot's job starts in the run
-        that enqueued it. Schedules cost at most 2 D1 queries, counted on the
-        invocation's meter before the drain plans with what is left. The
-        report is logged as one JSON line, for `wrangler tail` and Logpush."""
+        """The cron: on each shard in turn (d1queue.crons), enqueue its due
+        schedule slots, then drain it within its share of the budgets (claims
+        take over lapsed leases), so a slot's job starts in the run that
+        enqueued it. Schedules cost at most 2 D1 queries a shard, counted on
+        the invocation's meter before the drain plans with what is left. Each
+        shard's report is logged as one JSON line, for `wrangler tail` and
+        Logpush."""
         config = config_from_env(self.env)
         shards = self._shard_set(config)
         # The later of the clock and the trigger's time: a run that starts a

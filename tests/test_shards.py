@@ -541,3 +541,34 @@ async def test_the_dashboards_pages_and_counters_add_up_over_shards(two: Sharded
         await drain(two.shards.queue(shard), two.reg, two.config.__class__(plan="paid"))
     chart, done = await store.counters(two.clock())
     assert sum(m.completed for m in chart) == 60 and done["hot"].hour == 60
+
+
+# -- the sharded config and the API's document ---------------------------------------
+
+
+def test_the_sharded_config_lists_every_database_and_is_a_valid_config() -> None:
+    import tomllib
+
+    from tools.shards_config import bindings, shards_toml
+
+    from .conftest import ROOT
+
+    text = shards_toml((ROOT / "wrangler.toml").read_text(), 3, wake=True)
+    config = tomllib.loads(text)
+    assert [d["binding"] for d in config["d1_databases"]] == ["DB", "DB_1", "DB_2"]
+    assert len({d["database_id"] for d in config["d1_databases"]}) == 3
+    assert {d["migrations_dir"] for d in config["d1_databases"]} == {"src/d1queue/migrations"}
+    parsed = Config.from_vars(config["vars"])
+    assert parsed.shards == ("DB", "DB_1", "DB_2") and parsed.wake == "queues"
+    assert bindings(ROOT / "wrangler.toml") == ["DB"]
+
+
+def test_the_document_states_the_partition_and_the_id_shape_from_bounds() -> None:
+    from d1queue.bounds import ID_RULE
+
+    job = SPEC["components"]["schemas"]["Job"]["properties"]["partition"]
+    assert job["maxLength"] == MAX_PARTITION and job["minLength"] == 1
+    op = SPEC["paths"]["/v1/jobs/{id}"]
+    (param,) = op["parameters"]
+    assert param["schema"]["pattern"] == f"^{ID_RULE}$"
+    assert "400" in op["get"]["responses"] and "400" in op["delete"]["responses"]

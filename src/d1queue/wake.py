@@ -5,9 +5,10 @@ instead of at the next cron tick, and a backlog is drained by several
 invocations at once instead of one cron run a minute.
 
 D1 stays the source of truth. A message carries no job, only "look at this
-queue": Queues delivers at least once, so a duplicated message only makes a
-drain find nothing (the claim protocol already makes concurrent drains
-safe), and a lost one (a failed send, a message dropped after its retries)
+queue on this shard" (the D1 database the push wrote to, shards.py): Queues
+delivers at least once, so a duplicated message only makes a drain find
+nothing (the claim protocol already makes concurrent drains safe), and a
+lost one (a failed send, a message dropped after its retries)
 only leaves the job to the cron, which keeps running as the safety net.
 
 A consumer that stops on a budget with due jobs left sends more wake-ups:
