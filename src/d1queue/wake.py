@@ -215,7 +215,10 @@ async def consume(
         if jobs < 1:
             continue  # more shards named than jobs allowed: the cron has the rest
         queue = shards.queue(shard)
-        share = replace(config, queues=tuple(queues), query_budget=max(3, budget), max_jobs=jobs)
+        least = 3 + config.stats_reserve  # one round and the run's counters
+        share = replace(
+            config, queues=tuple(queues), query_budget=max(least, budget), max_jobs=jobs
+        )
         drained = await run_drain(queue, share)
         reports.append(drained)
         if drained.stopped == "d1_error":
