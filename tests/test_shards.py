@@ -549,7 +549,7 @@ async def test_the_dashboards_pages_and_counters_add_up_over_shards(two: Sharded
 def test_the_sharded_config_lists_every_database_and_is_a_valid_config() -> None:
     import tomllib
 
-    from tools.shards_config import bindings, shards_toml
+    from tools.shard_config import bindings, shards_toml
 
     from .conftest import ROOT
 

@@ -1,5 +1,5 @@
 """Shards in the real Worker: the host serves a config with two D1 databases
-(tools/shards_config.py: DB and DB_1, D1QUEUE_SHARDS = "DB,DB_1"), each a
+(tools/shard_config.py: DB and DB_1, D1QUEUE_SHARDS = "DB,DB_1"), each a
 Miniflare D1 of its own with the migrations applied.
 
 With two shards, queue `mail` hashes to shard 0 and `reports` (and
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tools.shards_config import write as write_shards_config
+from tools.shard_config import write as write_shards_config
 
 from .conftest import ROOT, Host, start_host
 
@@ -29,7 +29,7 @@ SHARDS = ("DB", "DB_1")
 
 def shards_args(*extra: str, wake: bool = False) -> tuple[str, ...]:
     name = f"wrangler.shards-test{'-wake' if wake else ''}.toml"
-    config = write_shards_config(len(SHARDS), wake=wake, root=ROOT, name=name)
+    config = write_shards_config(ROOT, len(SHARDS), wake=wake, name=name)
     return ("--config", str(config), *extra)
 
 

@@ -9,10 +9,10 @@ wrangler.toml (paths in it stay relative to the same folder): what
 run. Local database ids are placeholders (Miniflare keys its state by them);
 for a deployment, `npx wrangler d1 create` each and put their ids in.
 
-    python tools/shards_config.py --shards 3            # print it
-    python tools/shards_config.py --shards 3 --write    # write wrangler.shards.toml
-    python tools/shards_config.py --shards 3 --wake --write   # wake-ups on too
-    python tools/shards_config.py --bindings [--config F]     # F's D1 bindings, one a line
+    python tools/shard_config.py --shards 3            # print it
+    python tools/shard_config.py --shards 3 --write    # write wrangler.shards.toml
+    python tools/shard_config.py --shards 3 --wake --write   # wake-ups on too
+    python tools/shard_config.py --bindings [--config F]     # F's D1 bindings, one a line
 """
 
 from __future__ import annotations
@@ -73,9 +73,9 @@ def bindings(path: Path) -> list[str]:
     return [str(d["binding"]) for d in config.get("d1_databases", [])]
 
 
-def write(shards: int, *, wake: bool = False, root: Path = REPO, name: str = OUTPUT) -> Path:
+def write(root: Path, shards: int, *, wake: bool = False, name: str = OUTPUT) -> Path:
     """Write root/wrangler.shards.toml, or root/`name` (atomically: test
-    sessions may race)."""
+    sessions may race); returns its path."""
     target = root / name
     text = shards_toml((root / "wrangler.toml").read_text(), shards, wake=wake)
     fd, tmp = tempfile.mkstemp(dir=root, prefix=".wrangler.shards.", suffix=".toml")
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.bindings:
         print("\n".join(bindings(args.config or args.root / "wrangler.toml")))
     elif args.write:
-        print(write(args.shards, wake=args.wake, root=args.root))
+        print(write(args.root, args.shards, wake=args.wake))
     else:
         text = (args.root / "wrangler.toml").read_text()
         sys.stdout.write(shards_toml(text, args.shards, wake=args.wake))
