@@ -196,3 +196,17 @@ def test_a_wake_up_names_its_shard_and_the_consumer_drains_that_shard(
     assert runs(host, start)["mail-woken"] == 1
     assert host.api("GET", f"/v1/jobs/{mail_id}").status == 404
     assert host.api("GET", f"/v1/jobs/{job_id}").status == 404
+
+
+def test_drain_on_push_drains_the_shard_it_pushed_to() -> None:
+    host = start_host(*shards_args("--var", "D1QUEUE_DRAIN_ON_PUSH=true"))
+    try:
+        start = len(host.output())
+        job_id = push(host, "pushed", "reports")
+        host.idle()
+        assert runs(host, start) == Counter({"pushed": 1})
+        (line,) = [x for x in lines(host, "d1queue.drain", start) if x["trigger"] == "push"]
+        assert (line["shard"], line["completed"]) == (1, 1)
+        assert host.api("GET", f"/v1/jobs/{job_id}").status == 404
+    finally:
+        host.stop()
