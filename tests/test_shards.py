@@ -376,6 +376,28 @@ async def test_the_cron_drains_every_shard_in_turn_on_shares_of_the_budget(
     assert sum(r.schedules.queries for r in runs) <= 3 * 2
 
 
+async def test_an_idle_shard_leaves_its_share_to_the_next(two: Sharded) -> None:
+    for i in range(10):
+        await two("POST", "/v1/queues/reports/jobs", {"name": "t.echo", "payload": i})
+    assert two.counts() == [0, 10]
+    given: dict[int, tuple[int, int]] = {}
+
+    async def run_drain(queue: ShardQueue, c: Config) -> Any:
+        given[queue.shard] = (c.budget, c.job_cap)
+        return await drain(queue, two.reg, c)
+
+    now = (two.clock() // 120_000 * 2) * 60_000  # an even minute: shard 0 first
+    runs = await cron(
+        two.shards, two.reg, two.config, now=now, grace_ms=0, due_limit=10, run_drain=run_drain
+    )
+    assert [r.shard for r in runs] == [0, 1]
+    assert runs[0].drained.claimed == 0 and given[0] == (23, 3)
+    # Shard 1: its 22 and 2, plus what shard 0 left (23 less its queries; 3 jobs).
+    spent = runs[0].drained.subrequests
+    assert given[1] == (22 + 23 - spent - runs[1].schedules.queries, 5)
+    assert runs[1].drained.claimed == 5 and two.counts() == [0, 5]
+
+
 async def test_one_shard_cron_is_the_one_database_cron(db: SqliteD1, clock: Clock) -> None:
     queue = D1Queue(db, clock=clock)
     reg = registry()

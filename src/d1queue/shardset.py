@@ -49,8 +49,10 @@ class ShardQueue(D1Queue):
         return twin
 
     def metered(self, meter: Meter) -> ShardQueue:
+        """D1Queue.metered, keeping the class (and so the routing)."""
         twin = object.__new__(type(self))
-        twin.__dict__.update(super().metered(meter).__dict__)
+        twin.__dict__.update(self.__dict__)
+        twin.binding = self.binding.metered(meter)
         return twin
 
     def place(self, job: QueuedJob, partition: str | None = None) -> int:
