@@ -594,3 +594,31 @@ def test_the_document_states_the_partition_and_the_id_shape_from_bounds() -> Non
     (param,) = op["parameters"]
     assert param["schema"]["pattern"] == f"^{ID_RULE}$"
     assert "400" in op["get"]["responses"] and "400" in op["delete"]["responses"]
+
+
+async def test_the_dashboard_shows_and_acts_on_every_shard(two: Sharded) -> None:
+    from d1queue.dashboard import Dashboard
+
+    from .test_dashboard import TOKEN as BOARD_TOKEN
+    from .test_dashboard import Browser
+
+    browser = Browser(Dashboard(two.service, BOARD_TOKEN), two.clock)
+    await browser.sign_in()
+    failed = []
+    for q in ("mail", "reports"):
+        for i in range(2):
+            r = await two("POST", f"/v1/queues/{q}/jobs", {"name": "t.boom", "payload": i})
+            failed.append(r.body["id"])
+    for shard in (0, 1):
+        await drain(two.shards.queue(shard), two.reg, two.config)
+    body = (await browser.get("/ui/failed")).body
+    assert all(f'value="{i}"' in body for i in failed)
+    job = (await browser.get(f"/ui/jobs/{failed[-1]}")).body
+    assert failed[-1] in job and "reports" in job
+    await browser.get("/ui/failed")
+    form = {"csrf": browser.csrf(), "action": "retry", "ids": failed, "confirm": "yes"}
+    reply = await browser.post("/ui/failed/bulk", form)
+    assert reply.headers["location"].endswith("notice=retried&n=4")
+    assert two.counts() == [2, 2], "each failed job back on its own shard"
+    overview = (await browser.get("/ui")).body
+    assert "mail" in overview and "reports" in overview
