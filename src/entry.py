@@ -14,12 +14,14 @@ from workers import Response, WorkerEntrypoint, fetch
 from d1queue import Config, ConfigError, D1Queue, __version__, drain
 from d1queue.api import MAX_BODY_BYTES, Api, json_object
 from d1queue.binding import Binding
+from d1queue.crons import cron
 from d1queue.dashboard import Dashboard
 from d1queue.http_job import register_http_job
 from d1queue.limits import PLANS, Meter
 from d1queue.openapi import document
-from d1queue.schedules import DUE_LIMITS, Schedules, trigger_grace_ms
+from d1queue.schedules import DUE_LIMITS, trigger_grace_ms
 from d1queue.service import ApiError, Service
+from d1queue.shardset import ShardQueue, ShardSet
 from d1queue.wake import WAKE_BINDING, Waker, consume
 from jobs import registry
 
@@ -127,17 +129,33 @@ class Default(WorkerEntrypoint):
     that invocation's subrequests, the push's and its drain's alike."""
 
     _meter: Meter | None = None
+    _shards: ShardSet | None = None
 
     def _invocation(self, config: Config) -> Meter:
         if self._meter is None:
             self._meter = Meter.for_plan(PLANS[config.plan])
         return self._meter
 
-    def _queue(self, config: Config) -> D1Queue:
-        db = Binding(self.env.DB, meter=self._invocation(config))
-        if config.reservation_s is None:
-            return D1Queue(db)
-        return D1Queue(db, reservation_s=config.reservation_s)
+    def _shard_set(self, config: Config) -> ShardSet:
+        """A queue per D1 binding of D1QUEUE_SHARDS (shard i: the i-th), all
+        counting into this invocation's meter. A binding missing from env
+        is the operator's mistake, said plainly."""
+        if self._shards is None:
+            queues = []
+            for name in config.shards:
+                binding = getattr(self.env, name, None)
+                if binding is None:
+                    raise ConfigError(
+                        f"D1QUEUE_SHARDS names {name}, but this Worker has no D1 binding "
+                        f"{name} (wrangler.toml [[d1_databases]]; README: Shards)"
+                    )
+                db = Binding(binding, meter=self._invocation(config))
+                if config.reservation_s is None:
+                    queues.append(D1Queue(db))
+                else:
+                    queues.append(D1Queue(db, reservation_s=config.reservation_s))
+            self._shards = ShardSet(queues, config.routing)
+        return self._shards
 
     def _waker(self, config: Config) -> Waker | None:
         """The wake-up sender (D1QUEUE_WAKE = "queues"), counting its sends on
@@ -155,41 +173,37 @@ class Default(WorkerEntrypoint):
 
     def _service(self) -> Service:
         config = config_from_env(self.env)
-        queue = self._queue(config)
+        shards = self._shard_set(config)
         waker = self._waker(config)
 
-        async def after_push(name: str) -> None:
+        async def after_push(name: str, shard: int) -> None:
             # Called only once the push's D1 write succeeded. One wake message
-            # per push call, whatever it pushed; a failed send is logged by the
-            # Waker and never fails the push: D1 holds the job, the cron runs it.
+            # per push call, whatever it pushed, naming the shard written to;
+            # a failed send is logged by the Waker and never fails the push:
+            # D1 holds the job, the cron runs it.
             if waker is not None:
-                await waker.wake(name)
+                await waker.wake(name, shard=shard)
             if config.drain_on_push:
                 short = replace(config, queues=(name,), **PUSH_DRAIN)
                 window = PLANS[config.plan].wait_until_s
-                self.ctx.waitUntil(self._drain(short, why="push", window_s=window))
+                queue = shards.queue(shard)
+                self.ctx.waitUntil(self._drain(queue, short, why="push", window_s=window))
 
-        return Service(queue, registry, on_push=after_push, config=config)
+        return Service(shards.home, registry, on_push=after_push, config=config, shards=shards)
 
     async def _drain(
         self,
+        queue: ShardQueue,
         config: Config,
         *,
         why: str,
         window_s: float | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        report = await drain(
-            self._queue(config),
-            registry,
-            config,
-            env=self.env,
-            fetch=_fetch,
-            window_s=window_s,
-        )
-        line = {"event": "d1queue.drain", "trigger": why, **report.as_dict(), **(extra or {})}
+    ) -> Any:
+        """Drain one shard and log its report as one JSON line."""
+        report = await drain(queue, registry, config, env=self.env, fetch=_fetch, window_s=window_s)
+        line = {"event": "d1queue.drain", "trigger": why, "shard": queue.shard, **report.as_dict()}
         print(json.dumps(line))
-        return line
+        return report
 
     async def fetch(self, request: Any) -> Response:
         length = request.headers.get("content-length")
@@ -214,21 +228,41 @@ class Default(WorkerEntrypoint):
         return _json(reply.body, reply.status, reply.headers)
 
     async def scheduled(self, controller: Any, env: Any, ctx: Any) -> None:
-        """The cron: enqueue due schedule slots, then drain within the budgets
-        (claims take over lapsed leases), so a slot's job starts in the run
-        that enqueued it. Schedules cost at most 2 D1 queries, counted on the
-        invocation's meter before the drain plans with what is left. The
-        report is logged as one JSON line, for `wrangler tail` and Logpush."""
+        """The cron: on each shard in turn (d1queue.crons), enqueue its due
+        schedule slots, then drain it within its share of the budgets (claims
+        take over lapsed leases), so a slot's job starts in the run that
+        enqueued it. Schedules cost at most 2 D1 queries a shard, counted on
+        the invocation's meter before the drain plans with what is left. Each
+        shard's report is logged as one JSON line, for `wrangler tail` and
+        Logpush."""
         config = config_from_env(self.env)
-        queue = self._queue(config)
+        shards = self._shard_set(config)
         # The later of the clock and the trigger's time: a run that starts a
         # moment early still takes the slots of its own minute.
-        now = max(queue.clock(), int(float(controller.scheduledTime or 0)))
-        cron = str(controller.cron or "")
-        report = await Schedules(queue, registry).run(
-            now=now, grace_ms=trigger_grace_ms(cron, now), limit=DUE_LIMITS[config.plan]
+        now = max(shards.home.clock(), int(float(controller.scheduledTime or 0)))
+        trigger = str(controller.cron or "")
+
+        async def run_drain(queue: ShardQueue, c: Config) -> Any:
+            return await drain(queue, registry, c, env=self.env, fetch=_fetch)
+
+        runs = await cron(
+            shards,
+            registry,
+            config,
+            now=now,
+            grace_ms=trigger_grace_ms(trigger, now),
+            due_limit=DUE_LIMITS[config.plan],
+            run_drain=run_drain,
         )
-        await self._drain(config, why=f"cron {cron}", extra={"schedules": report.as_dict()})
+        for run in runs:  # one line per shard: its drain, and its schedules before it
+            line = {
+                "event": "d1queue.drain",
+                "trigger": f"cron {trigger}",
+                "shard": run.shard,
+                **run.drained.as_dict(),
+                "schedules": run.schedules.as_dict(),
+            }
+            print(json.dumps(line))
 
     async def queue(self, batch: Any, env: Any = None, ctx: Any = None) -> None:
         """The Cloudflare Queues consumer (D1QUEUE_WAKE = "queues"): drain the
@@ -242,11 +276,15 @@ class Default(WorkerEntrypoint):
         messages = list(batch.messages)
         bodies = [_py(m.body) for m in messages]
 
-        async def run_drain(c: Config) -> Any:
-            return await drain(self._queue(c), registry, c, env=self.env, fetch=_fetch)
+        async def run_drain(queue: ShardQueue, c: Config) -> Any:
+            return await drain(queue, registry, c, env=self.env, fetch=_fetch)
 
         report, drained = await consume(
-            self._queue(config), config, bodies, run_drain=run_drain, waker=self._waker(config)
+            self._shard_set(config),
+            config,
+            bodies,
+            run_drain=run_drain,
+            waker=self._waker(config),
         )
         line = {
             "event": "d1queue.drain",

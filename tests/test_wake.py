@@ -159,7 +159,7 @@ async def test_a_consumer_left_with_work_wakes_one_more_per_n_due_jobs(
     producer = Producer()
     meter = Meter(50)
 
-    async def run_drain(c: Config) -> Any:
+    async def run_drain(q: D1Queue, c: Config) -> Any:
         assert c.queues == ("q",)
         assert c.budget == config.budget - FOLLOW_UP_RESERVE
         return await drain(queue, reg, c, meter=meter)
@@ -183,7 +183,7 @@ async def test_a_consumer_left_with_work_wakes_one_more_per_n_due_jobs(
         queue,
         Config(plan="paid", wake="queues"),
         [wake_body("q")],
-        run_drain=lambda c: drain(queue, reg, c),
+        run_drain=lambda q, c: drain(q, reg, c),
         waker=Waker(producer),
     )
     assert drained is not None and drained.stopped == "empty"

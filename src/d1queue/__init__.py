@@ -10,6 +10,7 @@ from .errors import Fail, Retry
 from .job import QueuedJob
 from .queue import D1Queue, DuplicateJobId, FailedJob, Outcome
 from .registry import Backoff, JobSpec, Registry
+from .shardset import ShardQueue, ShardSet
 from .worker import DrainReport, drain
 
 __version__ = "0.1.0"
@@ -29,6 +30,8 @@ __all__ = [
     "QueuedJob",
     "Registry",
     "Retry",
+    "ShardQueue",
+    "ShardSet",
     "__version__",
     "drain",
 ]

@@ -20,7 +20,15 @@ from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlparse
 
 from .admin import CURSOR_RULE
-from .bounds import MAX_JSON_DEPTH, MAX_OLDER_THAN_S, MAX_PAGE, NAME_RULE, json_depth
+from .bounds import (
+    ID_PATTERN,
+    ID_RULE,
+    MAX_JSON_DEPTH,
+    MAX_OLDER_THAN_S,
+    MAX_PAGE,
+    NAME_RULE,
+    json_depth,
+)
 from .service import ApiError, Service, too_deep
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -128,6 +136,13 @@ class Route:
     def path_params(self) -> list[str]:
         return re.findall(r"\{([a-z_]+)\}", self.path)
 
+    def check_path(self, args: list[str]) -> None:
+        """An `{id}` must be of ID_RULE's shape (400 invalid_id), as the
+        document says; `{queue}` is checked by the operation (invalid_queue)."""
+        for name, value in zip(self.path_params, args, strict=True):
+            if name == "id" and not ID_PATTERN.fullmatch(value):
+                raise ApiError(400, "invalid_id", f"id must match {ID_RULE}")
+
     def parse_query(self, query: Mapping[str, list[str]]) -> dict[str, Any]:
         """The route's query parameters, parsed, defaults filled in; a name
         the route does not declare is refused (a typo such as ?limt=10 must
@@ -182,6 +197,7 @@ class Api:
                 if match and method in (route.method, "HEAD" if route.method == "GET" else ""):
                     params = route.parse_query(query)
                     args = [unquote(g) for g in match.groups()]
+                    route.check_path(args)
                     status, result = await route.endpoint(
                         self, *args, query=params, body=body, headers=headers
                     )

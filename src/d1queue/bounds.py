@@ -21,6 +21,16 @@ NAME_PATTERN = re.compile(NAME_RULE)
 
 MAX_UNIQUE_KEY = 255
 """Characters of a unique_key."""
+MAX_PARTITION = 255
+"""Characters of a job's `partition`, the key that picks its shard when its
+queue is not pinned to one (shards.py)."""
+
+ID_RULE = r"[A-Za-z0-9._:-]{1,128}"
+"""A job's id (or a failed job's, a schedule's) in a path or a form: what
+d1queue makes, `[s<shard>-]<32 hex digits>` (shards.py), and what a library
+caller may choose. The API, the dashboard and the OpenAPI document read it
+from here."""
+ID_PATTERN = re.compile(ID_RULE)
 MAX_ATTEMPTS = 100
 PRIORITY_RANGE = (-1000, 1000)
 """Higher runs first."""

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from .job import check_name
 from .limits import PLANS
+from .shards import Routing, check, parse_shard_map, parse_shards
 
 RETRY_RESERVE = 5
 """Subrequests of the plan's cap a drain leaves unplanned by default: room
@@ -24,6 +25,10 @@ MAX_JOBS = {"free": 5, "paid": 100_000}
 free plan allows 10 ms of CPU per invocation and a Worker cannot measure its
 own CPU, so the run is bounded by a count measured in the offline host:
 see README "Limits"."""
+
+
+SCHEDULE_QUERIES = 2
+"""D1 queries the cron's schedules cost on each shard, at most (schedules.py)."""
 
 
 ALL_QUEUES = "*"
@@ -92,6 +97,15 @@ class Config:
     """D1QUEUE_WAKE_MAX: ...and at most this many (the fan-out ceiling; keep
     the consumer's max_concurrency at or below it)."""
 
+    shards: tuple[str, ...] = ("DB",)
+    """D1QUEUE_SHARDS: the D1 bindings jobs are spread over, comma-separated;
+    shard i is the i-th (README "Shards"). Grow the list at its end only:
+    job ids name shards by position. One shard (DB) is the default."""
+    shard_map: tuple[tuple[str, int], ...] = ()
+    """D1QUEUE_SHARD_MAP: queues pinned to shards, `queue=shard,...` (e.g.
+    `emails=1,reports=2`); any other queue goes by a stable hash of its
+    name, or of a job's `partition` when it gives one (shards.py)."""
+
     def __post_init__(self) -> None:
         if self.plan not in PLANS:
             raise ConfigError(f"D1QUEUE_PLAN must be one of {', '.join(PLANS)}")
@@ -146,6 +160,14 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        problem = check(self.shards, self.shard_map)
+        if problem:
+            raise ConfigError(problem)
+        for queue, _ in self.shard_map:
+            try:
+                check_name("queue", queue)
+            except ValueError as exc:
+                raise ConfigError(f"D1QUEUE_SHARD_MAP: {exc}") from None
 
     def drains(self, queue: str) -> bool:
         """Whether a drain on this configuration runs `queue`'s jobs: it is
@@ -153,6 +175,27 @@ class Config:
         to a queue this says False for is told so: its jobs would wait for
         ever."""
         return queue in self.queues or self.queues[-1] == ALL_QUEUES
+
+    def check_shares(self) -> None:
+        """The cron drains every shard in one invocation, each on its share
+        of the budget (shardset.cron): each share must hold the shard's
+        schedules and a round. Checked when the vars are read and by the
+        cron, not on every `replace` (a drain-on-push's small budget drains
+        one shard, not all)."""
+        need = SCHEDULE_QUERIES + 3 + self.stats_reserve
+        if len(self.shards) > 1 and self.budget // len(self.shards) < need:
+            raise ConfigError(
+                f"D1QUEUE_QUERY_BUDGET ({self.budget}) gives each of the "
+                f"{len(self.shards)} shards {self.budget // len(self.shards)} subrequests a "
+                f"cron run; each needs at least {need} ({SCHEDULE_QUERIES} for schedules, 3 "
+                "for a round" + (", 1 for the counters" if self.stats else "") + "): "
+                'use fewer shards or a larger budget (D1QUEUE_PLAN = "paid")'
+            )
+
+    @property
+    def routing(self) -> Routing:
+        """Where jobs go across `shards` (shards.py)."""
+        return Routing(len(self.shards), dict(self.shard_map))
 
     @property
     def listed_queues(self) -> tuple[str, ...]:
@@ -196,10 +239,16 @@ class Config:
                 values[f.name] = _parse(f.name, raw)
             except ValueError:
                 raise ConfigError(f"{var}={raw!r} is not a valid value") from None
-        return cls(**values)
+        config = cls(**values)
+        config.check_shares()
+        return config
 
 
 def _parse(name: str, raw: str) -> Any:
+    if name == "shards":
+        return parse_shards(raw)
+    if name == "shard_map":
+        return parse_shard_map(raw)
     if name == "queues":
         return tuple(q.strip() for q in raw.split(",") if q.strip())
     if name in (

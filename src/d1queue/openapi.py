@@ -13,10 +13,12 @@ from typing import Any
 
 from .api import MAX_BODY_BYTES, ROUTES, Route
 from .bounds import (
+    ID_RULE,
     MAX_ATTEMPTS,
     MAX_BATCH,
     MAX_DELAY_S,
     MAX_JSON_DEPTH,
+    MAX_PARTITION,
     MAX_PAYLOAD_BYTES,
     MAX_UNIQUE_KEY,
     NAME_RULE,
@@ -42,7 +44,14 @@ def _op(summary: str, ok: dict[str, Any], *codes: int, **extra: Any) -> dict[str
 
 
 QUEUE_PARAM = {"name": "queue", "in": "path", "required": True, "schema": NAME_SCHEMA}
-ID_PARAM = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+ID_PARAM = {
+    "name": "id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": f"^{ID_RULE}$"},
+    "description": "a job id is `[s<shard>-]<32 hex digits>`: the shard that holds it "
+    "(none: shard 0); a schedule id is the one it was given",
+}
 
 JOB_IN: dict[str, Any] = {
     "type": "object",
@@ -62,7 +71,21 @@ JOB_IN: dict[str, Any] = {
             "maximum": PRIORITY_RANGE[1],
             "description": "higher runs first",
         },
-        "unique_key": {"type": ["string", "null"], "minLength": 1, "maxLength": MAX_UNIQUE_KEY},
+        "unique_key": {
+            "type": ["string", "null"],
+            "minLength": 1,
+            "maxLength": MAX_UNIQUE_KEY,
+            "description": "a queued job holding the same key (on the same shard: "
+            "with shards, keys are unique per D1 database) makes this push store nothing",
+        },
+        "partition": {
+            "type": ["string", "null"],
+            "minLength": 1,
+            "maxLength": MAX_PARTITION,
+            "description": "with several shards (D1QUEUE_SHARDS), the key whose hash picks "
+            "the job's shard instead of its queue's name; a queue pinned in "
+            "D1QUEUE_SHARD_MAP ignores it. Not stored: the job's id names its shard",
+        },
     },
 }
 STATS = {
@@ -439,6 +462,8 @@ def _paths(routes: tuple[Route, ...]) -> dict[str, Any]:
         if route.path_params:
             item["parameters"] = [PATH_PARAMS[p] for p in route.path_params]
         op = dict(OPERATIONS[(route.method, route.path)])
+        if "id" in route.path_params:  # an id not of ID_RULE's shape: 400 invalid_id
+            op["responses"] = {"400": {"$ref": "#/components/responses/E400"}} | op["responses"]
         if route.query:
             op["parameters"] = [
                 {"name": q.name, "in": "query", "required": q.required, "schema": q.schema()}

@@ -35,7 +35,7 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, tzinfo
 from functools import cached_property
@@ -55,6 +55,7 @@ from .bounds import (
     value_depth,
 )
 from .job import new_id
+from .shards import mark_id
 
 if TYPE_CHECKING:  # both import registry.py, which imports this module
     from .queue import D1Queue
@@ -421,11 +422,24 @@ class _Run:
 
 class Schedules:
     """The schedules table, through a D1Queue's binding (the driver layer:
-    statements from sql.py, counted against the invocation's meter)."""
+    statements from sql.py, counted against the invocation's meter).
 
-    def __init__(self, queue: D1Queue, registry: Registry) -> None:
+    On a sharded deployment there is one per shard (aggregate.py): `shard`
+    marks the ids of the jobs its slots enqueue, and `declared` picks the
+    code-declared schedules that live on this shard (default: all)."""
+
+    def __init__(
+        self,
+        queue: D1Queue,
+        registry: Registry,
+        *,
+        shard: int = 0,
+        declared: Callable[[ScheduleDef], bool] | None = None,
+    ) -> None:
         self.queue, self.registry = queue, registry
         self.binding = queue.binding
+        self.shard = shard
+        self.declared = declared
 
     # -- the cron --------------------------------------------------------------
 
@@ -453,7 +467,9 @@ class Schedules:
         return report
 
     async def _run(self, report: ScheduleReport, now: int, grace_ms: int, limit: int) -> None:
-        declared = self.registry.schedules()
+        declared = [
+            d for d in self.registry.schedules() if self.declared is None or self.declared(d)
+        ]
         digest = declared_hash(declared)
         meta, due = await self.binding.batch(
             [(sql.SELECT_META, (CODE_META_KEY,)), (sql.SELECT_DUE_SCHEDULES, (now, limit))]
@@ -513,7 +529,9 @@ class Schedules:
         attempts = spec.max_attempts if spec is not None else 3
         priority = spec.priority if spec is not None else 0
         for slot in plan.slots:
-            run.slots.append([*read, new_id(now), slot, queue, attempts, priority])
+            run.slots.append(
+                [*read, mark_id(new_id(now), self.shard), slot, queue, attempts, priority]
+            )
         run.advance.append([*read, plan.next_run_at, plan.slots[-1] if plan.slots else None])
 
     # -- the API ---------------------------------------------------------------

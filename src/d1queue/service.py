@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
-from .admin import Admin, QueueStats
+from .admin import QueueStats
+from .aggregate import ShardedAdmin, ShardedSchedules
 from .bounds import (
     MAX_ATTEMPTS,
     MAX_BATCH,
@@ -19,6 +20,7 @@ from .bounds import (
     MAX_JSON_DEPTH,
     MAX_OLDER_THAN_S,
     MAX_PAGE,
+    MAX_PARTITION,
     MAX_PAYLOAD_BYTES,
     MAX_UNIQUE_KEY,
     NAME_PATTERN,
@@ -30,14 +32,16 @@ from .config import Config
 from .job import QueuedJob, new_id
 from .queue import D1Queue, FailedJob
 from .registry import Registry
-from .schedules import ScheduleDef, ScheduleError, Schedules
+from .schedules import ScheduleDef, ScheduleError
+from .shards import mark_id, shard_of_id
+from .shardset import ShardSet
 
 SCHEDULE_FIELDS = {"id", "cron", "name", "payload", "queue", "tz", "catch_up"}
 """A schedule's fields in POST /v1/schedules (and the RPC argument)."""
 SCHEDULE_ERROR_CODES = {"cron": "invalid_cron", "tz": "unknown_timezone"}
 """422 codes naming what is wrong with a schedule; other fields: `invalid`."""
 
-JOB_FIELDS = {"name", "payload", "delay_s", "max_attempts", "priority", "unique_key"}
+JOB_FIELDS = {"name", "payload", "delay_s", "max_attempts", "priority", "unique_key", "partition"}
 """A job's fields in a push whose queue is in the path (or the RPC argument)."""
 JOB_FIELDS_WITH_QUEUE = JOB_FIELDS | {"queue"}
 """A job's fields in a push by name alone (POST /v1/jobs, RPC dispatch_job):
@@ -85,21 +89,27 @@ def _failed(f: FailedJob) -> dict[str, Any]:
 
 
 class Service:
-    """`on_push(queue)` is called after a successful push (drain-on-push).
-    `config` is the Worker's drain configuration: a push to a queue it does
-    not drain says so in its answer (default: Config())."""
+    """`on_push(queue, shard)` is called after a successful push (wake-ups,
+    drain-on-push) with the shard it wrote to. `config` is the Worker's
+    drain configuration: a push to a queue it does not drain says so in its
+    answer (default: Config()). `shards`: the D1 databases, one queue each
+    (default: `queue` alone); every operation goes to the shard a job's id
+    or queue names, or to all of them (aggregate.py)."""
 
     def __init__(
         self,
         queue: D1Queue,
         registry: Registry,
-        on_push: Callable[[str], Awaitable[None] | None] | None = None,
+        on_push: Callable[[str, int], Awaitable[None] | None] | None = None,
         config: Config | None = None,
+        shards: ShardSet | None = None,
     ) -> None:
-        self.queue, self.registry, self.on_push = queue, registry, on_push
+        self.shards = shards or ShardSet.of(queue)
+        self.queue = self.shards.home
+        self.registry, self.on_push = registry, on_push
         self.config = config or Config()
-        self.admin = Admin(queue)
-        self.schedule_store = Schedules(queue, registry)
+        self.admin = ShardedAdmin(self.shards)
+        self.schedule_store = ShardedSchedules(self.shards, registry)
 
     # -- pushing ----------------------------------------------------------------
 
@@ -137,6 +147,11 @@ class Service:
         key = obj.get("unique_key")
         if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY):
             raise invalid(f"{where}unique_key must be a string of 1 to {MAX_UNIQUE_KEY} characters")
+        partition = obj.get("partition")
+        if partition is not None and (
+            not isinstance(partition, str) or not 1 <= len(partition) <= MAX_PARTITION
+        ):
+            raise invalid(f"{where}partition must be a string of 1 to {MAX_PARTITION} characters")
         try:
             job = spec.new(
                 obj.get("payload"),
@@ -150,6 +165,8 @@ class Service:
             size = len(job.payload_json().encode())
         except ValueError as exc:
             raise invalid(f"{where}{exc}") from None
+        # The job's shard, fixed in its id before anything is sent.
+        job.id = mark_id(job.id, self.shards.routing.shard_of(job.queue, partition))
         if size > MAX_PAYLOAD_BYTES:
             raise ApiError(
                 413,
@@ -158,9 +175,9 @@ class Service:
             )
         return job
 
-    async def _pushed(self, queue: str) -> None:
+    async def _pushed(self, queue: str, shard: int) -> None:
         if self.on_push is not None:
-            result = self.on_push(queue)
+            result = self.on_push(queue, shard)
             if result is not None:
                 await result
 
@@ -194,8 +211,9 @@ class Service:
         return await self._dispatch(self.parse_job(None, obj))
 
     async def _dispatch(self, job: QueuedJob) -> dict[str, Any]:
-        job_id, paused = await self.admin.push_reading_paused(lambda q: q.push(job))
-        await self._pushed(job.queue)
+        shard = shard_of_id(job.id)
+        job_id, paused = await self.admin.push_reading_paused(lambda q: q.push(job), shard)
+        await self._pushed(job.queue, shard)
         return {
             "id": job_id,
             "queue": job.queue,
@@ -208,8 +226,18 @@ class Service:
         if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_BATCH:
             raise invalid(f"jobs must be an array of 1 to {MAX_BATCH} jobs")
         parsed = [self.parse_job(queue, j, f"jobs[{i}]: ") for i, j in enumerate(jobs)]
-        results, paused = await self.admin.push_reading_paused(lambda q: q.push_many(parsed))
-        await self._pushed(queue)
+        shards = [shard_of_id(j.id) for j in parsed]
+        for i, shard in enumerate(shards):
+            if shard != shards[0]:
+                raise invalid(
+                    f"jobs[{i}]: routes to shard {shard} and jobs[0] to shard {shards[0]} "
+                    "(their partition keys differ): a batch is one transaction on one D1 "
+                    "database, so push them in separate batches"
+                )
+        results, paused = await self.admin.push_reading_paused(
+            lambda q: q.push_many(parsed), shards[0]
+        )
+        await self._pushed(queue, shards[0])
         return {
             "ids": [i for i, _ in results],
             "deduplicated": [d for _, d in results],
@@ -230,7 +258,7 @@ class Service:
         return await self.queue_stats(queue)
 
     async def clear(self, queue: str) -> dict[str, Any]:
-        return {"deleted": await self.queue.clear(check_queue(queue))}
+        return {"deleted": await self.admin.clear(check_queue(queue))}
 
     # -- jobs -------------------------------------------------------------------
 
@@ -286,7 +314,7 @@ class Service:
         return {"jobs": [_failed(j) for j in jobs], "next_cursor": next_cursor}
 
     async def retry_failed(self, id: str) -> dict[str, Any]:
-        if not await self.queue.retry_failed(id):
+        if not await self.admin.retry_failed(id):
             raise ApiError(404, "not_found", f"no failed job {id!r}")
         return {"id": id, "retried": True}
 

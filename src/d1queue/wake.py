@@ -5,9 +5,10 @@ instead of at the next cron tick, and a backlog is drained by several
 invocations at once instead of one cron run a minute.
 
 D1 stays the source of truth. A message carries no job, only "look at this
-queue": Queues delivers at least once, so a duplicated message only makes a
-drain find nothing (the claim protocol already makes concurrent drains
-safe), and a lost one (a failed send, a message dropped after its retries)
+queue on this shard" (the D1 database the push wrote to, shards.py): Queues
+delivers at least once, so a duplicated message only makes a drain find
+nothing (the claim protocol already makes concurrent drains safe), and a
+lost one (a failed send, a message dropped after its retries)
 only leaves the job to the cron, which keeps running as the safety net.
 
 A consumer that stops on a budget with due jobs left sends more wake-ups:
@@ -28,17 +29,20 @@ from typing import Any
 
 from .bounds import NAME_PATTERN
 from .config import Config
+from .crons import combine
 from .limits import Meter, SubrequestLimitExceeded
 from .queue import D1Queue
+from .shards import split
+from .shardset import ShardQueue, ShardSet, shard_set
 from .worker import DrainReport
 
 WAKE_BINDING = "WAKE"
 """The producer binding's name in wrangler.toml's [[queues.producers]]."""
 
 SHARD = 0
-"""The D1 database a message names. One today (binding DB); the field is in
-every message so that consumers of a sharded deployment (issue 14, part 2)
-can read messages sent before it was sharded."""
+"""The shard a message names by default: shard 0, binding DB, the only one
+of a deployment with one D1 database. A push names the shard it wrote to,
+and the consumer drains that shard only (shards.py)."""
 
 FOLLOW_UP_RESERVE = 2
 """Subrequests a consumer keeps out of its drain's budget for the fan-out:
@@ -57,18 +61,19 @@ def wake_body(queue: str, shard: int = SHARD) -> dict[str, Any]:
     return {"shard": shard, "queue": queue}
 
 
-def parse_wake(body: Any) -> str | None:
-    """The queue a message asks to drain, or None if it is not a wake-up this
-    Worker can act on (another shape, another shard): such a message is
-    acknowledged and logged, never retried, since retrying cannot fix it."""
+def parse_wake(body: Any, shards: int = 1) -> tuple[int, str] | None:
+    """The shard and queue a message asks to drain, or None if it is not a
+    wake-up this Worker can act on (another shape, a shard it does not have
+    among its `shards`): such a message is acknowledged and logged, never
+    retried, since retrying cannot fix it."""
     if not isinstance(body, dict):
         return None
     queue, shard = body.get("queue"), body.get("shard")
     if not isinstance(queue, str) or not NAME_PATTERN.fullmatch(queue):
         return None
-    if isinstance(shard, bool) or shard != SHARD:
+    if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards:
         return None
-    return queue
+    return shard, queue
 
 
 def follow_ups(due: int, per_jobs: int, ceiling: int) -> int:
@@ -101,13 +106,15 @@ class Waker:
         self.sent = 0
         self.failed = 0
 
-    async def wake(self, queue: str, count: int = 1, *, why: str = "push") -> int:
-        """Send `count` wake messages for `queue` (one call: send, or
-        sendBatch for more than one); returns how many were sent."""
+    async def wake(
+        self, queue: str, count: int = 1, *, why: str = "push", shard: int = SHARD
+    ) -> int:
+        """Send `count` wake messages for `queue` on `shard` (one call: send,
+        or sendBatch for more than one); returns how many were sent."""
         count = min(count, MAX_SEND_BATCH)
         if count <= 0:
             return 0
-        body = wake_body(queue)
+        body = wake_body(queue, shard)
         try:
             if self.meter is not None:
                 self.meter.spend("binding")  # refused before it is sent, past the cap
@@ -138,6 +145,8 @@ class WakeReport:
     messages: int = 0
     queues: list[str] = field(default_factory=list)
     """The distinct queues the batch named that this Worker drains."""
+    shards: dict[int, list[str]] = field(default_factory=dict)
+    """Those queues by the shard named: one drain per shard."""
     ignored: int = 0
     """Messages that were not a wake-up for this Worker (acknowledged)."""
     not_drained: list[str] = field(default_factory=list)
@@ -153,58 +162,87 @@ class WakeReport:
 
 
 def plan(bodies: Sequence[Any], config: Config) -> WakeReport:
-    """What a batch asks for: its distinct queues in the order first named
-    (however many messages name each: duplicates fold into one drain)."""
+    """What a batch asks for: its distinct queues per shard in the order
+    first named (however many messages name each: duplicates fold into one
+    drain of each shard)."""
     report = WakeReport(messages=len(bodies))
     for body in bodies:
-        queue = parse_wake(body)
-        if queue is None:
+        found = parse_wake(body, len(config.shards))
+        if found is None:
             report.ignored += 1
-        elif not config.drains(queue):
+            continue
+        shard, queue = found
+        if not config.drains(queue):
             if queue not in report.not_drained:
                 report.not_drained.append(queue)
-        elif queue not in report.queues:
+            continue
+        named = report.shards.setdefault(shard, [])
+        if queue not in named:
+            named.append(queue)
+        if queue not in report.queues:
             report.queues.append(queue)
     return report
 
 
 async def consume(
-    queue: D1Queue,
+    shards: ShardSet | D1Queue,
     config: Config,
     bodies: Sequence[Any],
     *,
-    run_drain: Callable[[Config], Awaitable[DrainReport]],
+    run_drain: Callable[[ShardQueue, Config], Awaitable[DrainReport]],
     waker: Waker | None,
 ) -> tuple[WakeReport, DrainReport | None]:
-    """Handle one delivered batch: drain the queues it names (one drain over
-    all of them, within the invocation's limits), then, if the drain stopped
-    on a budget, send one more wake-up per `wake_per_jobs` due jobs left on
-    each queue (at most `wake_max`). The caller acknowledges every message
-    afterwards unless `retry` is set."""
+    """Handle one delivered batch: drain the queues it names, one drain per
+    shard named (in turn, each with an equal share of the invocation's
+    budget and job cap), then, where a drain stopped on a budget, send one
+    more wake-up per `wake_per_jobs` due jobs left on each of its queues (at
+    most `wake_max`) naming the same shard. The caller acknowledges every
+    message afterwards unless `retry` is set. The drains' reports come back
+    as one (crons.combine)."""
+    shards = shard_set(shards)
     report = plan(bodies, config)
     if report.ignored:
         _log({"ignored": report.ignored, "note": "not a d1queue wake-up for this Worker"})
-    if not report.queues:
+    if not report.shards:
         return report, None
-    # Room for the fan-out is kept out of the drain's own budget, so a drain
+    named = list(report.shards.items())
+    # Room for the fan-out is kept out of the drains' own budgets, so a drain
     # that spends its budget can still say that work is left.
-    budget = max(3, config.budget - FOLLOW_UP_RESERVE)
-    drained = await run_drain(replace(config, queues=tuple(report.queues), query_budget=budget))
-    if drained.stopped == "d1_error":
-        report.retry = True  # Queues delivers it again later; the cron runs meanwhile
-        return report, drained
-    if drained.stopped not in LEFT_WORK or waker is None:
-        return report, drained
-    cap = config.wake_per_jobs * config.wake_max
-    for name in report.queues:
-        try:
-            due = await queue.due(name, cap)
-        except Exception as exc:  # no count, no fan-out: the cron is the safety net
-            _log({"queue": name, "why": "backlog", "error": f"{type(exc).__name__}: {exc}"[:500]})
+    budgets = split(config.budget - FOLLOW_UP_RESERVE * len(named), len(named))
+    job_caps = split(config.job_cap, len(named))
+    reports = []
+    for (shard, queues), budget, jobs in zip(named, budgets, job_caps, strict=True):
+        if jobs < 1:
+            continue  # more shards named than jobs allowed: the cron has the rest
+        queue = shards.queue(shard)
+        least = 3 + config.stats_reserve  # one round and the run's counters
+        share = replace(
+            config, queues=tuple(queues), query_budget=max(least, budget), max_jobs=jobs
+        )
+        drained = await run_drain(queue, share)
+        reports.append(drained)
+        if drained.stopped == "d1_error":
+            report.retry = True  # Queues delivers it again later; the cron runs meanwhile
             continue
-        n = follow_ups(due, config.wake_per_jobs, config.wake_max)
-        report.follow_ups += await waker.wake(name, n, why="backlog")
-    return report, drained
+        if drained.stopped not in LEFT_WORK or waker is None:
+            continue
+        cap = config.wake_per_jobs * config.wake_max
+        for name in queues:
+            try:
+                due = await queue.due(name, cap)
+            except Exception as exc:  # no count, no fan-out: the cron is the safety net
+                _log(
+                    {
+                        "shard": shard,
+                        "queue": name,
+                        "why": "backlog",
+                        "error": f"{type(exc).__name__}: {exc}"[:500],
+                    }
+                )
+                continue
+            n = follow_ups(due, config.wake_per_jobs, config.wake_max)
+            report.follow_ups += await waker.wake(name, n, why="backlog", shard=shard)
+    return report, (combine(reports) if reports else None)
 
 
 __all__ = [

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlparse
 
 from .. import stats as counters
-from ..bounds import NAME_PATTERN, NAME_RULE
+from ..bounds import ID_PATTERN, NAME_PATTERN, NAME_RULE
 from ..service import ApiError, Service
 from . import html as h
 from .assets import ASSETS
 from .session import Session, Sessions, cookie_name, is_local, read_cookies, set_cookie
-from .store import ID_PATTERN, PAGE, STATES, Store
+from .store import PAGE, STATES, Store
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -159,7 +159,7 @@ class Dashboard:
 
     def __init__(self, service: Service, token: str | None) -> None:
         self.service = service
-        self.store = Store(service.queue)
+        self.store = Store(service.queue, service.shards)
         self.sessions = Sessions(token) if token else None
         self.routes: list[tuple[str, str, Handler, bool]] = [
             # method, path pattern (segments; {x} matches one), handler, signed in
@@ -380,7 +380,7 @@ class Dashboard:
         self._known(request)
         now = request.now_ms
         queues = await self.service.admin.stats()
-        chart, done = await counters.read(self.store.binding, now)
+        chart, done = await self.store.counters(now)
         by_name = {s.queue: s for s in queues}
         names = sorted(set(by_name) | set(done))
         csrf = self._csrf(request)

@@ -7,16 +7,17 @@ through the queue's binding, each page a bounded number of round trips.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from .. import sql
+from .. import stats as counters
 from ..admin import Admin
-from ..bounds import MAX_SAFE_INT, PRIORITY_RANGE
+from ..bounds import ID_RULE, MAX_SAFE_INT, PRIORITY_RANGE
 from ..queue import D1Queue, FailedJob
+from ..shardset import ShardSet
 
-ID_RULE = r"[A-Za-z0-9._:-]{1,128}"
-ID_PATTERN = re.compile(ID_RULE)
 STATES = ("ready", "delayed", "reserved")
 PAGE = 50
 """Rows per page. Also the most jobs one bulk action takes: a retry is two
@@ -32,7 +33,9 @@ class Page:
     next_cursor: str | None
 
 
-class Store:
+class ShardStore:
+    """The dashboard's reads and writes on one D1 database."""
+
     def __init__(self, queue: D1Queue) -> None:
         self.queue = queue
         self.binding = queue.binding
@@ -137,3 +140,119 @@ class Store:
     async def failed_job(self, id: str) -> FailedJob | None:
         result = await self.binding.run(sql.SELECT_FAILED, id)
         return FailedJob(**result.rows[0]) if result.rows else None
+
+
+class Store:
+    """What the dashboard reads and does, over every shard: pages merged in
+    their order from each shard's page after the same cursor (a position in
+    that order, not a shard's: one query per shard a page), actions by id
+    sent to the id's shard, the per-minute counters added up."""
+
+    def __init__(self, queue: D1Queue, shards: ShardSet | None = None) -> None:
+        self.shards = shards or ShardSet.of(queue)
+        self.queue = self.shards.home
+        self.stores = [ShardStore(q) for q in self.shards.queues]
+
+    def _for(self, id: str) -> ShardStore | None:
+        queue = self.shards.for_id(id)
+        return None if queue is None else self.stores[queue.shard]
+
+    async def queue_jobs(
+        self, queue: str, *, state: str = "", name: str = "", cursor: str | None = None
+    ) -> Page:
+        """A page of `queue`'s jobs in claim order (band, then time, then id),
+        over every shard."""
+        pages = await self.shards.each(
+            lambda q: self.stores[q.shard].queue_jobs(queue, state=state, name=name, cursor=cursor)
+        )
+        if len(pages) == 1:
+            return pages[0]
+        rows = sorted(
+            (r for p in pages for r in p.rows),
+            key=lambda r: (-int(r["band"]), int(r["available_at"]), str(r["id"])),
+        )
+        more = len(rows) > PAGE or any(p.next_cursor for p in pages)
+        rows = rows[:PAGE]
+        last = rows[-1] if rows else None
+        next_cursor = (
+            f"{last['band']}:{last['available_at']}:{last['id']}" if more and last else None
+        )
+        return Page(rows, next_cursor)
+
+    async def failed(
+        self,
+        *,
+        queue: str = "",
+        name: str = "",
+        error: str = "",
+        since_ms: int = 0,
+        before_ms: int = MAX_SAFE_INT,
+        cursor: str | None = None,
+    ) -> Page:
+        """A page of failed jobs over every shard, newest first."""
+        pages = await self.shards.each(
+            lambda q: self.stores[q.shard].failed(
+                queue=queue,
+                name=name,
+                error=error,
+                since_ms=since_ms,
+                before_ms=before_ms,
+                cursor=cursor,
+            )
+        )
+        if len(pages) == 1:
+            return pages[0]
+        rows = sorted(
+            (r for p in pages for r in p.rows),
+            key=lambda r: (int(r["failed_at"]), str(r["id"])),
+            reverse=True,
+        )
+        more = len(rows) > PAGE or any(p.next_cursor for p in pages)
+        rows = rows[:PAGE]
+        next_cursor = f"{rows[-1]['failed_at']}:{rows[-1]['id']}" if more and rows else None
+        return Page(rows, next_cursor)
+
+    async def run_now(self, id: str) -> Literal["done", "ready", "reserved", "missing"]:
+        store = self._for(id)
+        return "missing" if store is None else await store.run_now(id)
+
+    def _by_shard(self, ids: list[str]) -> dict[int, list[str]]:
+        groups: dict[int, list[str]] = defaultdict(list)
+        for id in ids:
+            queue = self.shards.for_id(id)
+            if queue is not None:
+                groups[queue.shard].append(id)
+        return groups
+
+    async def retry_many(self, ids: list[str]) -> int:
+        """Each shard's failed jobs put back in one batch on that shard."""
+        groups = self._by_shard(ids)
+        return sum([await self.stores[k].retry_many(group) for k, group in groups.items()])
+
+    async def delete_many(self, ids: list[str]) -> int:
+        groups = self._by_shard(ids)
+        return sum([await self.stores[k].delete_many(group) for k, group in groups.items()])
+
+    async def failed_job(self, id: str) -> FailedJob | None:
+        store = self._for(id)
+        return None if store is None else await store.failed_job(id)
+
+    async def counters(self, now_ms: int) -> tuple[list[counters.Minute], dict[str, counters.Done]]:
+        """The per-minute counters, added up over shards (each drain records
+        on its own shard)."""
+        reads = await self.shards.each(lambda q: counters.read(q.binding, now_ms))
+        minutes: dict[int, counters.Minute] = {}
+        done: dict[str, counters.Done] = {}
+        for chart, totals in reads:
+            for m in chart:
+                seen = minutes.setdefault(m.minute, counters.Minute(m.minute, 0, 0, 0))
+                seen.completed += m.completed
+                seen.retried += m.retried
+                seen.failed += m.failed
+            for queue, d in totals.items():
+                t = done.setdefault(queue, counters.Done())
+                t.hour += d.hour
+                t.day += d.day
+                t.failed_hour += d.failed_hour
+                t.failed_day += d.failed_day
+        return sorted(minutes.values(), key=lambda m: m.minute), done
