@@ -530,7 +530,7 @@ async def test_the_consumer_drains_the_shard_a_message_names(two: Sharded) -> No
     assert drained_on == [1] and report.shards == {1: ["reports"]}
     assert drained is not None and drained.claimed == 2 and two.counts() == [4, 2]
     # The follow-ups name the shard the work is left on.
-    assert producer.messages == [wake_body("reports", 1)] * 2
+    assert producer.messages == [wake_body("reports", 1, hop=1)] * 2
     # A batch naming both shards drains each, on shares of the job cap.
     drained_on.clear()
     report, drained = await consume(

@@ -25,6 +25,7 @@ from d1queue.wake import (
     Waker,
     consume,
     follow_ups,
+    hop_of,
     parse_wake,
     plan,
     wake_body,
@@ -175,7 +176,7 @@ async def test_a_consumer_left_with_work_wakes_one_more_per_n_due_jobs(
     assert sum(runs.values()) == 5
     # 25 due, one wake per 4, at most 3: three messages in one sendBatch.
     assert (report.follow_ups, producer.calls) == (3, 1)
-    assert producer.messages == [wake_body("q")] * 3
+    assert producer.messages == [wake_body("q", hop=1)] * 3
     assert not report.retry
 
     # An emptied queue sends nothing more.
@@ -189,6 +190,68 @@ async def test_a_consumer_left_with_work_wakes_one_more_per_n_due_jobs(
     assert drained is not None and drained.stopped == "empty"
     assert report.follow_ups == 0 and producer.calls == 1
     assert runs == Counter(range(30))
+
+
+async def test_a_consumer_woken_by_follow_ups_relays_one(queue: D1Queue) -> None:
+    """Follow-ups only (hop >= 1): however many are due, one message carries
+    the chain on, its hop one more than the least in the batch. A push's
+    message in the same batch makes it fan out again."""
+    runs: Counter[Any] = Counter()
+    reg = counting(runs)
+    for i in range(30):
+        await queue.dispatch("count", i, queue="q")
+    config = Config(plan="paid", max_jobs=5, wake="queues", wake_per_jobs=4, wake_max=3)
+    producer = Producer()
+
+    async def run_drain(q: D1Queue, c: Config) -> Any:
+        return await drain(queue, reg, c)
+
+    bodies = [wake_body("q", hop=3), wake_body("q", hop=2)]
+    report, _ = await consume(queue, config, bodies, run_drain=run_drain, waker=Waker(producer))
+    assert report.hops == {"0:q": 2}
+    assert report.follow_ups == 1 and producer.messages == [wake_body("q", hop=3)]
+
+    bodies = [wake_body("q", hop=2), wake_body("q")]
+    report, _ = await consume(queue, config, bodies, run_drain=run_drain, waker=Waker(producer))
+    assert report.hops == {"0:q": 0} and report.follow_ups == 3
+    assert producer.messages[1:] == [wake_body("q", hop=1)] * 3
+    assert hop_of({"hop": True}) == hop_of({"hop": -1}) == hop_of("x") == 0
+
+
+@pytest.mark.parametrize("jobs", [40, 400])
+async def test_fan_out_is_damped_consumers_never_multiply(
+    queue: D1Queue, clock: Clock, jobs: int
+) -> None:
+    """One push of a backlog, then every message consumed in turn, one per
+    consumer invocation (a list standing in for Cloudflare's queue). Each
+    chain a fan-out starts carries on one message at a time, so the messages
+    sent are about the consumers the backlog needs plus the fan-out's width;
+    were every consumer to fan out, they would multiply by wake_max a
+    generation (here 1 + 2 + 4 + ... past the backlog's end)."""
+    runs: Counter[Any] = Counter()
+    reg = counting(runs)
+    for i in range(jobs):
+        await queue.dispatch("count", i, queue="q")
+    config = Config(plan="paid", max_jobs=5, wake="queues", wake_per_jobs=5, wake_max=4)
+    producer = Producer()
+    pending: list[Any] = [wake_body("q")]
+    consumers = 0
+    while pending:
+        body = pending.pop(0)
+        before = len(producer.messages)
+        await consume(
+            queue,
+            config,
+            [body],
+            run_drain=lambda q, c: drain(q, reg, c),
+            waker=Waker(producer),
+        )
+        pending += producer.messages[before:]
+        consumers += 1
+        assert consumers <= jobs, "the chains end once the queue is drained"
+    assert runs == Counter(range(jobs)), "every job once"
+    needed = -(-jobs // 5)
+    assert consumers <= needed + config.wake_max + 1
 
 
 async def test_a_failed_send_is_logged_and_never_raises(

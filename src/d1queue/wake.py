@@ -11,10 +11,17 @@ nothing (the claim protocol already makes concurrent drains safe), and a
 lost one (a failed send, a message dropped after its retries)
 only leaves the job to the cron, which keeps running as the safety net.
 
-A consumer that stops on a budget with due jobs left sends more wake-ups:
-one per `wake_per_jobs` due jobs, at most `wake_max`, in one `sendBatch`
-(one subrequest). The ceiling keeps one consumer's fan-out bounded; the
-consumer's `max_concurrency` in wrangler.toml bounds how many run at once.
+A consumer that stops on a budget with due jobs left sends more wake-ups,
+damped so that consumers never multiply:
+- woken by a push, it fans out: one message per `wake_per_jobs` due jobs, at
+  most `wake_max`, in one `sendBatch` (one subrequest);
+- woken only by such follow-ups, it relays: one message, which carries the
+  chain on (its "hop" counts the links).
+So each fan-out starts at most `wake_max` chains, and a chain ends at the
+first consumer that finds the queue drained. Were every consumer to fan out,
+the messages would multiply by up to `wake_max` a generation, most of them
+finding nothing once the backlog is gone. The consumer's `max_concurrency` in
+wrangler.toml bounds how many run at once.
 
 Only the library's side is here (what to send, what a batch asks for, the
 fan-out); entry.py hands it the `WAKE` producer binding and the batch.
@@ -55,10 +62,22 @@ MAX_SEND_BATCH = 100
 """Messages one sendBatch may carry (Queues limits)."""
 
 
-def wake_body(queue: str, shard: int = SHARD) -> dict[str, Any]:
+def wake_body(queue: str, shard: int = SHARD, hop: int = 0) -> dict[str, Any]:
     """The message a push sends: which queue, on which shard. Small (well
-    under a 64 KB billing unit) and holding no job data."""
+    under a 64 KB billing unit) and holding no job data. A consumer's
+    follow-up also says how many consumers led to it (`hop` >= 1)."""
+    if hop > 0:
+        return {"shard": shard, "queue": queue, "hop": hop}
     return {"shard": shard, "queue": queue}
+
+
+def hop_of(body: Any) -> int:
+    """A wake-up's hop: 0 for a push's (or anything unreadable, which then
+    counts as a push: the safe side is to fan out)."""
+    hop = body.get("hop") if isinstance(body, dict) else None
+    if isinstance(hop, bool) or not isinstance(hop, int) or hop < 0:
+        return 0
+    return hop
 
 
 def parse_wake(body: Any, shards: int = 1) -> tuple[int, str] | None:
@@ -76,11 +95,14 @@ def parse_wake(body: Any, shards: int = 1) -> tuple[int, str] | None:
     return shard, queue
 
 
-def follow_ups(due: int, per_jobs: int, ceiling: int) -> int:
+def follow_ups(due: int, per_jobs: int, ceiling: int, *, relay: bool = False) -> int:
     """Wake messages to send for `due` jobs left: one per `per_jobs`, rounded
-    up, at most `ceiling`."""
+    up, at most `ceiling`; a relay (a consumer woken by follow-ups only)
+    sends one, carrying its chain on."""
     if due <= 0:
         return 0
+    if relay:
+        return 1
     return min(ceiling, -(-due // per_jobs), MAX_SEND_BATCH)
 
 
@@ -107,14 +129,20 @@ class Waker:
         self.failed = 0
 
     async def wake(
-        self, queue: str, count: int = 1, *, why: str = "push", shard: int = SHARD
+        self,
+        queue: str,
+        count: int = 1,
+        *,
+        why: str = "push",
+        shard: int = SHARD,
+        hop: int = 0,
     ) -> int:
         """Send `count` wake messages for `queue` on `shard` (one call: send,
         or sendBatch for more than one); returns how many were sent."""
         count = min(count, MAX_SEND_BATCH)
         if count <= 0:
             return 0
-        body = wake_body(queue, shard)
+        body = wake_body(queue, shard, hop)
         try:
             if self.meter is not None:
                 self.meter.spend("binding")  # refused before it is sent, past the cap
@@ -151,6 +179,10 @@ class WakeReport:
     """Messages that were not a wake-up for this Worker (acknowledged)."""
     not_drained: list[str] = field(default_factory=list)
     """Queues named but not in D1QUEUE_QUEUES (acknowledged, not drained)."""
+    hops: dict[str, int] = field(default_factory=dict)
+    """The least hop among the messages naming each "<shard>:<queue>": 0
+    means a push woke it (it may fan out), more that only follow-ups did
+    (it relays)."""
     follow_ups: int = 0
     """Wake messages sent for due jobs left after the drain."""
     retry: bool = False
@@ -179,6 +211,8 @@ def plan(bodies: Sequence[Any], config: Config) -> WakeReport:
         named = report.shards.setdefault(shard, [])
         if queue not in named:
             named.append(queue)
+        key, hop = f"{shard}:{queue}", hop_of(body)
+        report.hops[key] = min(hop, report.hops.get(key, hop))
         if queue not in report.queues:
             report.queues.append(queue)
     return report
@@ -196,7 +230,7 @@ async def consume(
     shard named (in turn, each with an equal share of the invocation's
     budget and job cap), then, where a drain stopped on a budget, send one
     more wake-up per `wake_per_jobs` due jobs left on each of its queues (at
-    most `wake_max`) naming the same shard. The caller acknowledges every
+    most `wake_max`; one if only follow-ups woke it) naming the same shard. The caller acknowledges every
     message afterwards unless `retry` is set. The drains' reports come back
     as one (crons.combine)."""
     shards = shard_set(shards)
@@ -240,8 +274,10 @@ async def consume(
                     }
                 )
                 continue
-            n = follow_ups(due, config.wake_per_jobs, config.wake_max)
-            report.follow_ups += await waker.wake(name, n, why="backlog", shard=shard)
+            # A push's consumer fans out; a follow-up's relays (module doc).
+            hop = report.hops[f"{shard}:{name}"]
+            n = follow_ups(due, config.wake_per_jobs, config.wake_max, relay=hop > 0)
+            report.follow_ups += await waker.wake(name, n, why="backlog", shard=shard, hop=hop + 1)
     return report, (combine(reports) if reports else None)
 
 
@@ -253,6 +289,7 @@ __all__ = [
     "Waker",
     "consume",
     "follow_ups",
+    "hop_of",
     "parse_wake",
     "plan",
     "wake_body",
