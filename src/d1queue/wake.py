@@ -230,9 +230,9 @@ async def consume(
     shard named (in turn, each with an equal share of the invocation's
     budget and job cap), then, where a drain stopped on a budget, send one
     more wake-up per `wake_per_jobs` due jobs left on each of its queues (at
-    most `wake_max`; one if only follow-ups woke it) naming the same shard. The caller acknowledges every
-    message afterwards unless `retry` is set. The drains' reports come back
-    as one (crons.combine)."""
+    most `wake_max`; one if only follow-ups woke it) naming the same shard.
+    The caller acknowledges every message afterwards unless `retry` is set.
+    The drains' reports come back as one (crons.combine)."""
     shards = shard_set(shards)
     report = plan(bodies, config)
     if report.ignored:
