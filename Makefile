@@ -108,6 +108,9 @@ WAKE ?= off
 ifeq ($(WAKE),queues)
 DEV_CONFIG := --config wrangler.wake.toml
 DEV_WRITE := $(PY) tools/wake_config.py --write
+# As many consumer invocations at once as the consumer's max_concurrency, as
+# on Cloudflare (Miniflare alone delivers one batch at a time).
+DEV_LANES := --consumer-lanes max
 endif
 # SHARDS=N serves N D1 databases as shards (tools/shard_config.py writes
 # wrangler.shards.toml; with WAKE=queues too).
@@ -124,7 +127,7 @@ ifeq ($(RUNTIME),cloudflare)
 else
 	@echo "make dev: serving the Worker with the offline host (wrangler dev would download Cloudflare's Python runtime; RUNTIME=cloudflare uses it)"
 	@echo "make dev: API token for Authorization: Bearer ... is in .dev.vars"
-	node host/host.mjs --port $(PORT) --crons --plan $(PLAN) $(DEV_CONFIG)
+	node host/host.mjs --port $(PORT) --crons --plan $(PLAN) $(DEV_CONFIG) $(DEV_LANES)
 endif
 
 # Local secrets for make dev: a fresh API token, made once.

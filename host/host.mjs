@@ -13,7 +13,7 @@
 //                      [--plan free|paid] [--cpu enforce|warn] [--cpu-ms N] [--no-limits]
 //                      [--wait-until-s 30] [--scheduled-s 900]
 //                      [--d1-fault RATE] [--d1-fault-kinds K,...] [--d1-latency-ms N] [--d1-seed N]
-//                      [--d1-rtt-ms N] [--d1-busy-ms N] [--consumer-lanes N]
+//                      [--d1-rtt-ms N] [--d1-busy-ms N] [--consumer-lanes N|max]
 //
 // Limits mode (limits.mjs, on unless --no-limits; --plan paid by default): each
 // invocation (a fetch, a scheduled run, an RPC or test-hook call, with its
@@ -253,8 +253,10 @@ bundleReady.catch(() => {});
 // producer binding spreads its send calls over them in turn, and the Worker's
 // queue() sees the queue's own name: up to N consumer invocations at once,
 // each message still stored, delivered, acked and retried by Miniflare.
-const lanes = Number(opts['consumer-lanes']);
-if (!Number.isInteger(lanes) || lanes < 1 || lanes > 250) die(`--consumer-lanes wants 1..250 (Queues' max_concurrency), not '${opts['consumer-lanes']}'`);
+// `--consumer-lanes max`: the config's consumer max_concurrency (make dev).
+const maxConcurrency = Math.max(1, ...(config.queues?.consumers ?? []).map((c) => c.max_concurrency ?? 1));
+const lanes = opts['consumer-lanes'] === 'max' ? Math.min(maxConcurrency, 250) : Number(opts['consumer-lanes']);
+if (!Number.isInteger(lanes) || lanes < 1 || lanes > 250) die(`--consumer-lanes wants 1..250 (Queues' max_concurrency) or 'max', not '${opts['consumer-lanes']}'`);
 const laneQueue = new Map(); // a lane's Miniflare queue name -> the queue's own name
 const laneBindings = new Map(); // producer binding -> its lanes' bindings
 const laneTurn = new Map(); // producer binding -> the next lane to send on
