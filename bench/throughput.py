@@ -188,18 +188,21 @@ def measure_cron(shards: int, jobs: int) -> dict[str, Any]:
     try:
         push_all(host, jobs)
         since = len(host.output())
-        runs, running_s = 0, 0.0
-        while completed(drain_lines(host, since)) < jobs:
+        runs, running_s, per_run = 0, 0.0, []
+        while sum(per_run) < jobs:
             if runs >= 50:
                 raise RuntimeError("cron runs did not drain the pushes in 50 runs")
             t = time.monotonic()
+            at = len(host.output())
             reply = host.scheduled()
             running_s += time.monotonic() - t
             if reply.status != 200:
                 raise RuntimeError(f"cron run answered {reply.status}: {reply.text[:300]}")
+            host.idle()
+            host.wait_for_output('"kind":"scheduled"', at)  # the run's lines are all out
+            # One drain line per shard: a run's jobs are their sum.
+            per_run.append(completed(drain_lines(host, at)))
             runs += 1
-        host.idle()
-        per_run = [int(x.get("completed", 0)) for x in drain_lines(host, since)]
         invs = [x for x in invocation_lines(host, since) if x.get("kind") == "scheduled"]
         return {
             "shards": shards,
