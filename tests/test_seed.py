@@ -40,6 +40,7 @@ def test_the_driver_ships_its_own_migrations() -> None:
         "0003_claim_order.sql",
         "0004_schedules.sql",
         "0005_stats.sql",
+        "0006_fan_out.sql",
     ]
     fresh = SqliteD1()
     assert fresh.apply_migrations(MIGRATIONS) == names

@@ -254,6 +254,46 @@ async def test_fan_out_is_damped_consumers_never_multiply(
     assert consumers <= needed + config.wake_max + 1
 
 
+async def test_one_fan_out_a_minute_however_many_pushes_wake_consumers(
+    queue: D1Queue, db: SqliteD1, clock: Clock
+) -> None:
+    """40 pushes of 10 jobs, each push's message consumed on its own: only
+    the first consumer takes the queue's fan-out lease (one row written); the
+    other push-woken ones relay one message each, so the consumers stay
+    about what the backlog needs. A minute later the lease can be taken
+    again."""
+    runs: Counter[Any] = Counter()
+    reg = counting(runs)
+    config = Config(plan="paid", max_jobs=5, wake="queues", wake_per_jobs=5, wake_max=4)
+    producer = Producer()
+    pending: list[Any] = []
+    for p in range(40):
+        for i in range(10):
+            await queue.dispatch("count", p * 10 + i, queue="q")
+        pending.append(wake_body("q"))
+    consumers = fan_outs = 0
+    while pending:
+        before = len(producer.messages)
+        report, _ = await consume(
+            queue,
+            config,
+            [pending.pop(0)],
+            run_drain=lambda q, c: drain(q, reg, c),
+            waker=Waker(producer),
+        )
+        fan_outs += report.fan_outs
+        pending += producer.messages[before:]
+        consumers += 1
+    assert sum(runs.values()) == 400 and set(runs.values()) == {1}
+    assert fan_outs == 1
+    assert consumers <= 400 // 5 + 40 + config.wake_max
+    row = db.query("SELECT fanned_out_at FROM d1queue_queues WHERE name = 'q'")
+    assert row == [{"fanned_out_at": clock()}]
+    assert not await queue.take_fan_out("q", 60), "taken: within the minute"
+    clock.advance(61)
+    assert await queue.take_fan_out("q", 60), "free again a minute later"
+
+
 async def test_a_failed_send_is_logged_and_never_raises(
     queue: D1Queue, capsys: pytest.CaptureFixture[str]
 ) -> None:

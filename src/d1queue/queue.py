@@ -607,6 +607,16 @@ class D1Queue:
         )
         return min(int(result.rows[0]["n"]), int(cap))
 
+    async def take_fan_out(self, queue: str, window_s: float) -> bool:
+        """Whether this caller may fan out on `queue` now: True for the one
+        that takes the lease, if no fan-out took it in the last `window_s`
+        (one query; a row written only when taken)."""
+        now = self.clock()
+        result = await self.binding.run(
+            sql.TAKE_FAN_OUT, check_name("queue", queue), now, now - int(window_s * 1000)
+        )
+        return result.changes == 1
+
     async def clear(self, queue: str) -> int:
         """Delete every job on `queue`, reserved or not; returns how many."""
         result = await self.binding.run(sql.CLEAR_QUEUE, check_name("queue", queue))

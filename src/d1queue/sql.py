@@ -266,6 +266,16 @@ SET_PAUSED = (
     "ON CONFLICT (name) DO UPDATE SET paused = ?2, updated_at = ?3"
 )
 
+# A wake consumer's fan-out lease (wake.py): taken, by one writer, only if no
+# fan-out on the queue took it since ?3; a queue with no row gets one
+# (running). A lost reply's re-send finds it taken, and that consumer only
+# relays: latency, never a job. ?1 name ?2 now ?3 cutoff (now - window)
+TAKE_FAN_OUT = (
+    "INSERT INTO d1queue_queues (name, paused, updated_at, fanned_out_at) VALUES (?1, 0, ?2, ?2) "
+    "ON CONFLICT (name) DO UPDATE SET fanned_out_at = ?2 "
+    "WHERE d1queue_queues.fanned_out_at <= ?3"
+)
+
 # Cancelling: only a job no worker holds. Sent with SELECT_JOB in one batch,
 # so a miss can say whether the job is running (409) or gone (404).
 CANCEL_JOB = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reserved_at IS NULL"

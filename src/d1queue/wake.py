@@ -14,13 +14,16 @@ only leaves the job to the cron, which keeps running as the safety net.
 A consumer that stops on a budget with due jobs left sends more wake-ups,
 damped so that consumers never multiply:
 - woken by a push, it fans out: one message per `wake_per_jobs` due jobs, at
-  most `wake_max`, in one `sendBatch` (one subrequest);
+  most `wake_max`, in one `sendBatch` (one subrequest), if it takes the
+  queue's fan-out lease (no fan-out on it in the last FAN_OUT_WINDOW_S, a
+  compare-and-set in D1); otherwise it relays;
 - woken only by such follow-ups, it relays: one message, which carries the
   chain on (its "hop" counts the links).
-So each fan-out starts at most `wake_max` chains, and a chain ends at the
-first consumer that finds the queue drained. Were every consumer to fan out,
-the messages would multiply by up to `wake_max` a generation, most of them
-finding nothing once the backlog is gone. The consumer's `max_concurrency` in
+So a minute's fan-out starts at most `wake_max` chains, however many pushes
+came in it, and a chain ends at the first consumer that finds the queue
+drained. Were every consumer to fan out, the messages would multiply by up
+to `wake_max` a generation (and by the pushes), most of them finding nothing
+once the backlog is gone. The consumer's `max_concurrency` in
 wrangler.toml bounds how many run at once.
 
 Only the library's side is here (what to send, what a batch asks for, the
@@ -51,9 +54,14 @@ SHARD = 0
 of a deployment with one D1 database. A push names the shard it wrote to,
 and the consumer drains that shard only (shards.py)."""
 
-FOLLOW_UP_RESERVE = 2
+FOLLOW_UP_RESERVE = 3
 """Subrequests a consumer keeps out of its drain's budget for the fan-out:
-the capped count of due jobs (one D1 query) and one sendBatch."""
+the capped count of due jobs (one D1 query), the fan-out lease (one) and one
+sendBatch."""
+
+FAN_OUT_WINDOW_S = 60.0
+"""A queue fans out at most once in this long (D1QUEUE's cron ticks each
+minute too); the chains a fan-out starts carry on while the backlog lasts."""
 
 LEFT_WORK = frozenset({"query_budget", "max_jobs", "time_budget"})
 """Drain stops after which jobs may still be due: only these fan out."""
@@ -185,6 +193,8 @@ class WakeReport:
     (it relays)."""
     follow_ups: int = 0
     """Wake messages sent for due jobs left after the drain."""
+    fan_outs: int = 0
+    """Fan-out leases taken (at most one per queue a FAN_OUT_WINDOW_S)."""
     retry: bool = False
     """The batch should be delivered again: D1 failed before the drain could
     tell whether jobs were left."""
@@ -216,6 +226,16 @@ def plan(bodies: Sequence[Any], config: Config) -> WakeReport:
         if queue not in report.queues:
             report.queues.append(queue)
     return report
+
+
+async def _take_fan_out(queue: D1Queue, shard: int, name: str) -> bool:
+    """The fan-out lease, or False if another consumer has it (or D1 failed:
+    relaying one message is the safe side)."""
+    try:
+        return await queue.take_fan_out(name, FAN_OUT_WINDOW_S)
+    except Exception as exc:
+        _log({"shard": shard, "queue": name, "why": "fan-out", "error": f"{exc}"[:500]})
+        return False
 
 
 async def consume(
@@ -274,14 +294,20 @@ async def consume(
                     }
                 )
                 continue
-            # A push's consumer fans out; a follow-up's relays (module doc).
+            # A push's consumer fans out if it takes the lease; a follow-up's
+            # relays (module doc).
             hop = report.hops[f"{shard}:{name}"]
-            n = follow_ups(due, config.wake_per_jobs, config.wake_max, relay=hop > 0)
+            relay = hop > 0
+            if not relay and follow_ups(due, config.wake_per_jobs, config.wake_max) > 1:
+                relay = not await _take_fan_out(queue, shard, name)
+                report.fan_outs += not relay
+            n = follow_ups(due, config.wake_per_jobs, config.wake_max, relay=relay)
             report.follow_ups += await waker.wake(name, n, why="backlog", shard=shard, hop=hop + 1)
     return report, (combine(reports) if reports else None)
 
 
 __all__ = [
+    "FAN_OUT_WINDOW_S",
     "FOLLOW_UP_RESERVE",
     "SHARD",
     "WAKE_BINDING",
