@@ -1,7 +1,7 @@
 """Cloudflare Queues wake-ups (D1QUEUE_WAKE = "queues"): a push sends a small
 message naming its queue, and the Worker's `queue()` consumer drains that
-queue in an invocation of its own, so a job starts within about a second
-instead of at the next cron tick, and a backlog is drained by several
+queue in an invocation of its own, so a job starts at once instead of at
+the next cron tick, and a backlog is drained by several
 invocations at once instead of one cron run a minute.
 
 D1 stays the source of truth. A message carries no job, only "look at this

@@ -32,7 +32,7 @@ WAKE_VARS = ("--var", "D1QUEUE_WAKE_PER_JOBS=5", "--var", "D1QUEUE_WAKE_MAX=2")
 """The free plan's 5 jobs per run (wrangler.toml's D1QUEUE_PLAN), one more
 consumer per 5 due jobs, at most 2 per consumer: a 30-job backlog fans out."""
 QUIET_S = 2.5
-"""Longer than the consumer's max_batch_timeout (1 s) and a drain: after it
+"""Longer than the consumer's max_batch_timeout (0 s) and a drain: after it
 with nothing printed, no delivery is on its way."""
 
 
