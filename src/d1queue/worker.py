@@ -19,10 +19,12 @@ claiming, and whatever D1 refused every time is reported as unsettled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import sys
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar, cast
@@ -145,17 +147,84 @@ class _Started:
                     return stop.value
 
 
-async def _bounded(coro: Coroutine[Any, Any, Any], timeout_s: float) -> None:
-    """Await a handler for at most `timeout_s`, raising what it raised. It runs
-    in the caller's task, not one of its own (on Pyodide a task costs CPU,
-    and the job already has one: see _eager); its first step runs at once,
-    and the timer (a JS setTimeout on Pyodide) is armed only for a handler
-    still running after it."""
+class _Slots:
+    """The drain's handler slots: asyncio.Semaphore's admission (first come,
+    first served) with a synchronous fast path. Taking a free slot and giving
+    it back are two plain calls, where `async with Semaphore` makes and steps
+    three coroutines per job (on Pyodide every one costs CPU). A slot given
+    back while jobs wait passes straight to the first of them."""
+
+    __slots__ = ("_free", "_waiting")
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    def take_now(self) -> bool:
+        """Take a slot if one is free and nobody is waiting for one."""
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        """Wait for a slot (after take_now() said no)."""
+        if self.take_now():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.give()  # handed a slot as it was cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(waiter)
+            raise
+
+    def give(self) -> None:
+        """Give a slot back: to the first job still waiting, else to the pool."""
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
+
+
+async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcome:
+    """Run the job's handler for at most its timeout and decide the outcome
+    from how it ended. It runs in the caller's task, not one of its own (on
+    Pyodide a task costs CPU, and the job already has one: see _eager); its
+    first step runs at once, and the timer (a JS setTimeout on Pyodide) is
+    armed only for a handler still running after it."""
     try:
-        signal = coro.send(None)
-    except StopIteration:
-        return
-    await asyncio.wait_for(_Started(coro, signal), timeout_s)
+        # The handler's coroutine itself, not spec.call's wrapper around it:
+        # one coroutine fewer to make and step per job (the registry admits
+        # only coroutine functions, so this is what call() would await).
+        handler = spec.handler
+        coro = cast(
+            "Coroutine[Any, Any, Any]",
+            handler(job.payload, ctx) if spec.wants_context else handler(job.payload),
+        )
+        try:
+            signal = coro.send(None)
+        except StopIteration:
+            pass
+        else:
+            await asyncio.wait_for(_Started(coro, signal), spec.timeout_s)
+    except Fail as exc:
+        return Outcome(job, "fail", error=f"failed by the handler: {exc}"[:MAX_ERROR_CHARS])
+    except Retry as exc:
+        return retry_or_fail_outcome(
+            job, spec, f"retry requested: {exc}"[:MAX_ERROR_CHARS], exc.delay_s
+        )
+    except TimeoutError:
+        return retry_or_fail_outcome(job, spec, f"timed out after {spec.timeout_s:g}s")
+    except Exception as exc:
+        return retry_or_fail_outcome(job, spec, _describe(exc))
+    return Outcome(job, "complete")
 
 
 def retry_or_fail_outcome(
@@ -175,32 +244,25 @@ async def outcome_of(job: QueuedJob, registry: Registry, ctx: JobContext) -> Out
     return await _attempt(job, registry.get(job.name), ctx)
 
 
-async def _attempt(job: QueuedJob, spec: JobSpec | None, ctx: JobContext) -> Outcome:
-    """outcome_of with the job's spec already looked up (the drain has it)."""
+def _decided(job: QueuedJob, spec: JobSpec | None) -> Outcome | None:
+    """The outcome of a job that must not run (None: run it): its attempts
+    were spent by a worker that died, its payload does not decode, or no
+    handler has its name."""
     if job.exhausted:
         return exhausted_outcome(job)
     if job.payload_error:
         return Outcome(job, "fail", error=job.payload_error)
     if spec is None:
         return Outcome(job, "fail", error=f"no handler is registered for job name {job.name!r}")
-    try:
-        # The handler's coroutine itself, not spec.call's wrapper around it:
-        # one coroutine fewer to make and step per job (the registry admits
-        # only coroutine functions, so this is what call() would await).
-        handler = spec.handler
-        coro = handler(job.payload, ctx) if spec.wants_context else handler(job.payload)
-        await _bounded(cast("Coroutine[Any, Any, Any]", coro), spec.timeout_s)
-    except Fail as exc:
-        return Outcome(job, "fail", error=f"failed by the handler: {exc}"[:MAX_ERROR_CHARS])
-    except Retry as exc:
-        return retry_or_fail_outcome(
-            job, spec, f"retry requested: {exc}"[:MAX_ERROR_CHARS], exc.delay_s
-        )
-    except TimeoutError:
-        return retry_or_fail_outcome(job, spec, f"timed out after {spec.timeout_s:g}s")
-    except Exception as exc:
-        return retry_or_fail_outcome(job, spec, _describe(exc))
-    return Outcome(job, "complete")
+    return None
+
+
+async def _attempt(job: QueuedJob, spec: JobSpec | None, ctx: JobContext) -> Outcome:
+    """outcome_of with the job's spec already looked up."""
+    decided = _decided(job, spec)
+    if decided is not None or spec is None:
+        return cast("Outcome", decided)
+    return await _call(job, spec, ctx)
 
 
 SETTLE_MARGIN_S = 2.0
@@ -288,7 +350,7 @@ async def drain(
         report.elapsed_s = round(monotonic() - start, 3)
         return report
 
-    slots = asyncio.Semaphore(config.concurrency)
+    slots = _Slots(config.concurrency)
 
     async def run(job: QueuedJob) -> Outcome:
         spec = registry.get(job.name)
@@ -300,23 +362,34 @@ async def drain(
                 f"but a drain on this configuration can give a job at most {most} "
                 "(D1QUEUE_PLAN, D1QUEUE_QUERY_BUDGET)",
             )
-        # The budget and the metered queue and env are made only if the
-        # handler reaches for them (DrainContext).
-        ctx = DrainContext(
-            job,
-            parent=meter,
-            declared=spec.subrequests if spec else 0,
-            queue=queue,
-            env=env,
-            http=fetch,
+        # A handler that takes no ctx gets none: nothing can reach its budget.
+        # For one that does, the budget and the metered queue and env are made
+        # only if it reaches for them (DrainContext).
+        ctx = (
+            DrainContext(
+                job,
+                parent=meter,
+                declared=spec.subrequests,
+                queue=queue,
+                env=env,
+                http=fetch,
+            )
+            if spec is not None and spec.wants_context
+            else None
         )
-        async with slots:
-            outcome = await _attempt(job, spec, ctx)
-        refused = ctx.refused
-        if refused is not None and outcome.action == "complete":
+        if not slots.take_now():
+            await slots.take()
+        try:
+            outcome = _decided(job, spec)
+            if outcome is None and spec is not None:
+                outcome = await _call(job, spec, ctx)
+        finally:
+            slots.give()
+        outcome = cast("Outcome", outcome)
+        if ctx is not None and ctx.refused is not None and outcome.action == "complete":
             # The handler caught the refusal and returned: its work is not
             # whole, and this attempt must not count as done.
-            outcome = retry_or_fail_outcome(job, spec, _describe(refused))
+            outcome = retry_or_fail_outcome(job, spec, _describe(ctx.refused))
         return outcome
 
     stop = ""  # why admit() refused the rest of a round's candidates
