@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -157,3 +158,54 @@ def test_batches_skip_the_per_value_check_only_when_json_is_exact(
         assert not fast
         return
     assert (not _has_long_number(text)) == fast
+
+
+async def test_handlers_run_at_most_concurrency_at_once(queue: D1Queue) -> None:
+    reg = Registry()
+    running = 0
+    most = 0
+    order: list[int] = []
+
+    @reg.job("slow")
+    async def slow(payload: Any) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        order.append(payload)
+        await asyncio.sleep(0.01)
+        running -= 1
+
+    @reg.job("quick")
+    async def quick(payload: Any) -> None:
+        order.append(payload)
+
+    for i in range(7):
+        await queue.dispatch("slow" if i % 3 else "quick", i)
+    report = await drain(queue, reg, Config(plan="paid", batch_size=7, concurrency=3))
+    assert report.completed == 7
+    assert most == 3
+    assert order == list(range(7))  # slots are taken first come, first served
+
+
+async def test_a_cancelled_wait_for_a_slot_loses_no_slot() -> None:
+    from d1queue.worker import _Slots
+
+    slots = _Slots(1)
+    assert slots.take_now()
+    assert not slots.take_now()
+    waiter = asyncio.ensure_future(slots.take())
+    handed = asyncio.ensure_future(slots.take())
+    await asyncio.sleep(0)
+    waiter.cancel()  # cancelled while waiting: it leaves the line
+    await asyncio.sleep(0)
+    slots.give()  # to the next in line
+    await handed
+    assert not slots.take_now()
+    late = asyncio.ensure_future(slots.take())
+    await asyncio.sleep(0)
+    slots.give()  # handed to `late`...
+    late.cancel()  # ...which is cancelled before it runs: the slot moves on
+    with pytest.raises(asyncio.CancelledError):
+        await late
+    assert slots.take_now()  # the slot `late` was handed is free again
+    assert not slots.take_now()
