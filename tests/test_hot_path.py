@@ -127,6 +127,35 @@ def test_row_to_job_fast_path_makes_what_the_general_path_makes(changes: dict[st
 
 
 @pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"locked_until": 5_000},
+        {"locked_until": None},
+        {"reserved_at": 800, "locked_until": 2_000, "reservation": "t"},
+        {"payload": "null"},
+        {"payload": " 1"},
+        {"payload": "{"},
+        {"payload": "[" * 70 + "]" * 70},
+        {"payload": '{"a":' + "1" * 70 + "}"},
+        {"payload": None},
+        {"attempts": 1.0},
+        {"unique_key": None, "last_error": None},
+    ],
+)
+def test_a_row_read_by_position_makes_the_job_its_dict_makes(changes: dict[str, Any]) -> None:
+    from d1queue.job import row_to_job, values_to_job
+
+    row = {**_ROW, **changes}
+    by_position = values_to_job([row[c] for c in sql.JOB_COLUMN_NAMES])
+    by_name = row_to_job(row)
+    assert by_position == by_name
+    assert (by_position.held, by_position.payload_error) == (by_name.held, by_name.payload_error)
+    assert list(by_position.__dict__.items()) == list(by_name.__dict__.items())
+    assert repr(by_position) == repr(by_name)
+
+
+@pytest.mark.parametrize(
     ("params", "fast"),
     [
         (("a", 1, 2.5, None, True), True),

@@ -17,9 +17,10 @@ cross as one JSON text that `JSON.parse` turns into JS values (JSON null is
 the SQL NULL a raw binding needs) and are bound by one `Array.map` per run
 of statements sharing a SQL text, and the results come back as one JSON
 text (D1 itself sent them as JSON, so nothing is lost) for `json.loads`.
-A run of writes that return no rows crosses without the parts of `meta`
-nobody reads (a JSON.stringify allowlist): most of a settle or claim batch's
-text was `meta` the driver never looked at.
+A batch's `meta` crosses without the parts nobody reads (a JSON.stringify
+allowlist): most of a settle or claim batch's text was `meta` the driver
+never looked at. Rows cross on their own, as lists of values where the
+caller knows the columns (`positional`): no column names to carry and hash.
 """
 
 from __future__ import annotations
@@ -86,7 +87,9 @@ class RetryPolicy:
 class Result:
     """One statement's outcome, as plain Python."""
 
-    rows: list[dict[str, Any]]
+    rows: list[Any]
+    """Dicts by column name; lists of values in column order for a
+    `positional` read."""
     changes: int = 0
     last_row_id: int | None = None
     rows_read: int = 0
@@ -181,10 +184,24 @@ def returns_no_rows(sql: str) -> bool:
     return head.startswith(_WRITE_VERBS) and "RETURNING" not in head
 
 
-WRITE_RESULT_KEYS = ("meta", "results", "changes", "last_row_id", "rows_read", "rows_written")
-"""What `_decode` reads of a write's result: JSON.stringify's allowlist for a
-run of writes. An allowlist applies at every depth, so it is used only where
-`results` is known to be empty (returns_no_rows)."""
+def _reading(statements: Sequence[Statement]) -> list[int]:
+    """The positions of the statements that may return rows."""
+    out = []
+    last = None
+    reads = False
+    for i, (sql, _) in enumerate(statements):
+        if sql is not last:
+            last = sql
+            reads = not returns_no_rows(sql)
+        if reads:
+            out.append(i)
+    return out
+
+
+META_KEYS = ("meta", "changes", "last_row_id", "rows_read", "rows_written")
+"""What the driver reads of a statement's result besides its rows:
+JSON.stringify's allowlist for a batch's results (an allowlist applies at
+every depth, so rows, where a statement has them, cross on their own)."""
 
 
 def _result(raw: Any) -> Result:
@@ -210,6 +227,26 @@ def _decode(raw: Mapping[str, Any]) -> Result:
         int(meta.get("rows_read") or 0),
         int(meta.get("rows_written") or 0),
     )
+
+
+def _decode_metas(parsed: list[Any]) -> list[Result]:
+    """Results from `[{"meta": {...}}, ...]` (the META_KEYS allowlist's text,
+    parsed), rows left empty: one comprehension, not a call per statement.
+    A result missing a key (a binding reporting no rows_read, say) takes
+    `_decode`, which makes the same Result from whatever it has."""
+    try:
+        return [
+            Result(
+                [],
+                m["changes"] or 0,
+                m.get("last_row_id"),
+                m["rows_read"] or 0,
+                m["rows_written"] or 0,
+            )
+            for m in [r["meta"] for r in parsed]
+        ]
+    except (KeyError, TypeError):
+        return [_decode(r) for r in parsed]
 
 
 def _blobs_to_bytes(results: list[dict[str, Any]]) -> None:
@@ -349,7 +386,8 @@ class Binding:
             call = js.Function.prototype.call
             self._map = call.bind(js.Array.prototype.map)
             self._slice = call.bind(js.Array.prototype.slice)
-            self._write_keys = self._to_js(list(WRITE_RESULT_KEYS))
+            self._meta_keys = self._to_js(list(META_KEYS))
+            self._values = js.Object.values
         self._slots = asyncio.Semaphore(max_in_flight)
 
     def _prepare(self, sql: str, params: Sequence[Any]) -> Any:
@@ -437,29 +475,40 @@ class Binding:
             _blobs_to_bytes(plain if isinstance(plain, list) else [plain])
         return plain
 
-    def _js_batch_results(self, raw: Any, statements: Sequence[Statement]) -> list[Any]:
-        """A batch's JS results as plain Python: each run of writes that
-        return no rows (returns_no_rows) crosses with only the keys `_decode`
-        reads (WRITE_RESULT_KEYS), any other run whole (`_js_results`)."""
-        writes = [returns_no_rows(sql) for sql, _ in statements]
-        if not any(writes):
-            return list(self._js_results(raw))
-        if all(writes):
-            return list(json_loads(self._stringify(raw, self._write_keys)))
-        out: list[Any] = []
-        start = 0
-        n = len(statements)
-        while start < n:
-            stop = start + 1
-            while stop < n and writes[stop] == writes[start]:
-                stop += 1
-            part = self._slice(raw, start, stop)
-            if writes[start]:
-                out += json_loads(self._stringify(part, self._write_keys))
-            else:
-                out += self._js_results(part)
-            start = stop
+    def _js_rows(self, rows: Any, positional: bool) -> list[Any]:
+        """One statement's JS rows as Python in one stringify: dicts, or with
+        `positional` lists of their values in column order (`Object.values`
+        mapped in JS: no column names to carry across, parse and hash)."""
+        if not positional:
+            text: str = self._stringify(rows)
+            dicts: list[dict[str, Any]] = json_loads(text)
+            if '":[' in text:  # some cell is a BLOB
+                _blobs_to_bytes([{"results": dicts}])
+            return dicts
+        text = self._stringify(self._map(rows, self._values))
+        out: list[Any] = json_loads(text)
+        if text.count("[") != len(out) + 1:  # some cell is a BLOB, or a '[' in a text
+            for row in out:
+                for i, value in enumerate(row):
+                    if type(value) is list:
+                        row[i] = bytes(value)
         return out
+
+    def _js_batch_results(
+        self, raw: Any, statements: Sequence[Statement], positional: bool
+    ) -> list[Result]:
+        """A batch's JS results as Results. A batch of reads (dict rows) crosses
+        whole in one stringify. Otherwise every statement's `meta` crosses in
+        one stringify with the META_KEYS allowlist (most of a write's result
+        is `meta` nobody reads), and each statement that returns rows sends
+        its rows on their own (`_js_rows`)."""
+        reads = _reading(statements)
+        if len(reads) == len(statements) and not positional:
+            return [_decode(r) for r in self._js_results(raw)]
+        results = _decode_metas(json_loads(self._stringify(raw, self._meta_keys)))
+        for i in reads:
+            results[i].rows = self._js_rows(raw[i].results, positional)
+        return results
 
     def _count(self, statements: Sequence[Statement], results: list[Result], t0: float) -> None:
         u = self.usage
@@ -501,19 +550,31 @@ class Binding:
         twin.meter = meter
         return twin
 
-    async def run(self, sql: str, *params: Any) -> Result:
-        """One statement, one round trip."""
+    async def run(self, sql: str, *params: Any, positional: bool = False) -> Result:
+        """One statement, one round trip. With `positional`, rows are lists of
+        their values in the statement's column order, not dicts: for callers
+        that know the columns (cheaper to carry over from JS and to read)."""
         async with self._slots:
             t0 = time.perf_counter()
             raw, resent = await self._send(lambda: self._prepare(sql, params).all())
-            result = _decode(self._js_results(raw)) if self._raw else _result(raw)
+            if not self._raw:
+                result = _result(raw)
+                if positional:
+                    result.rows = [list(row.values()) for row in result.rows]
+            elif positional:
+                (result,) = _decode_metas([json_loads(self._stringify(raw, self._meta_keys))])
+                result.rows = self._js_rows(raw.results, True)
+            else:
+                result = _decode(self._js_results(raw))
             result.resent = resent
             self._count([(sql, params)], [result], t0)
             return result
 
-    async def batch(self, statements: Sequence[Statement]) -> list[Result]:
+    async def batch(
+        self, statements: Sequence[Statement], *, positional: bool = False
+    ) -> list[Result]:
         """Several statements in one round trip and one transaction: all apply
-        or none do."""
+        or none do. `positional`: rows as lists of values (see run)."""
         if not statements:
             return []
 
@@ -527,9 +588,12 @@ class Binding:
             t0 = time.perf_counter()
             raw, resent = await self._send(send)
             if self._raw:
-                results = [_decode(r) for r in self._js_batch_results(raw, statements)]
+                results = self._js_batch_results(raw, statements, positional)
             else:
                 results = [_result(r) for r in _plain(raw)]
+                if positional:
+                    for r in results:
+                        r.rows = [list(row.values()) for row in r.rows]
             for r in results:
                 r.resent = resent
             self._count(statements, results, t0)
