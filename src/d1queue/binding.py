@@ -385,7 +385,7 @@ class Binding:
             # an attribute lookup on the proxy and then the call.
             call = js.Function.prototype.call
             self._map = call.bind(js.Array.prototype.map)
-            self._slice = call.bind(js.Array.prototype.slice)
+            self._concat = call.bind(js.Array.prototype.concat)
             self._meta_keys = self._to_js(list(META_KEYS))
             self._values = js.Object.values
         self._slots = asyncio.Semaphore(max_in_flight)
@@ -433,16 +433,18 @@ class Binding:
         runs = _plain_runs(statements)
         if runs is not None:
             sqls, groups = runs
+            one = len(sqls) == 1
             try:
-                text = _dumps_strict(groups)
+                text = _dumps_strict(groups[0] if one else groups)
             except (TypeError, ValueError):  # NaN or infinity: the checked path says
                 text = ""
             if text and not _has_long_number(text):
+                if one:
+                    return self._map(self._parse(text), self._binder(sqls[0]))
                 arrays = self._parse(text)
-                if len(sqls) == 1:
-                    return self._map(arrays[0], self._binder(sqls[0]))
-                parts = [self._map(arrays[i], self._binder(q)) for i, q in enumerate(sqls)]
-                return parts[0].concat(*parts[1:])
+                return self._concat(
+                    *[self._map(arrays[i], self._binder(q)) for i, q in enumerate(sqls)]
+                )
         return self._js_batch_checked(statements)
 
     def _js_batch_checked(self, statements: Sequence[Statement]) -> Any:
@@ -464,8 +466,9 @@ class Binding:
         arrays = self._parse(text)
         if len(runs) == 1:
             return self._map(arrays[0], self._binder(runs[0][0]))
-        parts = [self._map(arrays[i], self._binder(sql)) for i, (sql, _) in enumerate(runs)]
-        return parts[0].concat(*parts[1:])
+        return self._concat(
+            *[self._map(arrays[i], self._binder(sql)) for i, (sql, _) in enumerate(runs)]
+        )
 
     def _js_results(self, raw: Any) -> Any:
         """A JS result (or Array of them) as plain Python, in one crossing."""

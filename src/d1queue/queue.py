@@ -104,6 +104,8 @@ def noted(last_error: str | None) -> str:
 def interleave(lists: Sequence[Sequence[QueuedJob]]) -> list[QueuedJob]:
     """The first of each list, then the second of each, and so on: a round
     over several queues offers each its turn before any gets a second."""
+    if len(lists) == 1:
+        return list(lists[0])
     out: list[QueuedJob] = []
     for i in range(max((len(xs) for xs in lists), default=0)):
         out += [xs[i] for xs in lists if i < len(xs)]
@@ -475,6 +477,11 @@ class D1Queue:
         spans: list[int] = []
         statements: list[Statement] = []
         for outcome in outcomes:
+            if outcome.action == "complete":  # the usual one, without a call
+                job = outcome.job
+                statements.append((sql.DELETE_HELD, (job.id, job.reservation)))
+                spans.append(1)
+                continue
             stmts = self._statements(outcome, now)
             spans.append(len(stmts))
             statements += stmts
@@ -546,10 +553,15 @@ class D1Queue:
         was not deleted by us."""
         marks: list[Mark] = []
         unsure: list[int] = []
-        i = 0
-        for n, (outcome, span) in enumerate(zip(outcomes, spans, strict=True)):
-            first = results[i]
-            i += span
+        if len(results) == len(outcomes):  # one statement each: nothing fails
+            firsts: Sequence[Result] = results
+        else:
+            firsts = []
+            i = 0
+            for span in spans:
+                firsts.append(results[i])
+                i += span
+        for n, (outcome, first) in enumerate(zip(outcomes, firsts, strict=True)):
             resent = first.resent or maybe_sent
             if first.changes == 1:
                 marks.append("resent" if resent else "written")

@@ -27,6 +27,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import asdict, dataclass, field, replace
+from heapq import heapreplace
 from typing import Any, TypeVar, cast
 
 from .config import ALL_QUEUES, Config, ConfigError
@@ -406,21 +407,23 @@ async def drain(
         nonlocal stop
         room = left()
         elapsed = monotonic() - start
+        lease = queue.reservation_s
         chosen: list[QueuedJob] = []
         # When each handler slot frees at the latest, the chosen jobs started
         # in order and each running its whole timeout: a candidate is held
         # from the claim until the earliest slot frees and it has run too.
+        # (A heap: its first is the earliest; which of equal ones is taken
+        # makes no difference.)
         slots = [0.0] * config.concurrency
         declared = 0
         for job in candidates:
             spec = registry.get(job.name)
             need = spec.subrequests if spec and spec.subrequests <= most else 0
-            slot = slots.index(min(slots))
-            held_for = slots[slot] + (spec.timeout_s if spec else 0.0)
+            held_for = slots[0] + (spec.timeout_s if spec else 0.0)
             if window_s is not None and elapsed + held_for + SETTLE_MARGIN_S > window_s:
                 stop = stop or "window"
                 continue  # too long for this invocation: the cron runs it
-            if held_for + SETTLE_MARGIN_S > queue.reservation_s:
+            if held_for + SETTLE_MARGIN_S > lease:
                 stop = stop or "lease"  # it would wait for a slot past its lease
                 break
             if claim_and_settle(len(chosen) + 1) + declared + need > room:
@@ -428,7 +431,7 @@ async def drain(
                 break
             chosen.append(job)
             declared += need
-            slots[slot] = held_for
+            heapreplace(slots, held_for)
         return chosen
 
     listed = list(config.listed_queues)
