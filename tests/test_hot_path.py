@@ -217,9 +217,9 @@ async def test_handlers_run_at_most_concurrency_at_once(queue: D1Queue) -> None:
 
 
 async def test_a_cancelled_wait_for_a_slot_loses_no_slot() -> None:
-    from d1queue.worker import _Slots
+    from d1queue.limits import Slots
 
-    slots = _Slots(1)
+    slots = Slots(1)
     assert slots.take_now()
     assert not slots.take_now()
     waiter = asyncio.ensure_future(slots.take())

@@ -35,10 +35,11 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from .bounds import MAX_SAFE_INT
-from .limits import Meter
+from .limits import Meter, Slots
 
 Statement = tuple[str, Sequence[Any]]
 
@@ -97,6 +98,10 @@ class Result:
     resent: bool = False
     """This answer is to a re-send, after an error that may have come after
     the first send committed: `changes == 0` may mean "already done by us"."""
+
+
+_rows_read = attrgetter("rows_read")
+_rows_written = attrgetter("rows_written")
 
 
 @dataclass
@@ -388,7 +393,7 @@ class Binding:
             self._concat = call.bind(js.Array.prototype.concat)
             self._meta_keys = self._to_js(list(META_KEYS))
             self._values = js.Object.values
-        self._slots = asyncio.Semaphore(max_in_flight)
+        self._slots = Slots(max_in_flight)
 
     def _prepare(self, sql: str, params: Sequence[Any]) -> Any:
         if not self._raw:
@@ -518,9 +523,8 @@ class Binding:
         u.queries += 1
         u.statements += len(statements)
         u.seconds += time.perf_counter() - t0
-        for r in results:
-            u.rows_read += r.rows_read
-            u.rows_written += r.rows_written
+        u.rows_read += sum(map(_rows_read, results))
+        u.rows_written += sum(map(_rows_written, results))
 
     async def _send(self, send: Any) -> tuple[Any, bool]:
         """Await `send()`, again after a transient D1 error (bounded). Every
@@ -557,7 +561,10 @@ class Binding:
         """One statement, one round trip. With `positional`, rows are lists of
         their values in the statement's column order, not dicts: for callers
         that know the columns (cheaper to carry over from JS and to read)."""
-        async with self._slots:
+        slots = self._slots
+        if not slots.take_now():
+            await slots.take()
+        try:
             t0 = time.perf_counter()
             raw, resent = await self._send(lambda: self._prepare(sql, params).all())
             if not self._raw:
@@ -572,6 +579,8 @@ class Binding:
             result.resent = resent
             self._count([(sql, params)], [result], t0)
             return result
+        finally:
+            slots.give()
 
     async def batch(
         self, statements: Sequence[Statement], *, positional: bool = False
@@ -587,7 +596,10 @@ class Binding:
                 return self.db.batch(self._js_batch(statements))
             return self.db.batch([self._prepare(sql, params) for sql, params in statements])
 
-        async with self._slots:
+        slots = self._slots
+        if not slots.take_now():
+            await slots.take()
+        try:
             t0 = time.perf_counter()
             raw, resent = await self._send(send)
             if self._raw:
@@ -597,7 +609,10 @@ class Binding:
                 if positional:
                     for r in results:
                         r.rows = [list(row.values()) for row in r.rows]
-            for r in results:
-                r.resent = resent
+            if resent:
+                for r in results:
+                    r.resent = True
             self._count(statements, results, t0)
             return results
+        finally:
+            slots.give()

@@ -19,12 +19,10 @@ claiming, and whatever D1 refused every time is reported as unsettled.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import sys
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import asdict, dataclass, field, replace
 from heapq import heapreplace
@@ -34,7 +32,7 @@ from .config import ALL_QUEUES, Config, ConfigError
 from .context import DrainContext, Fetch, JobContext
 from .errors import Fail, Retry
 from .job import QueuedJob
-from .limits import PLANS, Meter
+from .limits import PLANS, Meter, Slots
 from .queue import D1Queue, Mark, Outcome, exhausted_outcome
 from .registry import Backoff, JobSpec, Registry
 from .stats import RunCounts
@@ -146,52 +144,6 @@ class _Started:
                     signal = coro.send(sent)
                 except StopIteration as stop:
                     return stop.value
-
-
-class _Slots:
-    """The drain's handler slots: asyncio.Semaphore's admission (first come,
-    first served) with a synchronous fast path. Taking a free slot and giving
-    it back are two plain calls, where `async with Semaphore` makes and steps
-    three coroutines per job (on Pyodide every one costs CPU). A slot given
-    back while jobs wait passes straight to the first of them."""
-
-    __slots__ = ("_free", "_waiting")
-
-    def __init__(self, n: int) -> None:
-        self._free = n
-        self._waiting: deque[asyncio.Future[None]] = deque()
-
-    def take_now(self) -> bool:
-        """Take a slot if one is free and nobody is waiting for one."""
-        if self._free > 0 and not self._waiting:
-            self._free -= 1
-            return True
-        return False
-
-    async def take(self) -> None:
-        """Wait for a slot (after take_now() said no)."""
-        if self.take_now():
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
-        try:
-            await waiter
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self.give()  # handed a slot as it was cancelled: pass it on
-            else:
-                with contextlib.suppress(ValueError):
-                    self._waiting.remove(waiter)
-            raise
-
-    def give(self) -> None:
-        """Give a slot back: to the first job still waiting, else to the pool."""
-        while self._waiting:
-            waiter = self._waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._free += 1
 
 
 async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcome:
@@ -351,7 +303,7 @@ async def drain(
         report.elapsed_s = round(monotonic() - start, 3)
         return report
 
-    slots = _Slots(config.concurrency)
+    slots = Slots(config.concurrency)
 
     async def run(job: QueuedJob) -> Outcome:
         spec = registry.get(job.name)
@@ -451,21 +403,26 @@ async def drain(
     counts = RunCounts()  # for the per-minute counters (stats.py)
 
     def record(outcomes: list[Outcome], marks: list[Mark]) -> None:
+        add = counts.add
         for outcome, mark in zip(outcomes, marks, strict=True):
-            if mark in ("written", "resent"):
-                counts.add(outcome.job.queue, outcome.action)
-            if mark == "stale":
+            action = outcome.action
+            if mark == "written":
+                add(outcome.job.queue, action)
+            elif mark == "resent":
+                add(outcome.job.queue, action)
+                report.resent += 1
+            elif mark == "stale":
                 report.stale += 1
-            elif mark == "unsettled":
+                continue
+            else:  # unsettled
                 report.unsettled.append(outcome.job.id)
-            elif outcome.action == "complete":
+                continue
+            if action == "complete":
                 report.completed += 1
-            elif outcome.action == "retry":
+            elif action == "retry":
                 report.retried += 1
             else:
                 report.failed += 1
-            if mark == "resent":
-                report.resent += 1
 
     while True:
         if not active:
@@ -478,7 +435,7 @@ async def drain(
             report.stopped = "max_jobs"
             break
         room = left()
-        owed = sum(2 if o.action == "fail" else 1 for o in pending)
+        owed = len(pending) + [o.action for o in pending].count("fail")
         k = min(config.batch_size, config.job_cap - report.claimed)
         # The round's queues: as many as it has jobs to claim, in turn.
         m = min(len(active), k)
