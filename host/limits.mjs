@@ -165,9 +165,13 @@ const mainNow = threadNow ?? (() => {
 // (tests/runtime/conftest.py, the Makefile); describe() says which is on.
 const ACF = '--experimental-async-context-frame';
 export const ASYNC_CONTEXT_FRAME = (() => {
-  const flags = [...process.execArgv, ...(process.env.NODE_OPTIONS ?? '').split(/\s+/)];
-  if (flags.includes('--no-async-context-frame')) return false;
-  return flags.includes(ACF) || Number(process.versions.node.split('.')[0]) >= 24;
+  let on = Number(process.versions.node.split('.')[0]) >= 24;
+  // NODE_OPTIONS first, then the command line, the last word winning.
+  for (const flag of [...(process.env.NODE_OPTIONS ?? '').split(/\s+/), ...process.execArgv]) {
+    if (flag === ACF || flag === '--async-context-frame') on = true;
+    else if (flag === '--no-experimental-async-context-frame' || flag === '--no-async-context-frame') on = false;
+  }
+  return on;
 })();
 
 function cpuError() {
