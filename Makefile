@@ -94,7 +94,7 @@ else
 	@echo "make dev: serving the Worker with the offline host (wrangler dev would download Cloudflare's Python runtime; RUNTIME=cloudflare uses it)"
 	@echo "make dev: API token for Authorization: Bearer ... is in .dev.vars"
 	$(if $(DEV_CONFIG),$(PY) tools/wake_config.py --write)
-	node --experimental-async-context-frame host/host.mjs --port $(PORT) --crons --plan $(PLAN) $(DEV_CONFIG)
+	node host/host.mjs --port $(PORT) --crons --plan $(PLAN) $(DEV_CONFIG)
 endif
 
 # Local secrets for make dev: a fresh API token, made once.

@@ -152,28 +152,6 @@ const mainNow = threadNow ?? (() => {
   };
 })();
 
-// How AsyncLocalStorage (the invocation's store, above) follows the Worker's
-// promises. Without Node's async-context-frame, ALS runs async_hooks' promise
-// hooks, JS called by V8 for every promise created, awaited and settled, on
-// the main thread and inside the Worker's steps: Pyodide's awaits and the D1
-// binding's promises paid for the host's accounting (measured: about 12 % of
-// a no-op drained job's CPU). workerd tracks async context with V8's
-// continuation-preserved embedder data (src/workerd/jsg/async-context.h),
-// which runs no JS per promise, and a Python Worker uses no ALS at all; with
-// --experimental-async-context-frame (Node 22; the default from Node 24)
-// Node's ALS uses the same V8 mechanism. The launchers pass it
-// (tests/runtime/conftest.py, the Makefile); describe() says which is on.
-const ACF = '--experimental-async-context-frame';
-export const ASYNC_CONTEXT_FRAME = (() => {
-  let on = Number(process.versions.node.split('.')[0]) >= 24;
-  // NODE_OPTIONS first, then the command line, the last word winning.
-  for (const flag of [...(process.env.NODE_OPTIONS ?? '').split(/\s+/), ...process.execArgv]) {
-    if (flag === ACF || flag === '--async-context-frame') on = true;
-    else if (flag === '--no-experimental-async-context-frame' || flag === '--no-async-context-frame') on = false;
-  }
-  return on;
-})();
-
 function cpuError() {
   const e = new Error(PYTHON_CPU_EXCEEDED);
   e.name = 'CpuLimitExceeded';
@@ -209,7 +187,7 @@ export class Limits {
     if (!this.enabled) return 'limits off';
     const c = this.caps;
     return `${this.plan} plan limits: ${c.subrequests} subrequests, ${c.d1Queries} D1 queries, ` +
-      `${c.cpuMs} ms CPU (${CPU_CLOCK} clock${ASYNC_CONTEXT_FRAME ? '' : `; without ${ACF} the host's promise hooks are charged too`})${this.enforceCpu ? '' : ' (warn only)'}, waitUntil ${this.waitUntilMs / 1000} s, ` +
+      `${c.cpuMs} ms CPU (${CPU_CLOCK} clock)${this.enforceCpu ? '' : ' (warn only)'}, waitUntil ${this.waitUntilMs / 1000} s, ` +
       `scheduled ${this.scheduledMs / 1000} s`;
   }
 

