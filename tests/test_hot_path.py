@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -126,6 +127,35 @@ def test_row_to_job_fast_path_makes_what_the_general_path_makes(changes: dict[st
 
 
 @pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"locked_until": 5_000},
+        {"locked_until": None},
+        {"reserved_at": 800, "locked_until": 2_000, "reservation": "t"},
+        {"payload": "null"},
+        {"payload": " 1"},
+        {"payload": "{"},
+        {"payload": "[" * 70 + "]" * 70},
+        {"payload": '{"a":' + "1" * 70 + "}"},
+        {"payload": None},
+        {"attempts": 1.0},
+        {"unique_key": None, "last_error": None},
+    ],
+)
+def test_a_row_read_by_position_makes_the_job_its_dict_makes(changes: dict[str, Any]) -> None:
+    from d1queue.job import row_to_job, values_to_job
+
+    row = {**_ROW, **changes}
+    by_position = values_to_job([row[c] for c in sql.JOB_COLUMN_NAMES])
+    by_name = row_to_job(row)
+    assert by_position == by_name
+    assert (by_position.held, by_position.payload_error) == (by_name.held, by_name.payload_error)
+    assert list(by_position.__dict__.items()) == list(by_name.__dict__.items())
+    assert repr(by_position) == repr(by_name)
+
+
+@pytest.mark.parametrize(
     ("params", "fast"),
     [
         (("a", 1, 2.5, None, True), True),
@@ -157,3 +187,54 @@ def test_batches_skip_the_per_value_check_only_when_json_is_exact(
         assert not fast
         return
     assert (not _has_long_number(text)) == fast
+
+
+async def test_handlers_run_at_most_concurrency_at_once(queue: D1Queue) -> None:
+    reg = Registry()
+    running = 0
+    most = 0
+    order: list[int] = []
+
+    @reg.job("slow")
+    async def slow(payload: Any) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        order.append(payload)
+        await asyncio.sleep(0.01)
+        running -= 1
+
+    @reg.job("quick")
+    async def quick(payload: Any) -> None:
+        order.append(payload)
+
+    for i in range(7):
+        await queue.dispatch("slow" if i % 3 else "quick", i)
+    report = await drain(queue, reg, Config(plan="paid", batch_size=7, concurrency=3))
+    assert report.completed == 7
+    assert most == 3
+    assert order == list(range(7))  # slots are taken first come, first served
+
+
+async def test_a_cancelled_wait_for_a_slot_loses_no_slot() -> None:
+    from d1queue.limits import Slots
+
+    slots = Slots(1)
+    assert slots.take_now()
+    assert not slots.take_now()
+    waiter = asyncio.ensure_future(slots.take())
+    handed = asyncio.ensure_future(slots.take())
+    await asyncio.sleep(0)
+    waiter.cancel()  # cancelled while waiting: it leaves the line
+    await asyncio.sleep(0)
+    slots.give()  # to the next in line
+    await handed
+    assert not slots.take_now()
+    late = asyncio.ensure_future(slots.take())
+    await asyncio.sleep(0)
+    slots.give()  # handed to `late`...
+    late.cancel()  # ...which is cancelled before it runs: the slot moves on
+    with pytest.raises(asyncio.CancelledError):
+        await late
+    assert slots.take_now()  # the slot `late` was handed is free again
+    assert not slots.take_now()

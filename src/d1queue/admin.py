@@ -62,9 +62,12 @@ class _ReadAlong(Binding):
         self._reads = list(reads)
         self.read: list[Result] | None = None
 
-    async def batch(self, statements: Sequence[Statement]) -> list[Result]:
-        if self.read is not None or not statements:
-            return await super().batch(statements)
+    async def batch(
+        self, statements: Sequence[Statement], *, positional: bool = False
+    ) -> list[Result]:
+        if self.read is not None or not statements or positional:
+            # (The reads' rows are read by name: a positional batch goes alone.)
+            return await super().batch(statements, positional=positional)
         results = await super().batch([*statements, *self._reads])
         self.read = results[len(statements) :]
         return results[: len(statements)]

@@ -17,9 +17,10 @@ cross as one JSON text that `JSON.parse` turns into JS values (JSON null is
 the SQL NULL a raw binding needs) and are bound by one `Array.map` per run
 of statements sharing a SQL text, and the results come back as one JSON
 text (D1 itself sent them as JSON, so nothing is lost) for `json.loads`.
-A run of writes that return no rows crosses without the parts of `meta`
-nobody reads (a JSON.stringify allowlist): most of a settle or claim batch's
-text was `meta` the driver never looked at.
+A batch's `meta` crosses without the parts nobody reads (a JSON.stringify
+allowlist): most of a settle or claim batch's text was `meta` the driver
+never looked at. Rows cross on their own, as lists of values where the
+caller knows the columns (`positional`): no column names to carry and hash.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from .bounds import MAX_SAFE_INT
-from .limits import Meter
+from .limits import Meter, Slots
 
 Statement = tuple[str, Sequence[Any]]
 
@@ -86,7 +88,9 @@ class RetryPolicy:
 class Result:
     """One statement's outcome, as plain Python."""
 
-    rows: list[dict[str, Any]]
+    rows: list[Any]
+    """Dicts by column name; lists of values in column order for a
+    `positional` read."""
     changes: int = 0
     last_row_id: int | None = None
     rows_read: int = 0
@@ -94,6 +98,10 @@ class Result:
     resent: bool = False
     """This answer is to a re-send, after an error that may have come after
     the first send committed: `changes == 0` may mean "already done by us"."""
+
+
+_rows_read = attrgetter("rows_read")
+_rows_written = attrgetter("rows_written")
 
 
 @dataclass
@@ -181,10 +189,24 @@ def returns_no_rows(sql: str) -> bool:
     return head.startswith(_WRITE_VERBS) and "RETURNING" not in head
 
 
-WRITE_RESULT_KEYS = ("meta", "results", "changes", "last_row_id", "rows_read", "rows_written")
-"""What `_decode` reads of a write's result: JSON.stringify's allowlist for a
-run of writes. An allowlist applies at every depth, so it is used only where
-`results` is known to be empty (returns_no_rows)."""
+def _reading(statements: Sequence[Statement]) -> list[int]:
+    """The positions of the statements that may return rows."""
+    out = []
+    last = None
+    reads = False
+    for i, (sql, _) in enumerate(statements):
+        if sql is not last:
+            last = sql
+            reads = not returns_no_rows(sql)
+        if reads:
+            out.append(i)
+    return out
+
+
+META_KEYS = ("meta", "changes", "last_row_id", "rows_read", "rows_written")
+"""What the driver reads of a statement's result besides its rows:
+JSON.stringify's allowlist for a batch's results (an allowlist applies at
+every depth, so rows, where a statement has them, cross on their own)."""
 
 
 def _result(raw: Any) -> Result:
@@ -210,6 +232,26 @@ def _decode(raw: Mapping[str, Any]) -> Result:
         int(meta.get("rows_read") or 0),
         int(meta.get("rows_written") or 0),
     )
+
+
+def _decode_metas(parsed: list[Any]) -> list[Result]:
+    """Results from `[{"meta": {...}}, ...]` (the META_KEYS allowlist's text,
+    parsed), rows left empty: one comprehension, not a call per statement.
+    A result missing a key (a binding reporting no rows_read, say) takes
+    `_decode`, which makes the same Result from whatever it has."""
+    try:
+        return [
+            Result(
+                [],
+                m["changes"] or 0,
+                m.get("last_row_id"),
+                m["rows_read"] or 0,
+                m["rows_written"] or 0,
+            )
+            for m in [r["meta"] for r in parsed]
+        ]
+    except (KeyError, TypeError):
+        return [_decode(r) for r in parsed]
 
 
 def _blobs_to_bytes(results: list[dict[str, Any]]) -> None:
@@ -348,9 +390,10 @@ class Binding:
             # an attribute lookup on the proxy and then the call.
             call = js.Function.prototype.call
             self._map = call.bind(js.Array.prototype.map)
-            self._slice = call.bind(js.Array.prototype.slice)
-            self._write_keys = self._to_js(list(WRITE_RESULT_KEYS))
-        self._slots = asyncio.Semaphore(max_in_flight)
+            self._concat = call.bind(js.Array.prototype.concat)
+            self._meta_keys = self._to_js(list(META_KEYS))
+            self._values = js.Object.values
+        self._slots = Slots(max_in_flight)
 
     def _prepare(self, sql: str, params: Sequence[Any]) -> Any:
         if not self._raw:
@@ -395,16 +438,18 @@ class Binding:
         runs = _plain_runs(statements)
         if runs is not None:
             sqls, groups = runs
+            one = len(sqls) == 1
             try:
-                text = _dumps_strict(groups)
+                text = _dumps_strict(groups[0] if one else groups)
             except (TypeError, ValueError):  # NaN or infinity: the checked path says
                 text = ""
             if text and not _has_long_number(text):
+                if one:
+                    return self._map(self._parse(text), self._binder(sqls[0]))
                 arrays = self._parse(text)
-                if len(sqls) == 1:
-                    return self._map(arrays[0], self._binder(sqls[0]))
-                parts = [self._map(arrays[i], self._binder(q)) for i, q in enumerate(sqls)]
-                return parts[0].concat(*parts[1:])
+                return self._concat(
+                    *[self._map(arrays[i], self._binder(q)) for i, q in enumerate(sqls)]
+                )
         return self._js_batch_checked(statements)
 
     def _js_batch_checked(self, statements: Sequence[Statement]) -> Any:
@@ -426,8 +471,9 @@ class Binding:
         arrays = self._parse(text)
         if len(runs) == 1:
             return self._map(arrays[0], self._binder(runs[0][0]))
-        parts = [self._map(arrays[i], self._binder(sql)) for i, (sql, _) in enumerate(runs)]
-        return parts[0].concat(*parts[1:])
+        return self._concat(
+            *[self._map(arrays[i], self._binder(sql)) for i, (sql, _) in enumerate(runs)]
+        )
 
     def _js_results(self, raw: Any) -> Any:
         """A JS result (or Array of them) as plain Python, in one crossing."""
@@ -437,38 +483,48 @@ class Binding:
             _blobs_to_bytes(plain if isinstance(plain, list) else [plain])
         return plain
 
-    def _js_batch_results(self, raw: Any, statements: Sequence[Statement]) -> list[Any]:
-        """A batch's JS results as plain Python: each run of writes that
-        return no rows (returns_no_rows) crosses with only the keys `_decode`
-        reads (WRITE_RESULT_KEYS), any other run whole (`_js_results`)."""
-        writes = [returns_no_rows(sql) for sql, _ in statements]
-        if not any(writes):
-            return list(self._js_results(raw))
-        if all(writes):
-            return list(json_loads(self._stringify(raw, self._write_keys)))
-        out: list[Any] = []
-        start = 0
-        n = len(statements)
-        while start < n:
-            stop = start + 1
-            while stop < n and writes[stop] == writes[start]:
-                stop += 1
-            part = self._slice(raw, start, stop)
-            if writes[start]:
-                out += json_loads(self._stringify(part, self._write_keys))
-            else:
-                out += self._js_results(part)
-            start = stop
+    def _js_rows(self, rows: Any, positional: bool) -> list[Any]:
+        """One statement's JS rows as Python in one stringify: dicts, or with
+        `positional` lists of their values in column order (`Object.values`
+        mapped in JS: no column names to carry across, parse and hash)."""
+        if not positional:
+            text: str = self._stringify(rows)
+            dicts: list[dict[str, Any]] = json_loads(text)
+            if '":[' in text:  # some cell is a BLOB
+                _blobs_to_bytes([{"results": dicts}])
+            return dicts
+        text = self._stringify(self._map(rows, self._values))
+        out: list[Any] = json_loads(text)
+        if text.count("[") != len(out) + 1:  # some cell is a BLOB, or a '[' in a text
+            for row in out:
+                for i, value in enumerate(row):
+                    if type(value) is list:
+                        row[i] = bytes(value)
         return out
+
+    def _js_batch_results(
+        self, raw: Any, statements: Sequence[Statement], positional: bool
+    ) -> list[Result]:
+        """A batch's JS results as Results. A batch of reads (dict rows) crosses
+        whole in one stringify. Otherwise every statement's `meta` crosses in
+        one stringify with the META_KEYS allowlist (most of a write's result
+        is `meta` nobody reads), and each statement that returns rows sends
+        its rows on their own (`_js_rows`)."""
+        reads = _reading(statements)
+        if len(reads) == len(statements) and not positional:
+            return [_decode(r) for r in self._js_results(raw)]
+        results = _decode_metas(json_loads(self._stringify(raw, self._meta_keys)))
+        for i in reads:
+            results[i].rows = self._js_rows(raw[i].results, positional)
+        return results
 
     def _count(self, statements: Sequence[Statement], results: list[Result], t0: float) -> None:
         u = self.usage
         u.queries += 1
         u.statements += len(statements)
         u.seconds += time.perf_counter() - t0
-        for r in results:
-            u.rows_read += r.rows_read
-            u.rows_written += r.rows_written
+        u.rows_read += sum(map(_rows_read, results))
+        u.rows_written += sum(map(_rows_written, results))
 
     async def _send(self, send: Any) -> tuple[Any, bool]:
         """Await `send()`, again after a transient D1 error (bounded). Every
@@ -501,19 +557,36 @@ class Binding:
         twin.meter = meter
         return twin
 
-    async def run(self, sql: str, *params: Any) -> Result:
-        """One statement, one round trip."""
-        async with self._slots:
+    async def run(self, sql: str, *params: Any, positional: bool = False) -> Result:
+        """One statement, one round trip. With `positional`, rows are lists of
+        their values in the statement's column order, not dicts: for callers
+        that know the columns (cheaper to carry over from JS and to read)."""
+        slots = self._slots
+        if not slots.take_now():
+            await slots.take()
+        try:
             t0 = time.perf_counter()
             raw, resent = await self._send(lambda: self._prepare(sql, params).all())
-            result = _decode(self._js_results(raw)) if self._raw else _result(raw)
+            if not self._raw:
+                result = _result(raw)
+                if positional:
+                    result.rows = [list(row.values()) for row in result.rows]
+            elif positional:
+                (result,) = _decode_metas([json_loads(self._stringify(raw, self._meta_keys))])
+                result.rows = self._js_rows(raw.results, True)
+            else:
+                result = _decode(self._js_results(raw))
             result.resent = resent
             self._count([(sql, params)], [result], t0)
             return result
+        finally:
+            slots.give()
 
-    async def batch(self, statements: Sequence[Statement]) -> list[Result]:
+    async def batch(
+        self, statements: Sequence[Statement], *, positional: bool = False
+    ) -> list[Result]:
         """Several statements in one round trip and one transaction: all apply
-        or none do."""
+        or none do. `positional`: rows as lists of values (see run)."""
         if not statements:
             return []
 
@@ -523,14 +596,23 @@ class Binding:
                 return self.db.batch(self._js_batch(statements))
             return self.db.batch([self._prepare(sql, params) for sql, params in statements])
 
-        async with self._slots:
+        slots = self._slots
+        if not slots.take_now():
+            await slots.take()
+        try:
             t0 = time.perf_counter()
             raw, resent = await self._send(send)
             if self._raw:
-                results = [_decode(r) for r in self._js_batch_results(raw, statements)]
+                results = self._js_batch_results(raw, statements, positional)
             else:
                 results = [_result(r) for r in _plain(raw)]
-            for r in results:
-                r.resent = resent
+                if positional:
+                    for r in results:
+                        r.rows = [list(row.values()) for row in r.rows]
+            if resent:
+                for r in results:
+                    r.resent = True
             self._count(statements, results, t0)
             return results
+        finally:
+            slots.give()

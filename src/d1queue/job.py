@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from .bounds import (
     json_depth,
     value_depth,
 )
+from .sql import JOB_COLUMN_NAMES
 
 
 def now_ms() -> int:
@@ -220,6 +221,70 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         "last_error": get("last_error"),
         "held": held,
         "payload_error": payload_error,
+    }
+    return job
+
+
+def values_to_job(values: Sequence[Any]) -> QueuedJob:
+    """row_to_job for a row read `positional`ly: its values in the order of
+    sql.JOB_COLUMNS (what SELECT_CANDIDATES returns). The usual row takes
+    row_to_job's fast path, without a dict to build and read; anything else
+    goes the general way, by name."""
+    (
+        id_,
+        queue,
+        name,
+        text,
+        attempts,
+        max_attempts,
+        priority,
+        available_at,
+        reserved_at,
+        locked_until,
+        reservation,
+        created_at,
+        unique_key,
+        last_error,
+    ) = values
+    if type(text) is not str or len(text) > MAX_JSON_DEPTH:
+        return _row_to_job(dict(zip(JOB_COLUMN_NAMES, values, strict=True)))
+    # A text no longer than the limit cannot nest past it.
+    try:
+        payload, end = _scan_json(text, 0)
+    except (StopIteration, ValueError):
+        end = -1
+    locked_until = locked_until or 0
+    if not (
+        end == len(text)
+        and type(locked_until) is int
+        and type(available_at) is int
+        and type(attempts) is int
+        and type(max_attempts) is int
+        and type(priority) is int
+        and type(created_at) is int
+    ):
+        return _row_to_job(dict(zip(JOB_COLUMN_NAMES, values, strict=True)))
+    held = reserved_at is not None
+    job = _new_job(QueuedJob)
+    # The fields in QueuedJob's order, as its __init__ would set them.
+    job.__dict__ = {
+        "name": name,
+        "payload": payload,
+        "queue": queue,
+        "id": id_,
+        "attempts": attempts,
+        "max_attempts": max_attempts,
+        "priority": priority,
+        # A job waiting out a retry in place stays where it was in the key;
+        # when it runs next is the later of the two times.
+        "available_at": available_at if held or available_at >= locked_until else locked_until,
+        "created_at": created_at,
+        "unique_key": unique_key,
+        "reservation": reservation,
+        "reserved_until": locked_until if held else None,
+        "last_error": last_error,
+        "held": held,
+        "payload_error": None,
     }
     return job
 

@@ -18,7 +18,10 @@ drain bounds it by a job count per run instead (`Config.max_jobs`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -196,11 +199,59 @@ class MeteredEnv:
         return f"MeteredEnv({self._env!r})"
 
 
+class Slots:
+    """A limit on things running at once (the drain's handlers, a binding's D1
+    calls in flight): asyncio.Semaphore's admission (first come, first
+    served) with a synchronous fast path. Taking a free slot and giving it
+    back are two plain calls, where `async with Semaphore` makes and steps
+    three coroutines (on Pyodide every one costs CPU). A slot given back
+    while others wait passes straight to the first of them."""
+
+    __slots__ = ("_free", "_waiting")
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    def take_now(self) -> bool:
+        """Take a slot if one is free and nobody is waiting for one."""
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        """Wait for a slot (after take_now() said no)."""
+        if self.take_now():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.give()  # handed a slot as it was cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(waiter)
+            raise
+
+    def give(self) -> None:
+        """Give a slot back: to the first job still waiting, else to the pool."""
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
+
+
 __all__ = [
     "PLANS",
     "Meter",
     "MeteredBinding",
     "MeteredEnv",
     "Plan",
+    "Slots",
     "SubrequestLimitExceeded",
 ]

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from . import sql
 from .binding import Binding, Result, Statement, was_resent
 from .bounds import MAX_SAFE_INT, clamp_delay_s
-from .job import QueuedJob, check_name, new_id, now_ms, row_to_job
+from .job import QueuedJob, check_name, new_id, now_ms, row_to_job, values_to_job
 from .limits import Meter, SubrequestLimitExceeded
 from .registry import JobSpec, Registry
 
@@ -104,18 +104,20 @@ def noted(last_error: str | None) -> str:
 def interleave(lists: Sequence[Sequence[QueuedJob]]) -> list[QueuedJob]:
     """The first of each list, then the second of each, and so on: a round
     over several queues offers each its turn before any gets a second."""
+    if len(lists) == 1:
+        return list(lists[0])
     out: list[QueuedJob] = []
     for i in range(max((len(xs) for xs in lists), default=0)):
         out += [xs[i] for xs in lists if i < len(xs)]
     return out
 
 
-def claim_order(rows: Sequence[Any], n: int) -> list[QueuedJob]:
-    """The first `n` of SELECT_CANDIDATES' rows in claim order: highest
-    priority first, then the one due longest, then by id. The SELECT returns
-    the heads of the ready and the delayed band, each in its own order; this
-    merges them."""
-    jobs = [row_to_job(r) for r in rows]
+def claim_order(rows: Sequence[Sequence[Any]], n: int) -> list[QueuedJob]:
+    """The first `n` of SELECT_CANDIDATES' rows (read `positional`ly) in
+    claim order: highest priority first, then the one due longest, then by
+    id. The SELECT returns the heads of the ready and the delayed band, each
+    in its own order; this merges them."""
+    jobs = [values_to_job(r) for r in rows]
     jobs.sort(key=lambda j: (-j.priority, j.available_at, j.id))
     return jobs[:n]
 
@@ -352,11 +354,11 @@ class D1Queue:
         marks: list[Mark] = []
         try:
             if statements or len(selects) > 1:
-                results = await self.binding.batch([*statements, *selects])
+                results = await self.binding.batch([*statements, *selects], positional=True)
                 found = results[len(statements) :]
                 marks = await self._marks(outcomes, results[: len(statements)], spans)
             else:
-                found = [await self.binding.run(selects[0][0], *selects[0][1])]
+                found = [await self.binding.run(selects[0][0], *selects[0][1], positional=True)]
         except Exception as exc:
             if statements:
                 marks = await self.settle_outcomes(outcomes, maybe_sent=True)
@@ -426,7 +428,9 @@ class D1Queue:
         wins; None if the queue is empty or every candidate was taken."""
         check_name("queue", queue)
         now = self.clock()
-        found = await self.binding.run(sql.SELECT_CANDIDATES, queue, now, self.max_claim_attempts)
+        found = await self.binding.run(
+            sql.SELECT_CANDIDATES, queue, now, self.max_claim_attempts, positional=True
+        )
         until = now + round(self.reservation_s * 1000)
         for job in claim_order(found.rows, self.max_claim_attempts):
             job.reservation = _token()
@@ -473,6 +477,11 @@ class D1Queue:
         spans: list[int] = []
         statements: list[Statement] = []
         for outcome in outcomes:
+            if outcome.action == "complete":  # the usual one, without a call
+                job = outcome.job
+                statements.append((sql.DELETE_HELD, (job.id, job.reservation)))
+                spans.append(1)
+                continue
             stmts = self._statements(outcome, now)
             spans.append(len(stmts))
             statements += stmts
@@ -544,10 +553,15 @@ class D1Queue:
         was not deleted by us."""
         marks: list[Mark] = []
         unsure: list[int] = []
-        i = 0
-        for n, (outcome, span) in enumerate(zip(outcomes, spans, strict=True)):
-            first = results[i]
-            i += span
+        if len(results) == len(outcomes):  # one statement each: nothing fails
+            firsts: Sequence[Result] = results
+        else:
+            firsts = []
+            i = 0
+            for span in spans:
+                firsts.append(results[i])
+                i += span
+        for n, (outcome, first) in enumerate(zip(outcomes, firsts, strict=True)):
             resent = first.resent or maybe_sent
             if first.changes == 1:
                 marks.append("resent" if resent else "written")

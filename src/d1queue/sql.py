@@ -16,6 +16,9 @@ JOB_COLUMNS = (
     "reserved_at, locked_until, reservation, created_at, unique_key, last_error"
 )
 
+JOB_COLUMN_NAMES = tuple(name.strip() for name in JOB_COLUMNS.split(","))
+"""JOB_COLUMNS one by one, in order: the positions of a job row's values."""
+
 FAILED_COLUMNS = (
     "id, queue, name, payload, error, attempts, max_attempts, priority, created_at, failed_at"
 )

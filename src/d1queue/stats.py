@@ -23,6 +23,9 @@ HOUR_MINUTES = 60
 DAY_MINUTES = sql.STATS_SLOTS
 
 
+_ACTION_INDEX = {"complete": 0, "retry": 1, "fail": 2}
+
+
 @dataclass
 class RunCounts:
     """One drain run's outcomes, in total and per queue."""
@@ -35,7 +38,7 @@ class RunCounts:
 
     def add(self, queue: str, action: str) -> None:
         """Count one settled outcome ("complete", "retry" or "fail")."""
-        index = {"complete": 0, "retry": 1, "fail": 2}[action]
+        index = _ACTION_INDEX[action]
         counts = self.by_queue.setdefault(queue, [0, 0, 0])
         counts[index] += 1
         if index == 0:

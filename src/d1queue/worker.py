@@ -25,13 +25,14 @@ import time
 import traceback
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import asdict, dataclass, field, replace
+from heapq import heapreplace
 from typing import Any, TypeVar, cast
 
 from .config import ALL_QUEUES, Config, ConfigError
 from .context import DrainContext, Fetch, JobContext
 from .errors import Fail, Retry
 from .job import QueuedJob
-from .limits import PLANS, Meter
+from .limits import PLANS, Meter, Slots
 from .queue import D1Queue, Mark, Outcome, exhausted_outcome
 from .registry import Backoff, JobSpec, Registry
 from .stats import RunCounts
@@ -145,17 +146,38 @@ class _Started:
                     return stop.value
 
 
-async def _bounded(coro: Coroutine[Any, Any, Any], timeout_s: float) -> None:
-    """Await a handler for at most `timeout_s`, raising what it raised. It runs
-    in the caller's task, not one of its own (on Pyodide a task costs CPU,
-    and the job already has one: see _eager); its first step runs at once,
-    and the timer (a JS setTimeout on Pyodide) is armed only for a handler
-    still running after it."""
+async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcome:
+    """Run the job's handler for at most its timeout and decide the outcome
+    from how it ended. It runs in the caller's task, not one of its own (on
+    Pyodide a task costs CPU, and the job already has one: see _eager); its
+    first step runs at once, and the timer (a JS setTimeout on Pyodide) is
+    armed only for a handler still running after it."""
     try:
-        signal = coro.send(None)
-    except StopIteration:
-        return
-    await asyncio.wait_for(_Started(coro, signal), timeout_s)
+        # The handler's coroutine itself, not spec.call's wrapper around it:
+        # one coroutine fewer to make and step per job (the registry admits
+        # only coroutine functions, so this is what call() would await).
+        handler = spec.handler
+        coro = cast(
+            "Coroutine[Any, Any, Any]",
+            handler(job.payload, ctx) if spec.wants_context else handler(job.payload),
+        )
+        try:
+            signal = coro.send(None)
+        except StopIteration:
+            pass
+        else:
+            await asyncio.wait_for(_Started(coro, signal), spec.timeout_s)
+    except Fail as exc:
+        return Outcome(job, "fail", error=f"failed by the handler: {exc}"[:MAX_ERROR_CHARS])
+    except Retry as exc:
+        return retry_or_fail_outcome(
+            job, spec, f"retry requested: {exc}"[:MAX_ERROR_CHARS], exc.delay_s
+        )
+    except TimeoutError:
+        return retry_or_fail_outcome(job, spec, f"timed out after {spec.timeout_s:g}s")
+    except Exception as exc:
+        return retry_or_fail_outcome(job, spec, _describe(exc))
+    return Outcome(job, "complete")
 
 
 def retry_or_fail_outcome(
@@ -175,32 +197,25 @@ async def outcome_of(job: QueuedJob, registry: Registry, ctx: JobContext) -> Out
     return await _attempt(job, registry.get(job.name), ctx)
 
 
-async def _attempt(job: QueuedJob, spec: JobSpec | None, ctx: JobContext) -> Outcome:
-    """outcome_of with the job's spec already looked up (the drain has it)."""
+def _decided(job: QueuedJob, spec: JobSpec | None) -> Outcome | None:
+    """The outcome of a job that must not run (None: run it): its attempts
+    were spent by a worker that died, its payload does not decode, or no
+    handler has its name."""
     if job.exhausted:
         return exhausted_outcome(job)
     if job.payload_error:
         return Outcome(job, "fail", error=job.payload_error)
     if spec is None:
         return Outcome(job, "fail", error=f"no handler is registered for job name {job.name!r}")
-    try:
-        # The handler's coroutine itself, not spec.call's wrapper around it:
-        # one coroutine fewer to make and step per job (the registry admits
-        # only coroutine functions, so this is what call() would await).
-        handler = spec.handler
-        coro = handler(job.payload, ctx) if spec.wants_context else handler(job.payload)
-        await _bounded(cast("Coroutine[Any, Any, Any]", coro), spec.timeout_s)
-    except Fail as exc:
-        return Outcome(job, "fail", error=f"failed by the handler: {exc}"[:MAX_ERROR_CHARS])
-    except Retry as exc:
-        return retry_or_fail_outcome(
-            job, spec, f"retry requested: {exc}"[:MAX_ERROR_CHARS], exc.delay_s
-        )
-    except TimeoutError:
-        return retry_or_fail_outcome(job, spec, f"timed out after {spec.timeout_s:g}s")
-    except Exception as exc:
-        return retry_or_fail_outcome(job, spec, _describe(exc))
-    return Outcome(job, "complete")
+    return None
+
+
+async def _attempt(job: QueuedJob, spec: JobSpec | None, ctx: JobContext) -> Outcome:
+    """outcome_of with the job's spec already looked up."""
+    decided = _decided(job, spec)
+    if decided is not None or spec is None:
+        return cast("Outcome", decided)
+    return await _call(job, spec, ctx)
 
 
 SETTLE_MARGIN_S = 2.0
@@ -288,7 +303,7 @@ async def drain(
         report.elapsed_s = round(monotonic() - start, 3)
         return report
 
-    slots = asyncio.Semaphore(config.concurrency)
+    slots = Slots(config.concurrency)
 
     async def run(job: QueuedJob) -> Outcome:
         spec = registry.get(job.name)
@@ -300,23 +315,34 @@ async def drain(
                 f"but a drain on this configuration can give a job at most {most} "
                 "(D1QUEUE_PLAN, D1QUEUE_QUERY_BUDGET)",
             )
-        # The budget and the metered queue and env are made only if the
-        # handler reaches for them (DrainContext).
-        ctx = DrainContext(
-            job,
-            parent=meter,
-            declared=spec.subrequests if spec else 0,
-            queue=queue,
-            env=env,
-            http=fetch,
+        # A handler that takes no ctx gets none: nothing can reach its budget.
+        # For one that does, the budget and the metered queue and env are made
+        # only if it reaches for them (DrainContext).
+        ctx = (
+            DrainContext(
+                job,
+                parent=meter,
+                declared=spec.subrequests,
+                queue=queue,
+                env=env,
+                http=fetch,
+            )
+            if spec is not None and spec.wants_context
+            else None
         )
-        async with slots:
-            outcome = await _attempt(job, spec, ctx)
-        refused = ctx.refused
-        if refused is not None and outcome.action == "complete":
+        if not slots.take_now():
+            await slots.take()
+        try:
+            outcome = _decided(job, spec)
+            if outcome is None and spec is not None:
+                outcome = await _call(job, spec, ctx)
+        finally:
+            slots.give()
+        outcome = cast("Outcome", outcome)
+        if ctx is not None and ctx.refused is not None and outcome.action == "complete":
             # The handler caught the refusal and returned: its work is not
             # whole, and this attempt must not count as done.
-            outcome = retry_or_fail_outcome(job, spec, _describe(refused))
+            outcome = retry_or_fail_outcome(job, spec, _describe(ctx.refused))
         return outcome
 
     stop = ""  # why admit() refused the rest of a round's candidates
@@ -333,21 +359,23 @@ async def drain(
         nonlocal stop
         room = left()
         elapsed = monotonic() - start
+        lease = queue.reservation_s
         chosen: list[QueuedJob] = []
         # When each handler slot frees at the latest, the chosen jobs started
         # in order and each running its whole timeout: a candidate is held
         # from the claim until the earliest slot frees and it has run too.
+        # (A heap: its first is the earliest; which of equal ones is taken
+        # makes no difference.)
         slots = [0.0] * config.concurrency
         declared = 0
         for job in candidates:
             spec = registry.get(job.name)
             need = spec.subrequests if spec and spec.subrequests <= most else 0
-            slot = slots.index(min(slots))
-            held_for = slots[slot] + (spec.timeout_s if spec else 0.0)
+            held_for = slots[0] + (spec.timeout_s if spec else 0.0)
             if window_s is not None and elapsed + held_for + SETTLE_MARGIN_S > window_s:
                 stop = stop or "window"
                 continue  # too long for this invocation: the cron runs it
-            if held_for + SETTLE_MARGIN_S > queue.reservation_s:
+            if held_for + SETTLE_MARGIN_S > lease:
                 stop = stop or "lease"  # it would wait for a slot past its lease
                 break
             if claim_and_settle(len(chosen) + 1) + declared + need > room:
@@ -355,7 +383,7 @@ async def drain(
                 break
             chosen.append(job)
             declared += need
-            slots[slot] = held_for
+            heapreplace(slots, held_for)
         return chosen
 
     listed = list(config.listed_queues)
@@ -375,21 +403,26 @@ async def drain(
     counts = RunCounts()  # for the per-minute counters (stats.py)
 
     def record(outcomes: list[Outcome], marks: list[Mark]) -> None:
+        add = counts.add
         for outcome, mark in zip(outcomes, marks, strict=True):
-            if mark in ("written", "resent"):
-                counts.add(outcome.job.queue, outcome.action)
-            if mark == "stale":
+            action = outcome.action
+            if mark == "written":
+                add(outcome.job.queue, action)
+            elif mark == "resent":
+                add(outcome.job.queue, action)
+                report.resent += 1
+            elif mark == "stale":
                 report.stale += 1
-            elif mark == "unsettled":
+                continue
+            else:  # unsettled
                 report.unsettled.append(outcome.job.id)
-            elif outcome.action == "complete":
+                continue
+            if action == "complete":
                 report.completed += 1
-            elif outcome.action == "retry":
+            elif action == "retry":
                 report.retried += 1
             else:
                 report.failed += 1
-            if mark == "resent":
-                report.resent += 1
 
     while True:
         if not active:
@@ -402,7 +435,7 @@ async def drain(
             report.stopped = "max_jobs"
             break
         room = left()
-        owed = sum(2 if o.action == "fail" else 1 for o in pending)
+        owed = len(pending) + [o.action for o in pending].count("fail")
         k = min(config.batch_size, config.job_cap - report.claimed)
         # The round's queues: as many as it has jobs to claim, in turn.
         m = min(len(active), k)

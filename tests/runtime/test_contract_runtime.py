@@ -74,6 +74,7 @@ VALUES = {
     "huge": 1e300,
     "true": True,
     "text": 'a "quoted" \\\\ line\\nwith é and 🦆',
+    "brackets": "[1, [2]]",
     "bytes": b"\\x00\\x01\\xfe\\xff",
     "empty_bytes": b"",
 }
@@ -108,7 +109,16 @@ async def main(env):
             # at the end sees every INSERT before it.
             stmts = [(INSERT, (k, v)) for k, v in VALUES.items()]
             rows = (await b.batch([*stmts[:3], ("SELECT 1", ()), *stmts[3:], (READ, ())]))[-1].rows
+        # Rows read by position: each row's values in column order, the same
+        # values as by name (a BLOB as bytes), after writes in the same batch.
+        if how == "run":
+            by_position = (await b.run(READ, positional=True)).rows
+        else:
+            none = ("DELETE FROM conv_t WHERE k = 'none of them'", ())
+            mixed = [none, ("SELECT 1", ()), (READ, ())]
+            by_position = (await b.batch(mixed, positional=True))[-1].rows
         out[how] = {
+            "by_position": by_position == [list(r.values()) for r in rows],
             "same": {r["k"]: r["v"] == (1 if r["k"] == "true" else VALUES[r["k"]]) for r in rows},
             "types": {r["k"]: r["t"] for r in rows},
             "py": {r["k"]: type(r["v"]).__name__ for r in rows},
@@ -130,9 +140,9 @@ async def main(env):
 def test_values_cross_into_d1_and_back_unchanged(host: Host, raw_host: Host, which: str) -> None:
     """None as SQL NULL, ints to ±(2^53 - 2) exactly, bytes as a BLOB read
     back as bytes, through single statements and through batches (which
-    send their values as one JSON text), handed the SDK's wrapper or the raw
-    binding; an int past that is refused by D1 as before, and a refused
-    batch writes nothing."""
+    send their values as one JSON text), rows read by name or by position,
+    handed the SDK's wrapper or the raw binding; an int past that is refused
+    by D1 as before, and a refused batch writes nothing."""
     out = (host if which == "sdk" else raw_host).python(CONVERSIONS)
     types = {
         "none": "null",
@@ -143,6 +153,7 @@ def test_values_cross_into_d1_and_back_unchanged(host: Host, raw_host: Host, whi
         "huge": "real",
         "true": "integer",
         "text": "text",
+        "brackets": "text",
         "bytes": "blob",
         "empty_bytes": "blob",
     }
@@ -155,6 +166,7 @@ def test_values_cross_into_d1_and_back_unchanged(host: Host, raw_host: Host, whi
         "huge": "float",
         "true": "int",
         "text": "str",
+        "brackets": "str",
         "bytes": "bytes",
         "empty_bytes": "bytes",
     }
@@ -162,6 +174,7 @@ def test_values_cross_into_d1_and_back_unchanged(host: Host, raw_host: Host, whi
         assert out[how]["same"] == dict.fromkeys(types, True), out[how]
         assert out[how]["types"] == types
         assert out[how]["py"] == py
+        assert out[how]["by_position"], out[how]
         for big in (2**53 - 1, 2**60, -(2**60)):
             assert out[how][f"big {big}"] == "D1_TYPE_ERROR", out[how]
     assert out["left_by_refused_batches"] == 0
