@@ -59,6 +59,21 @@ FOLLOW_UP_RESERVE = 3
 the capped count of due jobs (one D1 query), the fan-out lease (one) and one
 sendBatch."""
 
+FOLLOW_UP_CPU_JOBS = 2
+"""Jobs' worth of CPU a consumer on the free plan keeps for its fan-out: the
+due count, the lease and the send cost about as much as two jobs in the
+offline host, and the free plan's job cap (config.MAX_JOBS) is what fits in
+its 10 ms of CPU with nothing else to do."""
+
+
+def consumer_jobs(config: Config) -> int:
+    """Jobs one consumer invocation may claim: the run's cap, less
+    FOLLOW_UP_CPU_JOBS on the free plan (at least one)."""
+    if config.plan == "free":
+        return max(1, config.job_cap - FOLLOW_UP_CPU_JOBS)
+    return config.job_cap
+
+
 FAN_OUT_WINDOW_S = 60.0
 """A queue fans out at most once in this long (D1QUEUE's cron ticks each
 minute too); the chains a fan-out starts carry on while the backlog lasts."""
@@ -263,7 +278,7 @@ async def consume(
     # Room for the fan-out is kept out of the drains' own budgets, so a drain
     # that spends its budget can still say that work is left.
     budgets = split(config.budget - FOLLOW_UP_RESERVE * len(named), len(named))
-    job_caps = split(config.job_cap, len(named))
+    job_caps = split(consumer_jobs(config), len(named))
     reports = []
     for (shard, queues), budget, jobs in zip(named, budgets, job_caps, strict=True):
         if jobs < 1:
@@ -308,12 +323,14 @@ async def consume(
 
 __all__ = [
     "FAN_OUT_WINDOW_S",
+    "FOLLOW_UP_CPU_JOBS",
     "FOLLOW_UP_RESERVE",
     "SHARD",
     "WAKE_BINDING",
     "WakeReport",
     "Waker",
     "consume",
+    "consumer_jobs",
     "follow_ups",
     "hop_of",
     "parse_wake",
