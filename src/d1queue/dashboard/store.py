@@ -33,6 +33,16 @@ class Page:
     next_cursor: str | None
 
 
+def claim_order_page(rows: list[dict[str, Any]], more: bool) -> Page:
+    """The first PAGE of `rows` (in claim order), with the cursor after its
+    last row if there are more: one cursor shape for a shard's page and for
+    the pages of every shard merged."""
+    rows = rows[:PAGE]
+    last = rows[-1] if rows else None
+    cursor = f"{last['band']}:{last['available_at']}:{last['id']}" if more and last else None
+    return Page(rows, cursor)
+
+
 class ShardStore:
     """The dashboard's reads and writes on one D1 database."""
 
@@ -57,13 +67,7 @@ class ShardStore:
             sql.LIST_QUEUE_JOBS, queue, band, at, after, name, state, now, PAGE + 1
         )
         rows = [dict(r) for r in result.rows]
-        more = len(rows) > PAGE
-        rows = rows[:PAGE]
-        last = rows[-1] if rows else None
-        next_cursor = (
-            f"{last['band']}:{last['available_at']}:{last['id']}" if more and last else None
-        )
-        return Page(rows, next_cursor)
+        return claim_order_page(rows, len(rows) > PAGE)
 
     async def failed(
         self,
@@ -171,13 +175,7 @@ class Store:
             (r for p in pages for r in p.rows),
             key=lambda r: (-int(r["band"]), int(r["available_at"]), str(r["id"])),
         )
-        more = len(rows) > PAGE or any(p.next_cursor for p in pages)
-        rows = rows[:PAGE]
-        last = rows[-1] if rows else None
-        next_cursor = (
-            f"{last['band']}:{last['available_at']}:{last['id']}" if more and last else None
-        )
-        return Page(rows, next_cursor)
+        return claim_order_page(rows, len(rows) > PAGE or any(p.next_cursor for p in pages))
 
     async def failed(
         self,
