@@ -18,10 +18,8 @@ for a deployment, `npx wrangler d1 create` each and put their ids in.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
-import tempfile
 import tomllib
 from pathlib import Path
 
@@ -29,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script, tools/ is sys.path[0]
     sys.path.insert(0, str(REPO))
 
-from tools.wake_config import wake_toml  # noqa: E402
+from tools.wake_config import wake_toml, write_beside  # noqa: E402
 
 OUTPUT = "wrangler.shards.toml"
 
@@ -74,15 +72,9 @@ def bindings(path: Path) -> list[str]:
 
 
 def write(root: Path, shards: int, *, wake: bool = False, name: str = OUTPUT) -> Path:
-    """Write root/wrangler.shards.toml, or root/`name` (atomically: test
-    sessions may race); returns its path."""
-    target = root / name
+    """Write root/wrangler.shards.toml, or root/`name`; returns its path."""
     text = shards_toml((root / "wrangler.toml").read_text(), shards, wake=wake)
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".wrangler.shards.", suffix=".toml")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, target)
-    return target
+    return write_beside(root, name, text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,15 +39,20 @@ def wake_toml(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def write(root: Path = REPO) -> Path:
-    """Write root/wrangler.wake.toml (atomically: test sessions may race)."""
-    target = root / OUTPUT
-    text = wake_toml((root / "wrangler.toml").read_text())
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".wrangler.wake.", suffix=".toml")
+def write_beside(root: Path, name: str, text: str) -> Path:
+    """Write root/`name` atomically (test sessions may race), beside
+    wrangler.toml so the paths in it stay relative to the same folder."""
+    target = root / name
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, target)
     return target
+
+
+def write(root: Path = REPO) -> Path:
+    """Write root/wrangler.wake.toml; returns its path."""
+    return write_beside(root, OUTPUT, wake_toml((root / "wrangler.toml").read_text()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -298,8 +298,24 @@ class D1Queue:
         to the D1Queue, or by the drain to its handlers' `ctx.queue`), the
         job's registered queue, max_attempts and priority apply unless given
         here; without one, or for a name it does not know: "default", 3, 0."""
+        return await self.push(
+            self.new_job(name, payload, queue, delay_s, max_attempts, priority, unique_key)
+        )
+
+    def new_job(
+        self,
+        name: str,
+        payload: Any,
+        queue: str | None,
+        delay_s: float,
+        max_attempts: int | None,
+        priority: int | None,
+        unique_key: str | None,
+    ) -> QueuedJob:
+        """The job `dispatch` pushes: the registered defaults of `name`
+        (JobSpec.new), made now."""
         spec = self.registry.get(name) if self.registry is not None else None
-        job = (spec or JobSpec(name, _unregistered)).new(
+        return (spec or JobSpec(name, _unregistered)).new(
             payload,
             queue=queue,
             delay_s=delay_s,
@@ -308,7 +324,6 @@ class D1Queue:
             unique_key=unique_key,
             at_ms=self.clock(),
         )
-        return await self.push(job)
 
     # -- claiming --------------------------------------------------------
 

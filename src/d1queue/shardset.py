@@ -21,8 +21,7 @@ from typing import Any, TypeVar
 from .binding import MAX_IN_FLIGHT
 from .job import QueuedJob, new_id
 from .limits import Meter
-from .queue import D1Queue, _unregistered
-from .registry import JobSpec
+from .queue import D1Queue
 from .shards import Routing, mark_id, shard_of_id
 
 T = TypeVar("T")
@@ -94,16 +93,7 @@ class ShardQueue(D1Queue):
     ) -> str:
         """D1Queue.dispatch, to the shard the job's queue (or `partition`)
         routes to: a handler's follow-up job lands where its queue lives."""
-        spec = self.registry.get(name) if self.registry is not None else None
-        job = (spec or JobSpec(name, _unregistered)).new(
-            payload,
-            queue=queue,
-            delay_s=delay_s,
-            max_attempts=max_attempts,
-            priority=priority,
-            unique_key=unique_key,
-            at_ms=self.clock(),
-        )
+        job = self.new_job(name, payload, queue, delay_s, max_attempts, priority, unique_key)
         job.id = mark_id(job.id, self.shards.routing.shard_of(job.queue, partition))
         return await self.push(job)
 

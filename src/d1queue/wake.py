@@ -312,11 +312,10 @@ async def consume(
             # A push's consumer fans out if it takes the lease; a follow-up's
             # relays (module doc).
             hop = report.hops[f"{shard}:{name}"]
-            relay = hop > 0
-            if not relay and follow_ups(due, config.wake_per_jobs, config.wake_max) > 1:
-                relay = not await _take_fan_out(queue, shard, name)
-                report.fan_outs += not relay
-            n = follow_ups(due, config.wake_per_jobs, config.wake_max, relay=relay)
+            n = follow_ups(due, config.wake_per_jobs, config.wake_max, relay=hop > 0)
+            if n > 1 and not await _take_fan_out(queue, shard, name):
+                n = 1  # another consumer has the lease: relay
+            report.fan_outs += n > 1
             report.follow_ups += await waker.wake(name, n, why="backlog", shard=shard, hop=hop + 1)
     return report, (combine(reports) if reports else None)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,14 +34,24 @@ class Page:
     next_cursor: str | None
 
 
-def claim_order_page(rows: list[dict[str, Any]], more: bool) -> Page:
-    """The first PAGE of `rows` (in claim order), with the cursor after its
-    last row if there are more: one cursor shape for a shard's page and for
-    the pages of every shard merged."""
+def claim_cursor(row: dict[str, Any]) -> str:
+    """The cursor after a job's row, in claim order (_JOB_CURSOR)."""
+    return f"{row['band']}:{row['available_at']}:{row['id']}"
+
+
+def failed_cursor(row: dict[str, Any]) -> str:
+    """The cursor after a failed job's row, newest first (_FAILED_CURSOR)."""
+    return f"{row['failed_at']}:{row['id']}"
+
+
+def first_page(
+    rows: list[dict[str, Any]], more: bool, cursor: Callable[[dict[str, Any]], str]
+) -> Page:
+    """The first PAGE of `rows` (in the list's order), with the cursor after
+    its last row if there are more: one shape for a shard's page and for the
+    pages of every shard merged."""
     rows = rows[:PAGE]
-    last = rows[-1] if rows else None
-    cursor = f"{last['band']}:{last['available_at']}:{last['id']}" if more and last else None
-    return Page(rows, cursor)
+    return Page(rows, cursor(rows[-1]) if more and rows else None)
 
 
 class ShardStore:
@@ -67,7 +78,7 @@ class ShardStore:
             sql.LIST_QUEUE_JOBS, queue, band, at, after, name, state, now, PAGE + 1
         )
         rows = [dict(r) for r in result.rows]
-        return claim_order_page(rows, len(rows) > PAGE)
+        return first_page(rows, len(rows) > PAGE, claim_cursor)
 
     async def failed(
         self,
@@ -97,10 +108,7 @@ class ShardStore:
             args.append(queue)
         result = await self.binding.run(statement, *args)
         rows = [dict(r) for r in result.rows]
-        more = len(rows) > PAGE
-        rows = rows[:PAGE]
-        next_cursor = f"{rows[-1]['failed_at']}:{rows[-1]['id']}" if more and rows else None
-        return Page(rows, next_cursor)
+        return first_page(rows, len(rows) > PAGE, failed_cursor)
 
     async def run_now(self, id: str) -> Literal["done", "ready", "reserved", "missing"]:
         """Make a waiting job due now. One round trip: the update and the
@@ -175,7 +183,8 @@ class Store:
             (r for p in pages for r in p.rows),
             key=lambda r: (-int(r["band"]), int(r["available_at"]), str(r["id"])),
         )
-        return claim_order_page(rows, len(rows) > PAGE or any(p.next_cursor for p in pages))
+        more = len(rows) > PAGE or any(p.next_cursor for p in pages)
+        return first_page(rows, more, claim_cursor)
 
     async def failed(
         self,
@@ -206,9 +215,7 @@ class Store:
             reverse=True,
         )
         more = len(rows) > PAGE or any(p.next_cursor for p in pages)
-        rows = rows[:PAGE]
-        next_cursor = f"{rows[-1]['failed_at']}:{rows[-1]['id']}" if more and rows else None
-        return Page(rows, next_cursor)
+        return first_page(rows, more, failed_cursor)
 
     async def run_now(self, id: str) -> Literal["done", "ready", "reserved", "missing"]:
         store = self._for(id)
