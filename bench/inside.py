@@ -16,7 +16,7 @@ from typing import Any
 
 from d1queue import Config, D1Queue, Fail, Registry, drain
 from d1queue.binding import Binding, Result
-from d1queue.sql import DELAYED_BAND
+from d1queue.sql import CLAIM, DELAYED_BAND, LOCKED_BAND
 
 from .seed_driver import FAILED, JOBS, SCHEMA, SeedQueue, seed_drain
 
@@ -335,7 +335,7 @@ async def probe(db: Any, n: int = 20) -> dict[str, Any]:
         stmt = db.prepare(CLAIM_SHAPED)
     t1 = time.perf_counter()
     for _ in range(n):
-        stmt.bind(1, 2, "token", "id", 0)
+        stmt.bind(1, 2, "token", "id", 0, "queue", 0, 1)
     t2 = time.perf_counter()
     select = db.prepare("SELECT 1")
     for _ in range(n):
@@ -348,10 +348,7 @@ async def probe(db: Any, n: int = 20) -> dict[str, Any]:
     }
 
 
-CLAIM_SHAPED = (
-    "UPDATE d1queue_jobs SET attempts = attempts + 1, reserved_at = ?1, locked_until = ?2, "
-    "reservation = ?3 WHERE id = ?4 AND locked_until <= ?1 AND attempts = ?5"
-)
+CLAIM_SHAPED = CLAIM
 
 
 # -- what the claim reads, whatever the backlog holds --------------------------------
@@ -365,7 +362,7 @@ _SEED_JOBS = (
     "available_at, created_at, locked_until, reserved_at, reservation) "
     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) "
     "SELECT printf('%s-%s%07d', ?3, ?2, i), ?3, 'bench.noop', 'null', 3, i % ?4, "
-    "CASE WHEN ?5 THEN ?6 ELSE i % ?4 END, ?7 + i, 0, ?8, ?9, ?10 FROM n"
+    "COALESCE(?5, i % ?4), ?6 + i, 0, CASE WHEN ?7 THEN ?6 + i ELSE 0 END, ?8, ?9 FROM n"
 )
 
 
@@ -379,30 +376,19 @@ async def seed_jobs(
     queue: str = BACKLOG_QUEUE,
 ) -> dict[str, Any]:
     """Replace `queue`'s jobs with: `delayed` jobs pushed to run after NOW_MS,
-    `due` jobs ready, `in_flight` jobs held by a live lease and keyed ahead of
-    the ready ones; priorities spread over `levels` levels."""
+    `due` jobs ready, `in_flight` jobs held by a live lease (in the locked
+    band, as a claim leaves them); priorities spread over `levels` levels."""
     b = Binding(db)
     await b.run("DELETE FROM d1queue_jobs WHERE queue = ?1", queue)
     kinds = (
-        (delayed, "d", 1, NOW_MS + 60_000, 0, None, None),
-        (due, "r", 0, NOW_MS - 100_000, 0, None, None),
-        (in_flight, "f", 0, NOW_MS - 200_000, NOW_MS + 600_000, NOW_MS - 1, "held"),
+        # n, id prefix, band (None: the priority), available_at, locked, reserved_at, token
+        (delayed, "d", DELAYED_BAND, NOW_MS + 60_000, 0, None, None),
+        (due, "r", None, NOW_MS - 100_000, 0, None, None),
+        (in_flight, "f", LOCKED_BAND, NOW_MS + 600_000, 1, NOW_MS - 1, "held"),
     )
-    for n, prefix, is_delayed, at, locked, reserved_at, token in kinds:
+    for n, prefix, band, at, locked, reserved_at, token in kinds:
         if n:
-            await b.run(
-                _SEED_JOBS,
-                n,
-                prefix,
-                queue,
-                levels,
-                is_delayed,
-                DELAYED_BAND,
-                at,
-                locked,
-                reserved_at,
-                token,
-            )
+            await b.run(_SEED_JOBS, n, prefix, queue, levels, band, at, locked, reserved_at, token)
     return {"ok": True}
 
 

@@ -14,7 +14,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from d1queue import D1Queue, Fail, QueuedJob, Registry, drain
+from d1queue import D1Queue, Fail, QueuedJob, Registry, drain, sql
 from d1queue.config import Config
 
 
@@ -86,9 +86,9 @@ async def case_acknowledge_release_fail(db: Any, clock: Clock) -> None:
     assert left["id"] == b.id and left["reserved_at"] is None
     # The token stays until the next claim, so a re-sent release still matches.
     assert left["reservation"] == b.reservation
-    # A retry within a lease waits in place: locked until its time, not moved.
+    # A retry waits in the locked band, keyed by its retry time.
     assert left["locked_until"] == clock() + 30_000 and left["last_error"] == "try later"
-    assert left["available_at"] == b.available_at
+    assert left["available_at"] == clock() + 30_000 and left["band"] == sql.LOCKED_BAND
     assert (await queue.job(b.id)).available_at == clock() + 30_000  # type: ignore[union-attr]
     assert await queue.reserve("default") is None, "not before its retry time"
     clock.advance(30)
@@ -152,7 +152,8 @@ async def case_a_long_retry_moves_out_of_the_way(db: Any, clock: Clock) -> None:
     wait_s = queue.reservation_s * 10
     assert await queue.release(job, wait_s, "later") is True
     (row,) = await rows(queue)
-    assert row["available_at"] == clock() + round(wait_s * 1000) and row["locked_until"] == 0
+    at = clock() + round(wait_s * 1000)
+    assert (row["band"], row["available_at"], row["locked_until"]) == (sql.LOCKED_BAND, at, at)
     assert await queue.release(job, wait_s, "later") is True, "a re-sent release still matches"
     clock.advance(wait_s - 1)
     assert await queue.reserve("default") is None

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from d1queue import Config, D1Queue, QueuedJob, Registry, Retry, drain
+from d1queue import Config, D1Queue, QueuedJob, Registry, Retry, drain, sql
 from d1queue.api import Api
 from d1queue.binding import Binding, RetryPolicy
 from d1queue.bounds import MAX_DELAY_S, MAX_JSON_DEPTH, json_depth, value_depth
@@ -166,9 +166,9 @@ async def test_reclaim_keeps_the_error_a_job_had(queue: D1Queue, clock: Clock) -
 
 # -- settling and every write, under D1 faults and lost replies ---------------
 
-ACK = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reservation"
-RELEASE = "UPDATE d1queue_jobs SET reserved_at = NULL, locked_until = ?1"
-CLAIM = "OR reservation = ?3"
+ACK = sql.DELETE_HELD
+RELEASE = sql.RETRY
+CLAIM = sql.CLAIM
 NO_WAIT = RetryPolicy(tries=5, base_s=0, cap_s=0)
 
 

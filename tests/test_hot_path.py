@@ -95,6 +95,7 @@ _ROW = {
     "reservation": None,
     "unique_key": "k",
     "last_error": "boom",
+    "band": 2,
 }
 
 

@@ -1,6 +1,6 @@
-"""Migration 0003 moves a live deployment's jobs into the claim-ordered table
-with nothing lost: every row, every lease and token, every unique lock, and
-the queue then runs them as it would have."""
+"""Migrations 0003 (the claim-ordered table) and 0007 (the locked band) move a
+live deployment's jobs with nothing lost: every row, every lease and token,
+every unique lock, and the queue then runs them as it would have."""
 
 from __future__ import annotations
 
@@ -73,10 +73,21 @@ def test_the_migration_states_the_delayed_band_the_code_uses() -> None:
     assert f"THEN {sql.DELAYED_BAND} ELSE priority END" in text
 
 
+def up_to(tmp_path: Path, last: str) -> Path:
+    """A folder of d1queue's migrations up to `last`, as a deployment that
+    stopped there had them."""
+    folder = tmp_path / f"up_to_{last}"
+    folder.mkdir(exist_ok=True)
+    for path in sorted(MIGRATIONS.glob("*.sql")):
+        if path.name <= last:
+            shutil.copy(path, folder / path.name)
+    return folder
+
+
 async def test_every_row_moves_over_unchanged(tmp_path: Path) -> None:
     db = populated_v2(tmp_path)
     before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
-    assert db.apply_migrations()[0] == "0003_claim_order.sql"
+    assert db.apply_migrations(up_to(tmp_path, "0006_fan_out.sql"))[0] == "0003_claim_order.sql"
     after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
     assert after.keys() == before.keys() and len(after) == 300
     for id, old in before.items():
@@ -102,7 +113,51 @@ async def test_every_row_moves_over_unchanged(tmp_path: Path) -> None:
         assert new["band"] == (sql.DELAYED_BAND if delayed else old["priority"]), id
     assert [r["id"] for r in db.query("SELECT id FROM d1queue_failed_jobs")] == ["gone"]
     assert db.query("SELECT name, paused FROM d1queue_queues") == [{"name": "x", "paused": 1}]
+    assert db.apply_migrations(up_to(tmp_path, "0006_fan_out.sql")) == [], "applied once"
+
+
+async def test_held_and_retrying_jobs_move_to_the_locked_band(tmp_path: Path) -> None:
+    """0007: a job with a lock (a lease, running or lapsed, or a retry's wait)
+    moves to the locked band keyed by that lock; nothing else moves and no
+    column but the key's changes."""
+    db = populated_v2(tmp_path)
+    db.apply_migrations(up_to(tmp_path, "0006_fan_out.sql"))
+    # A job waiting out a retry in place, as the 0003 layout kept it.
+    db._conn.execute(
+        "UPDATE d1queue_jobs SET locked_until = ?1, reservation = 'r' WHERE id = 'j0000'",
+        (NOW + 5_000,),
+    )
+    before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    assert db.apply_migrations() == ["0007_locked_band.sql"]
+    after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    assert after.keys() == before.keys() and len(after) == 300
+    moved = 0
+    for id, old in before.items():
+        new = after[id]
+        locked = old["locked_until"] > 0
+        moved += locked
+        assert new["band"] == (sql.LOCKED_BAND if locked else old["band"]), id
+        assert new["available_at"] == (old["locked_until"] if locked else old["available_at"])
+        for column in set(old) - {"band", "available_at"}:
+            assert new[column] == old[column], (id, column)
+    assert moved == 101  # the held and lapsed jobs (100), and j0000
+    # Every job is still found by id, locked or not.
+    queue = D1Queue(db, clock=Clock(NOW))
+    for id in ("j0000", "j0001", "j0002", "j0005"):
+        found = await queue.job(id)
+        assert found is not None and found.id == id
+    # The id index holds the unlocked jobs only.
+    indexed = db.query(
+        f"SELECT COUNT(*) AS n FROM d1queue_jobs INDEXED BY d1queue_jobs_id WHERE {sql.UNLOCKED}"
+    )
+    assert indexed == [{"n": 300 - moved}]
     assert db.apply_migrations() == [], "applied once"
+
+
+def test_the_migration_states_the_locked_band_the_code_uses() -> None:
+    text = (MIGRATIONS / "0007_locked_band.sql").read_text()
+    assert f"SET band = {sql.LOCKED_BAND}, available_at = locked_until" in text
+    assert f"ON d1queue_jobs (id) WHERE {sql.UNLOCKED};" in text
 
 
 async def test_the_queue_runs_the_moved_jobs_as_before(tmp_path: Path) -> None:

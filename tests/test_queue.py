@@ -65,8 +65,8 @@ async def test_claim_rounds_are_bounded_under_contention(db: SqliteD1, clock: Cl
     original = db.prepare
 
     def losing(sql: str):  # type: ignore[no-untyped-def]
-        if sql.startswith("UPDATE d1queue_jobs SET attempts"):
-            sql = sql.replace("WHERE id = ?4", "WHERE 0 AND id = ?4")
+        if sql.startswith("UPDATE d1queue_jobs SET band"):
+            sql = sql.replace("WHERE queue = ?6", "WHERE 0 AND queue = ?6")
         return original(sql)
 
     db.prepare = losing  # type: ignore[method-assign]
@@ -77,12 +77,13 @@ async def test_claim_rounds_are_bounded_under_contention(db: SqliteD1, clock: Cl
 async def test_a_claim_only_takes_the_row_as_it_was_read(db: SqliteD1, queue: D1Queue) -> None:
     """A row claimed and released since it was read is not claimed on stale data."""
     await queue.dispatch("x")
-    stale = (await queue.binding.run("SELECT id, attempts FROM d1queue_jobs")).rows[0]
+    read = "SELECT id, attempts, queue, band, available_at FROM d1queue_jobs"
+    stale = (await queue.binding.run(read)).rows[0]
     job = await queue.reserve("default")
     assert job is not None and await queue.release(job)
     from d1queue import sql
 
-    late = await db.prepare(sql.CLAIM).bind(1, 2, "tok", stale["id"], stale["attempts"]).run()
+    late = await db.prepare(sql.CLAIM).bind(1, 2, "tok", *stale.values()).run()
     assert late["meta"]["changes"] == 0
 
 

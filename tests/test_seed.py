@@ -7,7 +7,7 @@ by the statement text where the seed's point was the statement itself.
 
 from __future__ import annotations
 
-from d1queue import D1Queue, QueuedJob
+from d1queue import D1Queue, QueuedJob, sql
 from d1queue.testing import SqliteD1
 
 from .conftest import MIGRATIONS, Clock
@@ -41,6 +41,7 @@ def test_the_driver_ships_its_own_migrations() -> None:
         "0004_schedules.sql",
         "0005_stats.sql",
         "0006_fan_out.sql",
+        "0007_locked_band.sql",
     ]
     fresh = SqliteD1()
     assert fresh.apply_migrations(MIGRATIONS) == names
@@ -74,7 +75,8 @@ async def test_reserving_selects_only_free_available_jobs(
     await queue.dispatch("test.ping", queue="other")
     assert await queue.reserve("default") is None, "reserved, delayed or elsewhere"
     select = next(s for s in db.statements if s.startswith("SELECT"))
-    assert "locked_until <=" in select, "held (and retrying) jobs are skipped"
+    # Held (and retrying) jobs wait in the locked band, read only up to now.
+    assert f"band = {sql.LOCKED_BAND} AND available_at <= ?2" in select
     assert "available_at <=" in select
     assert "ORDER BY" in select
     clock.advance(60)
@@ -84,15 +86,20 @@ async def test_reserving_selects_only_free_available_jobs(
 async def test_a_claim_is_conditional_on_the_job_still_being_free(
     db: SqliteD1, queue: D1Queue
 ) -> None:
-    # The race guard: the UPDATE must carry `locked_until <= now` and the
-    # attempts it read, or two workers could both believe they claimed the job.
+    # The race guard: the UPDATE finds the row only at the key it was read at,
+    # with the attempts read; the claim moves the row, so two workers cannot
+    # both believe they claimed the job.
     await queue.push(ping())
+    row = db.query("SELECT id, attempts, band, available_at FROM d1queue_jobs")[0]
     assert await queue.reserve("default") is not None
     update = next(s for s in db.statements if s.startswith("UPDATE"))
-    assert "locked_until <= ?1 AND attempts = ?5" in update
+    assert "band = ?7 AND available_at = ?8 AND id = ?4 AND attempts = ?5" in update
     # And the guard holds: an UPDATE for the now-reserved row changes nothing.
-    row = db.query("SELECT id, attempts FROM d1queue_jobs")[0]
-    again = await db.prepare(update).bind(1, 2, "x", row["id"], row["attempts"]).run()
+    again = (
+        await db.prepare(update)
+        .bind(1, 2, "x", row["id"], row["attempts"], "default", row["band"], row["available_at"])
+        .run()
+    )
     assert again["meta"]["changes"] == 0
 
 
@@ -184,7 +191,7 @@ async def test_reclaiming_releases_jobs_held_past_their_deadline(
     assert await queue.reserve("default") is not None
     clock.advance(2)
     assert await queue.reclaim_expired() == 1, "the first lease lapsed"
-    assert "locked_until <" in db.statements[-1] and "IS NOT NULL" in db.statements[-1]
+    assert "available_at < ?1" in db.statements[-1] and "IS NOT NULL" in db.statements[-1]
     again = await queue.reserve("default")
     assert again is not None and again.attempts == 2
     assert again.last_error is not None and "lease expired" in again.last_error

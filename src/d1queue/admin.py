@@ -133,10 +133,10 @@ class Admin:
 
     async def cancel(self, id: str) -> Literal["cancelled", "reserved", "missing"]:
         """Delete job `id` unless a worker holds it."""
-        deleted, found = await self.binding.batch(
-            [(sql.CANCEL_JOB, (id,)), (sql.SELECT_JOB, (id,))]
+        *deleted, found = await self.binding.batch(
+            [*((cancel, (id,)) for cancel in sql.CANCEL_JOBS), (sql.SELECT_JOB, (id,))]
         )
-        if deleted.changes:
+        if any(d.changes for d in deleted):
             return "cancelled"
         return "reserved" if found.rows else "missing"
 

@@ -80,6 +80,10 @@ class QueuedJob:
     payload_error: str | None = field(default=None, compare=False)
     """Why the stored payload could not be decoded, if it could not: such a job
     is failed by the drain rather than run with a wrong payload."""
+    band: int | None = field(default=None, compare=False, repr=False)
+    """The band of the key the row was read at (sql.DELAYED_BAND,
+    sql.LOCKED_BAND or the priority): with queue, available_at and id, where
+    a claim finds the row. None for a job not read from the table."""
 
     @classmethod
     def new(
@@ -221,6 +225,7 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         "last_error": get("last_error"),
         "held": held,
         "payload_error": payload_error,
+        "band": get("band"),
     }
     return job
 
@@ -245,6 +250,7 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         created_at,
         unique_key,
         last_error,
+        band,
     ) = values
     if type(text) is not str or len(text) > MAX_JSON_DEPTH:
         return _row_to_job(dict(zip(JOB_COLUMN_NAMES, values, strict=True)))
@@ -285,6 +291,7 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         "last_error": last_error,
         "held": held,
         "payload_error": None,
+        "band": band,
     }
     return job
 
@@ -329,4 +336,5 @@ def _row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         held=held,
         last_error=row.get("last_error"),
         payload_error=payload_error,
+        band=row.get("band"),
     )

@@ -145,6 +145,15 @@ async def _unregistered(payload: Any) -> None:
 _TOKENS: list[str] = []
 
 
+def _claim(job: QueuedJob, now: int, until: int) -> Statement:
+    """The CLAIM of `job` as it was read (its key: queue, band, available_at,
+    id), for a lease ending at `until`."""
+    return (
+        sql.CLAIM,
+        (now, until, job.reservation, job.id, job.attempts, job.queue, job.band, job.available_at),
+    )
+
+
 def _token() -> str:
     """A fresh reservation token: 64 random bits. Drawn 256 at a time: on
     Pyodide each os.urandom call is a trip to JS (crypto.getRandomValues)
@@ -389,15 +398,16 @@ class D1Queue:
             return Round(marks, [], len(candidates), found=offered)
         for job in chosen:
             job.reservation = _token()
-        claims = [(sql.CLAIM, (now, until, j.reservation, j.id, j.attempts)) for j in chosen]
+        claims = [_claim(j, now, until) for j in chosen]
         try:
             results = await self.binding.batch(claims)
         except Exception as exc:
-            await self._unclaim(chosen)
+            await self._unclaim(chosen, until)
             return Round(marks, [], len(candidates), exc, found=offered)
+        landed = await self._landed(chosen, results, until)
         won = []
-        for job, result in zip(chosen, results, strict=True):
-            if result.changes == 1:
+        for job, took in zip(chosen, landed, strict=True):
+            if took:
                 # The UPDATE set the stored count to one more than read;
                 # mirror it so the attempt number the worker sees matches.
                 job.attempts += 1
@@ -407,13 +417,43 @@ class D1Queue:
                 won.append(job)
         return Round(marks, won, len(candidates), found=offered)
 
-    async def _unclaim(self, jobs: Sequence[QueuedJob]) -> None:
+    async def _landed(
+        self, jobs: Sequence[QueuedJob], results: Sequence[Result], until: int
+    ) -> list[bool]:
+        """Which claims won. A claim moves its row, so a re-send of a claim
+        that landed finds nothing where the row was read and changes nothing:
+        for those (rare: an answer to a re-send), one batch looks for our
+        token where the claim put the row."""
+        won = [r.changes == 1 for r in results]
+        unsure = [i for i, r in enumerate(results) if r.resent and r.changes != 1]
+        if unsure:
+            try:
+                found = await self.binding.batch(
+                    [
+                        (sql.CLAIM_LANDED, (jobs[i].queue, until, jobs[i].id, jobs[i].reservation))
+                        for i in unsure
+                    ]
+                )
+            except Exception as exc:  # unknown: the lease frees them later
+                print(f"d1queue: could not check {len(unsure)} re-sent claim(s): {exc}")
+                return won
+            for i, res in zip(unsure, found, strict=True):
+                won[i] = bool(res.rows)
+        return won
+
+    async def _unclaim(self, jobs: Sequence[QueuedJob], until: int) -> None:
         """Put back jobs whose claim batch failed: it may have committed before
         the error, and the jobs would sit reserved, an attempt spent, until
         their lease lapsed. If this fails too, the lease does it later."""
         try:
             await self.binding.batch(
-                [(sql.UNCLAIM, (j.attempts, j.id, j.reservation)) for j in jobs]
+                [
+                    (
+                        sql.UNCLAIM,
+                        (j.attempts, j.id, j.reservation, j.queue, until, j.band, j.available_at),
+                    )
+                    for j in jobs
+                ]
             )
         except Exception as exc:
             print(f"d1queue: could not undo a failed claim of {len(jobs)} job(s): {exc}")
@@ -449,10 +489,10 @@ class D1Queue:
         until = now + round(self.reservation_s * 1000)
         for job in claim_order(found.rows, self.max_claim_attempts):
             job.reservation = _token()
-            claimed = await self.binding.run(
-                sql.CLAIM, now, until, job.reservation, job.id, job.attempts
-            )
-            if claimed.changes != 1:
+            statement, params = _claim(job, now, until)
+            claimed = await self.binding.run(statement, *params)
+            (took,) = await self._landed([job], [claimed], until)
+            if not took:
                 continue  # another worker got there first: try the next one
             job.attempts += 1
             job.reserved_until = until
@@ -468,21 +508,17 @@ class D1Queue:
 
     def _statements(self, outcome: Outcome, now: int) -> list[Statement]:
         job = outcome.job
+        held = (job.id, job.reservation, job.queue, job.reserved_until)
         if outcome.action == "complete":
-            return [(sql.DELETE_HELD, (job.id, job.reservation))]
+            return [(sql.DELETE_HELD, held)]
         if outcome.action == "retry":
             # Clamped: a Retry(delay_s=inf) or a Retry-After of 10^14 must not
             # push available_at past what D1 binds, failing the whole batch.
             delay_ms = round(clamp_delay_s(outcome.delay_s) * 1000)
-            # Within a lease's length the job waits where it is (one row
-            # written), costing each claim scan no more than a job in flight
-            # does; a longer wait moves it to the delayed band, out of the
-            # claim's way.
-            retry = sql.RETRY if delay_ms <= self.reservation_ms else sql.RETRY_DELAYED
-            return [(retry, (now + delay_ms, outcome.error, job.id, job.reservation))]
+            return [(sql.RETRY, (now + delay_ms, outcome.error, *held))]
         return [
-            (sql.FAIL_RECORD, (outcome.error or "failed", now, job.id, job.reservation)),
-            (sql.DELETE_HELD, (job.id, job.reservation)),
+            (sql.FAIL_RECORD, (outcome.error or "failed", now, *held)),
+            (sql.DELETE_HELD, held),
         ]
 
     def _settle_statements(
@@ -494,7 +530,9 @@ class D1Queue:
         for outcome in outcomes:
             if outcome.action == "complete":  # the usual one, without a call
                 job = outcome.job
-                statements.append((sql.DELETE_HELD, (job.id, job.reservation)))
+                statements.append(
+                    (sql.DELETE_HELD, (job.id, job.reservation, job.queue, job.reserved_until))
+                )
                 spans.append(1)
                 continue
             stmts = self._statements(outcome, now)

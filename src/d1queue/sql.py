@@ -13,7 +13,7 @@ from .bounds import PRIORITY_RANGE
 
 JOB_COLUMNS = (
     "id, queue, name, payload, attempts, max_attempts, priority, available_at, "
-    "reserved_at, locked_until, reservation, created_at, unique_key, last_error"
+    "reserved_at, locked_until, reservation, created_at, unique_key, last_error, band"
 )
 
 JOB_COLUMN_NAMES = tuple(name.strip() for name in JOB_COLUMNS.split(","))
@@ -27,6 +27,30 @@ DELAYED_BAND = PRIORITY_RANGE[0] - 1
 """The key's band for a job pushed to wait: below every priority, so per queue
 the delayed band follows the ready one (see migrations/0003_claim_order.sql,
 which states it as a literal)."""
+
+LOCKED_BAND = DELAYED_BAND - 1
+"""The key's band for a job that may not be claimed before a time: held by a
+worker (until its lease ends) or waiting out a retry. Keyed by that time
+(available_at, which locked_until mirrors), so a claim reads only the due
+head of the band however many jobs are in flight (see
+migrations/0007_locked_band.sql, which states it as a literal)."""
+
+UNLOCKED = f"band > {LOCKED_BAND}"
+"""The id index's condition (migrations/0007_locked_band.sql). SQLite uses a
+partial index only for a WHERE that contains its condition: a statement
+finding a job by id through the index carries this very term."""
+
+
+def _held(q: int, at: int, id: int, token: int) -> str:
+    """The WHERE locating a held job by its key, fenced by its token: one seek
+    of the primary key, since the worker knows the queue, the lease's end (the
+    key's time) and the id. A worker whose lease lapsed, and whose job was
+    claimed again, finds no row: the claim moved it."""
+    return (
+        f"queue = ?{q} AND band = {LOCKED_BAND} AND available_at = ?{at} "
+        f"AND id = ?{id} AND reservation = ?{token}"
+    )
+
 
 # A job's band: its priority if it is due as it is pushed, else the delayed band.
 _BAND = "CASE WHEN {at} > {created} THEN " + str(DELAYED_BAND) + " ELSE {priority} END"
@@ -54,30 +78,38 @@ INSERT_JOB = _INSERT_INTO + _job_values(0) + " ON CONFLICT DO NOTHING"
 # the insert won, the earlier job's if it was a duplicate. One round trip.
 SELECT_UNIQUE_HOLDER = "SELECT id FROM d1queue_jobs WHERE unique_key = ?1"
 
+
 # Candidates: the head of the ready band, in claim order (highest priority,
-# oldest, id), and the head of the due part of the delayed band (soonest
-# first), each a range of the primary key cut off by its LIMIT. Jobs waiting
-# for a later time are outside both ranges and never read, however many; a
-# locked row (held, or waiting out a short retry) is read and skipped. The
-# driver merges the two heads by priority. ?1 queue ?2 now ?3 limit
-SELECT_CANDIDATES = (
-    f"SELECT * FROM (SELECT {JOB_COLUMNS} FROM d1queue_jobs "
-    f"WHERE queue = ?1 AND band > {DELAYED_BAND} AND locked_until <= ?2 "
-    "ORDER BY band DESC, available_at, id LIMIT ?3) "
-    f"UNION ALL SELECT * FROM (SELECT {JOB_COLUMNS} FROM d1queue_jobs "
-    f"WHERE queue = ?1 AND band = {DELAYED_BAND} AND available_at <= ?2 AND locked_until <= ?2 "
-    "ORDER BY available_at, id LIMIT ?3)"
+# oldest, id), and the due heads of the delayed band (pushed to wait, soonest
+# first) and of the locked band (lapsed leases and retries whose wait is
+# over, soonest first), each a range of the primary key cut off by its LIMIT.
+# Jobs waiting for a later time and jobs in flight are outside all three
+# ranges and never read, however many. The driver merges the heads by
+# priority. ?1 queue ?2 now ?3 limit
+def _head(where: str) -> str:
+    return (
+        f"SELECT * FROM (SELECT {JOB_COLUMNS} FROM d1queue_jobs WHERE queue = ?1 AND {where} "
+        "ORDER BY band DESC, available_at, id LIMIT ?3)"
+    )
+
+
+_HEADS = (
+    f"band > {DELAYED_BAND}",
+    f"band = {DELAYED_BAND} AND available_at <= ?2",
+    f"band = {LOCKED_BAND} AND available_at <= ?2",
 )
+SELECT_CANDIDATES = " UNION ALL ".join(_head(where) for where in _HEADS)
 
 # Due jobs on a queue, counted up to a cap (a wake consumer's fan-out):
-# SELECT_CANDIDATES's two ranges, each cut off by the cap, so it reads at most
-# about 2 x cap rows (and the held rows it skips) however deep the backlog.
-# ?1 queue ?2 now ?3 cap
+# SELECT_CANDIDATES's three ranges, each cut off by the cap, so it reads at
+# most about 3 x cap rows however deep the backlog. ?1 queue ?2 now ?3 cap
 COUNT_DUE_CAPPED = (
-    f"SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM d1queue_jobs "
-    f"WHERE queue = ?1 AND band > {DELAYED_BAND} AND locked_until <= ?2 LIMIT ?3)) + "
-    f"(SELECT COUNT(*) FROM (SELECT 1 FROM d1queue_jobs WHERE queue = ?1 "
-    f"AND band = {DELAYED_BAND} AND available_at <= ?2 AND locked_until <= ?2 LIMIT ?3)) AS n"
+    "SELECT "
+    + " + ".join(
+        f"(SELECT COUNT(*) FROM (SELECT 1 FROM d1queue_jobs WHERE queue = ?1 AND {where} LIMIT ?3))"
+        for where in _HEADS
+    )
+    + " AS n"
 )
 
 RECLAIM_NOTE = "lease expired before the job was settled (worker died or overran)"
@@ -91,52 +123,55 @@ _NOTED = (
     f"ELSE substr({_NOTE} || '; before that: ' || last_error, 1, 4000) END"
 )
 
-# The claim. `locked_until <= now` with `attempts = ?5` (attempts only ever
-# grows, once per claim) makes exactly one of several racing workers change
-# the row, and only if it is still the row we read. A row still marked held
-# (reserved_at) is a lease that lapsed: the claim reclaims it and notes why.
-# Re-sent after a lost reply, it finds its own fresh token (`reservation =
-# ?3`) and sets the same values again: one attempt, not two.
-# ?1 now ?2 locked_until (the lease's end) ?3 reservation ?4 id ?5 attempts as read
+# The claim: the job moves from where it was read to the locked band, keyed
+# by its lease's end. Moving the row is one row written, as an update in
+# place would be, and its id-index entry is dropped (free): the index holds
+# only unlocked jobs. The row is found by the key it was read at, with the
+# attempts read (attempts only ever grows, once per claim): of several
+# racing workers exactly one finds it there, and the rest change nothing. A
+# row still marked held (reserved_at) is a lease that lapsed: the claim
+# reclaims it and notes why. A re-send after a lost reply finds nothing (the
+# row moved); the driver then looks for its token at the new key
+# (CLAIM_LANDED). ?1 now ?2 lease end ?3 reservation ?4 id ?5 attempts as read
+# ?6 queue ?7 band as read ?8 available_at as read
 CLAIM = (
-    "UPDATE d1queue_jobs SET attempts = ?5 + 1, reserved_at = ?1, locked_until = ?2, "
-    f"reservation = ?3, last_error = CASE WHEN reserved_at IS NULL OR reservation = ?3 "
-    f"THEN last_error ELSE {_NOTED} END "
-    "WHERE id = ?4 AND ((locked_until <= ?1 AND attempts = ?5) OR reservation = ?3)"
+    f"UPDATE d1queue_jobs SET band = {LOCKED_BAND}, available_at = ?2, locked_until = ?2, "
+    "attempts = ?5 + 1, reserved_at = ?1, reservation = ?3, "
+    f"last_error = CASE WHEN reserved_at IS NULL THEN last_error ELSE {_NOTED} END "
+    "WHERE queue = ?6 AND band = ?7 AND available_at = ?8 AND id = ?4 AND attempts = ?5"
 )
+
+# Whether a claim whose reply was lost landed: its token at the key it set.
+# ?1 queue ?2 lease end ?3 id ?4 reservation
+CLAIM_LANDED = "SELECT id FROM d1queue_jobs WHERE " + _held(1, 2, 3, 4)
 
 # Undoing a claim whose reply never came (the batch failed after it may have
-# committed): the job goes back free, its attempt not spent.
-# ?1 attempts as read ?2 id ?3 reservation
+# committed): the job goes back where it was read, free, its attempt not
+# spent. ?1 attempts as read ?2 id ?3 reservation ?4 queue ?5 lease end
+# ?6 band as read ?7 available_at as read
 UNCLAIM = (
-    "UPDATE d1queue_jobs SET attempts = ?1, reserved_at = NULL, locked_until = 0, "
-    "reservation = NULL WHERE id = ?2 AND reservation = ?3"
+    "UPDATE d1queue_jobs SET attempts = ?1, band = ?6, available_at = ?7, "
+    f"locked_until = CASE WHEN ?6 = {LOCKED_BAND} THEN ?7 ELSE 0 END, reserved_at = NULL, "
+    "reservation = NULL WHERE " + _held(4, 5, 2, 3)
 )
 
-# Every step after the claim is fenced by the reservation token: a worker
-# whose lease lapsed, and whose job was claimed again, matches no row and
-# changes nothing.
-# ?1 id ?2 reservation
-DELETE_HELD = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reservation = ?2"
+# Every step after the claim finds the job at its held key and is fenced by
+# the reservation token. ?1 id ?2 reservation ?3 queue ?4 lease end
+DELETE_HELD = "DELETE FROM d1queue_jobs WHERE " + _held(3, 4, 1, 2)
 
-# A retry, in place: the row stays where it is in the key, locked until the
-# retry time, so it writes one row and no index entry. The token stays on
-# the row (reserved_at alone says whether a job is held), so a release
-# re-sent after its reply was lost matches again and reports the job as
-# released by us; the next claim replaces the token.
+# A retry: the job stays in the locked band, keyed by its retry time, so a
+# claim reads it only once that time has come, however long the wait. One
+# row written, no index entry. The token stays on the row (reserved_at alone
+# says whether a job is held), and the key may be either the lease's end or
+# the retry time: a release re-sent after its reply was lost matches again
+# and reports the job as released by us; the next claim replaces the token.
 # ?1 retry time ?2 last_error (NULL keeps the previous one) ?3 id ?4 reservation
+# ?5 queue ?6 lease end
 RETRY = (
-    "UPDATE d1queue_jobs SET reserved_at = NULL, locked_until = ?1, "
-    "last_error = COALESCE(?2, last_error) WHERE id = ?3 AND reservation = ?4"
-)
-
-# A retry further off than the lease (D1Queue.reservation_s) moves to
-# the delayed band instead (the row and its id entry: 2 rows written), so
-# long backoffs never pile up in front of ready jobs for every claim to read.
-# ?1 retry time ?2 last_error ?3 id ?4 reservation
-RETRY_DELAYED = (
-    f"UPDATE d1queue_jobs SET band = {DELAYED_BAND}, available_at = ?1, reserved_at = NULL, "
-    "locked_until = 0, last_error = COALESCE(?2, last_error) WHERE id = ?3 AND reservation = ?4"
+    "UPDATE d1queue_jobs SET available_at = ?1, locked_until = ?1, reserved_at = NULL, "
+    "last_error = COALESCE(?2, last_error) "
+    f"WHERE queue = ?5 AND band = {LOCKED_BAND} AND available_at IN (?6, ?1) AND id = ?3 "
+    "AND reservation = ?4"
 )
 
 # Failing is FAIL_RECORD then DELETE_HELD in one db.batch (a transaction):
@@ -144,11 +179,11 @@ RETRY_DELAYED = (
 # nothing, and a fault in either statement leaves the job where it was.
 # OR REPLACE: a job id that failed before (and was pushed again under the same
 # id) keeps one failure record, the latest.
-# ?1 error ?2 failed_at ?3 id ?4 reservation
+# ?1 error ?2 failed_at ?3 id ?4 reservation ?5 queue ?6 lease end
 FAIL_RECORD = (
     f"INSERT OR REPLACE INTO d1queue_failed_jobs ({FAILED_COLUMNS}) "
     "SELECT id, queue, name, payload, ?1, attempts, max_attempts, priority, created_at, ?2 "
-    "FROM d1queue_jobs WHERE id = ?3 AND reservation = ?4"
+    "FROM d1queue_jobs WHERE " + _held(5, 6, 3, 4)
 )
 
 # Unreserved jobs on a queue (delayed ones included), as the seed counts
@@ -173,16 +208,32 @@ def _walk_queues(table: str) -> str:
 QUEUE_NAMES = _walk_queues("d1queue_jobs") + "SELECT name FROM q WHERE name IS NOT NULL"
 
 # Freeing every lapsed lease at once (the seed's reclaim_expired). The drain
-# never sends it: a claim reclaims a lapsed lease when it meets one. This
-# reads every job of every queue, so it is for maintenance only.
+# never sends it: a claim reclaims a lapsed lease when it meets one. Reads
+# the lapsed part of each queue's locked band; for maintenance only.
 # ?1 now
 RECLAIM_EXPIRED = (
-    "UPDATE d1queue_jobs SET reserved_at = NULL, locked_until = 0, reservation = NULL, "
-    f"last_error = {_NOTED} WHERE queue IN ({QUEUE_NAMES}) "
-    "AND reserved_at IS NOT NULL AND locked_until < ?1"
+    "UPDATE d1queue_jobs SET reserved_at = NULL, reservation = NULL, "
+    f"last_error = {_NOTED} WHERE queue IN ({QUEUE_NAMES}) AND band = {LOCKED_BAND} "
+    "AND available_at < ?1 AND reserved_at IS NOT NULL"
 )
 
-SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM d1queue_jobs WHERE id = ?1"
+
+def _by_id(select: str, id_term: str) -> str:
+    """`select` (a statement up to its FROM d1queue_jobs) for the jobs whose
+    id meets `id_term`: a job waiting to run through the id index, a locked
+    one (in flight, or waiting out a retry) by a walk of every queue's locked
+    band, which the index leaves out. That walk reads every locked job, so
+    these are the lookups of the API and of rare paths, never of the drain:
+    a worker settles what it holds by its key."""
+    return (
+        f"{select} WHERE {id_term} AND {UNLOCKED} UNION ALL "
+        f"{select} WHERE queue IN ({QUEUE_NAMES}) AND band = {LOCKED_BAND} AND {id_term}"
+    )
+
+
+# A job by id. LIMIT 1: a job found through the index ends the statement
+# before the walk starts. ?1 id
+SELECT_JOB = _by_id(f"SELECT {JOB_COLUMNS} FROM d1queue_jobs", "id = ?1") + " LIMIT 1"
 
 # Retrying a failure is RETRY_FAILED_INSERT then RETRY_FAILED_DELETE in one
 # batch. As in the seed, the job gets one fresh attempt and does not take its
@@ -223,7 +274,8 @@ def select_job_ids(n: int) -> str:
     after a re-sent settle, a row gone is a write of ours that landed."""
     if not 1 <= n <= 100:
         raise ValueError(f"1..100 ids per statement, not {n}")
-    return "SELECT id FROM d1queue_jobs WHERE id IN (" + ", ".join(["?"] * n) + ")"
+    ids = ", ".join(f"?{i}" for i in range(1, n + 1))
+    return _by_id("SELECT id FROM d1queue_jobs", f"id IN ({ids})")
 
 
 def select_unique_holders(n: int) -> str:
@@ -279,9 +331,15 @@ TAKE_FAN_OUT = (
     "WHERE d1queue_queues.fanned_out_at <= ?3"
 )
 
-# Cancelling: only a job no worker holds. Sent with SELECT_JOB in one batch,
-# so a miss can say whether the job is running (409) or gone (404).
-CANCEL_JOB = "DELETE FROM d1queue_jobs WHERE id = ?1 AND reserved_at IS NULL"
+# Cancelling: only a job no worker holds, waiting to run (through the id
+# index) or waiting out a retry (in the locked band). Sent with SELECT_JOB in
+# one batch, so a miss can say whether the job is running (409) or gone
+# (404). ?1 id
+CANCEL_JOBS = (
+    f"DELETE FROM d1queue_jobs WHERE id = ?1 AND {UNLOCKED} AND reserved_at IS NULL",
+    f"DELETE FROM d1queue_jobs WHERE queue IN ({QUEUE_NAMES}) AND band = {LOCKED_BAND} "
+    "AND id = ?1 AND reserved_at IS NULL",
+)
 
 # Newest first, paged by (failed_at, id) so a page boundary never skips or
 # repeats a row. ?1 cursor failed_at ?2 cursor id ?3 limit [?4 queue]
@@ -501,7 +559,7 @@ _JOB_STATE = (
 # ?1 queue ?2 cursor band ?3 cursor available_at ?4 cursor id ?5 name or ''
 # ?6 state or '' ?7 now ?8 limit
 LIST_QUEUE_JOBS = (
-    f"SELECT {JOB_COLUMNS}, band, {_JOB_STATE} AS state FROM d1queue_jobs "
+    f"SELECT {JOB_COLUMNS}, {_JOB_STATE} AS state FROM d1queue_jobs "
     "WHERE queue = ?1 AND (band < ?2 OR (band = ?2 AND (available_at > ?3 "
     "OR (available_at = ?3 AND id > ?4)))) AND (?5 = '' OR name = ?5) "
     f"AND (?6 = '' OR ?6 = {_JOB_STATE}) ORDER BY band DESC, available_at, id LIMIT ?8"
@@ -510,10 +568,13 @@ LIST_QUEUE_JOBS = (
 # "Run now": a job no worker holds, waiting (pushed with a delay, or out on a
 # retry's backoff), made due now and moved to the ready band of its priority.
 # A job already ready is left where it is (it would only lose its place).
-# ?1 now ?2 id
+# The delayed job through the id index, the retrying one by the walk of
+# locked bands. ?1 now ?2 id
+_RUN_NOW = "UPDATE d1queue_jobs SET band = priority, available_at = ?1, locked_until = 0 WHERE "
 RUN_NOW = (
-    "UPDATE d1queue_jobs SET band = priority, available_at = ?1, locked_until = 0 "
-    "WHERE id = ?2 AND reserved_at IS NULL AND (available_at > ?1 OR locked_until > ?1)"
+    _RUN_NOW + f"id = ?2 AND {UNLOCKED} AND reserved_at IS NULL AND available_at > ?1",
+    _RUN_NOW + f"queue IN ({QUEUE_NAMES}) AND band = {LOCKED_BAND} AND id = ?2 "
+    "AND reserved_at IS NULL AND available_at > ?1",
 )
 
 # Failed jobs, newest first, filtered: keyset paging on (failed_at, id) as

@@ -113,10 +113,11 @@ class ShardStore:
     async def run_now(self, id: str) -> Literal["done", "ready", "reserved", "missing"]:
         """Make a waiting job due now. One round trip: the update and the
         job's row as it is after it, in one batch."""
-        updated, found = await self.binding.batch(
-            [(sql.RUN_NOW, (self.queue.clock(), id)), (sql.SELECT_JOB, (id,))]
+        now = self.queue.clock()
+        *updated, found = await self.binding.batch(
+            [*((run, (now, id)) for run in sql.RUN_NOW), (sql.SELECT_JOB, (id,))]
         )
-        if updated.changes:
+        if any(u.changes for u in updated):
             return "done"
         if not found.rows:
             return "missing"
