@@ -148,7 +148,7 @@ async def test_releasing_clears_the_reservation_and_pushes_availability_out(
     assert (
         row["reserved_at"] is None and row["reservation"] == job.reservation
     )  # kept: see sql.RETRY
-    assert row["locked_until"] == clock() + 30_000, "a short retry waits in place"
+    assert row["locked_until"] == row["available_at"] == clock() + 30_000, "keyed by its time"
     assert await queue.reserve("default") is None
     clock.advance(30)
     assert (await queue.reserve("default")).attempts == 2  # type: ignore[union-attr]

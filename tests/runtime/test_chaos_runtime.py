@@ -14,11 +14,12 @@ database: no job lost, the tables empty at the end, nothing failed, and no job
 that completed run again unless its first run was in the killed host (or its
 outcome was reported unsettled, whose lease then lapsed). Prints the figures.
 
-The killed host's leases are aged past their end (locked_until set into the
-past) instead of waited out: the shortest lease this Worker's registry allows
-is 67 s (http.request's 65 s timeout, plus 2 s to settle), too long to wait in
-CI. Aging is done only when no drain is running, so it is what waiting would
-have done. Counts are asserted, never timings."""
+The killed host's leases are aged past their end (the held key's time and
+locked_until set into the past) instead of waited out: the shortest lease
+this Worker's registry allows is 67 s (http.request's 65 s timeout, plus 2 s
+to settle), too long to wait in CI. Aging is done only when no drain is
+running, so it is what waiting would have done. Counts are asserted, never
+timings."""
 
 from __future__ import annotations
 
@@ -166,7 +167,8 @@ def age_leases(host: Host) -> int:
         """
         async def main(env):
             r = await env.DB.prepare(
-                "UPDATE d1queue_jobs SET locked_until = 0 WHERE reserved_at IS NOT NULL"
+                "UPDATE d1queue_jobs SET available_at = 0, locked_until = 0 "
+                "WHERE reserved_at IS NOT NULL"
             ).run()
             return r.meta.changes
         """
