@@ -147,12 +147,18 @@ def measure(host: Host, n: int, repeats: int, warmup: int = 2) -> dict[str, Any]
 
 PROFILE = """
 import cProfile, io, pstats, json
-import entry
+import entry, jobs
+from d1queue.binding import Binding
+from d1queue.limits import PLANS, Meter
+from d1queue.queue import D1Queue
+from d1queue.worker import drain
 
 async def main(env):
+    config = entry.config_from_env(worker.env)
+    queue = D1Queue(Binding(worker.env.DB, meter=Meter.for_plan(PLANS[config.plan])))
     prof = cProfile.Profile()
     prof.enable()
-    await worker._drain(entry.config_from_env(env), why="profile")
+    await drain(queue, jobs.registry, config, env=worker.env, fetch=None)
     prof.disable()
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(40)

@@ -57,6 +57,8 @@ class Plan:
         # Jobs pushed to run later, behind 0, 10 or 1,000 due ones.
         self.delayed = 5_000 if quick else 100_000
         self.due = (0, 10, 1_000)
+        # And behind 1,000 jobs in flight: (due, in flight).
+        self.in_flight = ((0, 1_000), (10, 1_000))
         # Schedules stored, and how many of them are due at the cron run.
         self.schedules = ((1_000, 0), (1_000, 1), (1_000, 100))
         self.pushes = 5 if quick else 20
@@ -120,13 +122,15 @@ def delayed_backlog(call: Callable[..., Any], plan: Plan) -> dict[str, Any]:
     """One claim round of 25 (the seed: 25 reserves) with `plan.delayed`
     jobs pushed to run later, behind each count of due jobs."""
     out: dict[str, Any] = {}
-    for due in plan.due:
-        log(f"delayed backlog {plan.delayed:,} + {due:,} due: each design")
-        call("seed_jobs", delayed=plan.delayed, due=due)
+    for due, in_flight in [(due, 0) for due in plan.due] + list(plan.in_flight):
+        log(f"delayed backlog {plan.delayed:,} + {due:,} due, {in_flight:,} in flight: each design")
+        call("seed_jobs", delayed=plan.delayed, due=due, in_flight=in_flight)
         ours = call("claim_cost", n=25)
         call("seed_jobs")
+        # The seed's reserve reads only unreserved rows (its index leads with
+        # reserved_at), so its jobs in flight are left out of its backlog.
         seed = call("seed_design_claim_cost", delayed=plan.delayed, due=due)
-        out[str(due)] = {"d1queue": ours, "seed": seed}
+        out[f"{due}/{in_flight}" if in_flight else str(due)] = {"d1queue": ours, "seed": seed}
     return out
 
 
@@ -479,12 +483,18 @@ def table_rows(fig: dict[str, Any]) -> list[Row]:
     )
 
     d = fig["delayed_backlog"]
-    for due, designs in d["by_due"].items():
+    for key, designs in d["by_due"].items():
         ours, seed = designs["d1queue"], designs["seed"]
+        due, _, flying = key.partition("/")
+        in_flight = int(flying or 0)
         label = f"{_k(d['delayed'])} delayed + {int(due):,} due"
+        if in_flight:
+            label += f" behind {in_flight:,} in flight"
         if ours["claimed"]:
             a, b = ours["rows_read_per_claimed"], seed["rows_read_per_claimed"]
-            verdict = f"≤ 4: {'met' if a is not None and a <= 4 else 'NOT met'}"
+            # 1 extra row per claimed job is allowed for every 25 in flight.
+            limit = 4 + in_flight / 25
+            verdict = f"≤ {limit:g}: {'met' if a is not None and a <= limit else 'NOT met'}"
             rows.append(("rows read / claimed job", label, _num(a), _num(b), _ratio(a, b), verdict))
         else:
             a, b = ours["select_rows_read"], seed["select_rows_read"]
