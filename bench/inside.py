@@ -419,7 +419,8 @@ async def claim_cost(db: Any, n: int = BATCH, queue: str = BACKLOG_QUEUE) -> dic
 
 async def retry_cost(db: Any, n: int = 20, delay_s: float = 5.0) -> dict[str, Any]:
     """Claim `n` fresh jobs and release each for a retry after `delay_s`:
-    rows written per retry (a retry within a lease waits in place)."""
+    rows written per retry (the job moves within the locked band to its
+    retry time)."""
     queue = "retry"
     b = Binding(db)
     await b.run("DELETE FROM d1queue_jobs WHERE queue = ?1", queue)

@@ -147,11 +147,13 @@ def per_backlog(call: Callable[..., Any], plan: Plan, backlog: int) -> dict[str,
                     runs[key] = {**runs[f"{budget}/query"], "same_run_as": f"{budget}/query"}
                     continue
                 log(f"backlog {backlog:,}: {design}, {budget} queries, batch = {counts_as}")
+                # Topped up in an invocation of its own: the seed's run spends
+                # all 1,000 of its queries, and an invocation may send no more.
+                call("top_up", design=design, n=backlog)
                 t0 = time.monotonic()
                 runs[key] = call(
                     "invocation",
                     design=design,
-                    backlog_n=backlog,
                     query_budget=budget,
                     batch_counts_as=counts_as,
                     reuse_prepared=True,  # counted, not timed

@@ -103,7 +103,7 @@ _ROW = {
     "changes",
     [
         {},
-        {"locked_until": 5_000},  # waiting out a retry in place
+        {"locked_until": 5_000},  # a lock past the key's time
         {"reserved_at": 800, "locked_until": 2_000, "reservation": "t"},  # a lapsed lease
         {"payload": "null"},
         {"payload": " 1"},  # json.loads reads it; the fast path defers

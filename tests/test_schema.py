@@ -79,7 +79,9 @@ def test_the_claim_reads_three_heads_by_key_without_sorting(db: SqliteD1) -> Non
 HELD_KEY = "USING PRIMARY KEY (queue=? AND band=? AND available_at=? AND id=?)"
 
 
-@pytest.mark.parametrize("name", ["CLAIM", "CLAIM_LANDED", "UNCLAIM", "DELETE_HELD", "FAIL_RECORD"])
+@pytest.mark.parametrize(
+    "name", ["CLAIM", "CLAIM_LAPSED", "CLAIM_LANDED", "UNCLAIM", "DELETE_HELD", "FAIL_RECORD"]
+)
 def test_a_worker_finds_what_it_holds_by_its_whole_key(db: SqliteD1, name: str) -> None:
     """The drain's statements seek the primary key: queue, band, time and id."""
     lines = plan(db, statements()[name])

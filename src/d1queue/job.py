@@ -215,8 +215,8 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         "attempts": attempts,
         "max_attempts": max_attempts,
         "priority": priority,
-        # A job waiting out a retry in place stays where it was in the key;
-        # when it runs next is the later of the two times.
+        # When it runs next: the later of the two times (in the locked
+        # band they agree: the key's time is the lock's end).
         "available_at": available_at if held or available_at >= locked_until else locked_until,
         "created_at": created_at,
         "unique_key": get("unique_key"),
@@ -281,8 +281,8 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         "attempts": attempts,
         "max_attempts": max_attempts,
         "priority": priority,
-        # A job waiting out a retry in place stays where it was in the key;
-        # when it runs next is the later of the two times.
+        # When it runs next: the later of the two times (in the locked
+        # band they agree: the key's time is the lock's end).
         "available_at": available_at if held or available_at >= locked_until else locked_until,
         "created_at": created_at,
         "unique_key": unique_key,
@@ -317,8 +317,8 @@ def _row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         payload, payload_error = row["payload"], f"undecodable payload: {exc}"
     held = row.get("reserved_at") is not None
     locked_until = int(row.get("locked_until") or 0)
-    # A job waiting out a retry in place stays where it was in the key; when
-    # it runs next is the later of the two times.
+    # When it runs next: the later of the two times (in the locked band they
+    # agree: the key's time is the lock's end).
     available_at = int(row["available_at"])
     return QueuedJob(
         id=row["id"],

@@ -115,8 +115,8 @@ def interleave(lists: Sequence[Sequence[QueuedJob]]) -> list[QueuedJob]:
 def claim_order(rows: Sequence[Sequence[Any]], n: int) -> list[QueuedJob]:
     """The first `n` of SELECT_CANDIDATES' rows (read `positional`ly) in
     claim order: highest priority first, then the one due longest, then by
-    id. The SELECT returns the heads of the ready and the delayed band, each
-    in its own order; this merges them."""
+    id. The SELECT returns the heads of the ready, delayed and locked bands,
+    each in its own order; this merges them."""
     jobs = [values_to_job(r) for r in rows]
     jobs.sort(key=lambda j: (-j.priority, j.available_at, j.id))
     return jobs[:n]
@@ -149,7 +149,7 @@ def _claim(job: QueuedJob, now: int, until: int) -> Statement:
     """The CLAIM of `job` as it was read (its key: queue, band, available_at,
     id), for a lease ending at `until`."""
     return (
-        sql.CLAIM,
+        sql.CLAIM_LAPSED if job.held else sql.CLAIM,
         (now, until, job.reservation, job.id, job.attempts, job.queue, job.band, job.available_at),
     )
 

@@ -127,19 +127,26 @@ _NOTED = (
 # by its lease's end. Moving the row is one row written, as an update in
 # place would be, and its id-index entry is dropped (free): the index holds
 # only unlocked jobs. The row is found by the key it was read at, with the
-# attempts read (attempts only ever grows, once per claim): of several
-# racing workers exactly one finds it there, and the rest change nothing. A
-# row still marked held (reserved_at) is a lease that lapsed: the claim
-# reclaims it and notes why. A re-send after a lost reply finds nothing (the
-# row moved); the driver then looks for its token at the new key
-# (CLAIM_LANDED). ?1 now ?2 lease end ?3 reservation ?4 id ?5 attempts as read
+# attempts read (attempts only ever grows, once per claim; an undone claim
+# puts the job back where it was): of several racing workers exactly one
+# finds it there, and the rest change nothing. A re-send after a lost reply
+# finds nothing (the row moved); the driver then looks for its token at the
+# new key (CLAIM_LANDED). Short, since a claim batch carries its text once
+# per job. ?1 now ?2 lease end ?3 reservation ?4 id ?5 attempts as read
 # ?6 queue ?7 band as read ?8 available_at as read
-CLAIM = (
+_CLAIM_SET = (
     f"UPDATE d1queue_jobs SET band = {LOCKED_BAND}, available_at = ?2, locked_until = ?2, "
-    "attempts = ?5 + 1, reserved_at = ?1, reservation = ?3, "
-    f"last_error = CASE WHEN reserved_at IS NULL THEN last_error ELSE {_NOTED} END "
-    "WHERE queue = ?6 AND band = ?7 AND available_at = ?8 AND id = ?4 AND attempts = ?5"
+    "attempts = ?5 + 1, reserved_at = ?1, reservation = ?3"
 )
+_CLAIM_WHERE = (
+    " WHERE queue = ?6 AND band = ?7 AND available_at = ?8 AND id = ?4 AND attempts = ?5 "
+    "AND reserved_at IS "
+)
+CLAIM = _CLAIM_SET + _CLAIM_WHERE + "NULL"
+
+# The claim of a job read still marked held (reserved_at): a lease that
+# lapsed. It reclaims the job and notes why in last_error. Same parameters.
+CLAIM_LAPSED = _CLAIM_SET + f", last_error = {_NOTED}" + _CLAIM_WHERE + "NOT NULL"
 
 # Whether a claim whose reply was lost landed: its token at the key it set.
 # ?1 queue ?2 lease end ?3 id ?4 reservation
