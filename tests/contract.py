@@ -14,7 +14,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from d1queue import D1Queue, Fail, QueuedJob, Registry, drain, sql
+from d1queue import D1Queue, Fail, Outcome, QueuedJob, Registry, drain, sql
 from d1queue.config import Config
 
 
@@ -314,6 +314,69 @@ async def case_drains_run_each_job_once(db: Any, clock: Clock) -> None:
     assert await rows(a) == []
     errors = sorted(f.error for f in await a.failed_jobs())
     assert "bad input" in errors[0] and "no handler is registered" in errors[1]
+
+
+# -- acknowledging a claim batch at once -------------------------------------------
+
+
+async def case_a_claim_batch_is_acknowledged_in_one_statement(db: Any, clock: Clock) -> None:
+    """A settle carrying every job a claim batch won: the completed ones go in
+    one DELETE; a retry whose time is the lease's end, and a failure, are
+    left to their own statements."""
+    queue = await fresh(db, clock)
+    for i in range(5):
+        await queue.dispatch("t", i)
+    won, _ = await queue.claim_round("default", 5)
+    assert len(won) == 5 and len({j.reservation for j in won}) == 1, "one token a batch"
+    a, b, c, d, e = won
+    outcomes = [
+        Outcome(a, "complete"),
+        Outcome(b, "retry", delay_s=queue.reservation_s, error="again"),  # keyed as the lease
+        Outcome(c, "fail", error="exploded"),
+        Outcome(d, "complete"),
+        Outcome(e, "complete"),
+    ]
+    before = queue.binding.usage.statements
+    assert await queue.settle(outcomes) == [True] * 5
+    # The retry, the failure's copy and delete, and one DELETE for the rest.
+    assert queue.binding.usage.statements - before == 4
+    (left,) = await rows(queue)
+    assert (left["id"], left["reserved_at"], left["last_error"]) == (b.id, None, "again")
+    (failed,) = await queue.failed_jobs()
+    assert failed.id == c.id
+
+
+async def case_part_of_a_claim_batch_is_acknowledged_job_by_job(db: Any, clock: Clock) -> None:
+    """A settle carrying only some of a batch's jobs leaves the others held:
+    each completed job is deleted by its own key."""
+    queue = await fresh(db, clock)
+    for i in range(3):
+        await queue.dispatch("t", i)
+    a, b, c = (await queue.claim_round("default", 3))[0]
+    assert await queue.settle([Outcome(a, "complete"), Outcome(b, "complete")]) == [True, True]
+    (left,) = await rows(queue)
+    assert left["id"] == c.id and left["reservation"] == c.reservation
+    assert await queue.acknowledge(c) is True
+    assert await rows(queue) == []
+
+
+async def case_a_batch_ack_counts_the_jobs_that_moved_on(db: Any, clock: Clock) -> None:
+    """One job of a batch overran its lease and another worker took it over:
+    the batch's acknowledgement deletes the others, and only them, and one
+    outcome is stale."""
+    queue = await fresh(db, clock)
+    for i in range(3):
+        await queue.dispatch("t", i)
+    won, _ = await queue.claim_round("default", 3)
+    clock.advance(queue.reservation_s + 1)
+    other = D1Queue(db, clock=clock)
+    taken, _ = await other.claim_round("default", 1)
+    assert len(taken) == 1 and taken[0].held
+    marks = await queue.settle([Outcome(j, "complete") for j in won])
+    assert sorted(marks) == [False, True, True]
+    (left,) = await rows(queue)
+    assert left["id"] == taken[0].id and left["reservation"] == taken[0].reservation
+    assert await other.acknowledge(taken[0]) is True
 
 
 CASES = {name: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}

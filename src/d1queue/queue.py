@@ -194,6 +194,11 @@ class D1Queue:
         self.clock = clock
         self.registry = registry
         """Whose job defaults `dispatch` applies (None: the built-in ones)."""
+        self._batches: dict[tuple[str, str, int], int] = {}
+        """Jobs won per claim batch and queue, by (token, queue, lease end),
+        until they are settled: a settle carrying all of them may acknowledge
+        the completed ones in one statement (sql.DELETE_HELD_BATCH). Shared
+        with this queue's metered twins."""
 
     @property
     def reservation_ms(self) -> int:
@@ -373,14 +378,14 @@ class D1Queue:
         for name in shares:
             check_name("queue", name)
         now = self.clock()
-        statements, spans = self._settle_statements(outcomes, now)
+        statements, firsts, carried = self._settle_statements(outcomes, now)
         selects = [(sql.SELECT_CANDIDATES, (q, now, k)) for q, k in shares.items()]
         marks: list[Mark] = []
         try:
             if statements or len(selects) > 1:
                 results = await self.binding.batch([*statements, *selects], positional=True)
                 found = results[len(statements) :]
-                marks = await self._marks(outcomes, results[: len(statements)], spans)
+                marks = await self._marks(outcomes, results, firsts, carried)
             else:
                 found = [await self.binding.run(selects[0][0], *selects[0][1], positional=True)]
         except Exception as exc:
@@ -396,8 +401,11 @@ class D1Queue:
         chosen = candidates if admit is None else admit(candidates)
         if not chosen:
             return Round(marks, [], len(candidates), found=offered)
+        # One token for the batch: its jobs on a queue then share their held
+        # key's prefix and token, one range (sql.DELETE_HELD_BATCH).
+        token = _token()
         for job in chosen:
-            job.reservation = _token()
+            job.reservation = token
         claims = [_claim(j, now, until) for j in chosen]
         try:
             results = await self.binding.batch(claims)
@@ -415,6 +423,9 @@ class D1Queue:
                 if job.held:
                     job.last_error = noted(job.last_error)
                 won.append(job)
+        for job in won:
+            key = (token, job.queue, until)
+            self._batches[key] = self._batches.get(key, 0) + 1
         return Round(marks, won, len(candidates), found=offered)
 
     async def _landed(
@@ -523,30 +534,70 @@ class D1Queue:
 
     def _settle_statements(
         self, outcomes: Sequence[Outcome], now: int
-    ) -> tuple[list[Statement], list[int]]:
-        """The statements settling `outcomes`, and how many each one takes."""
-        spans: list[int] = []
-        statements: list[Statement] = []
-        for outcome in outcomes:
-            if outcome.action == "complete":  # the usual one, without a call
+    ) -> tuple[list[Statement], list[int], dict[int, list[int]]]:
+        """The statements settling `outcomes`; for each outcome, the index of
+        the statement whose `changes` tells whether it landed; and for each
+        statement acknowledging several jobs at once, which outcomes it
+        carries. The completed jobs of a claim batch whose every job is
+        settled here go in one DELETE_HELD_BATCH per queue, after the
+        batch's other statements; any other job takes its own."""
+        groups: dict[tuple[str, str, int], list[int]] = {}
+        batches = self._batches
+        if batches:
+            sizes: dict[tuple[str, str, int], int] = {}
+            for outcome in outcomes:
                 job = outcome.job
+                key = (job.reservation or "", job.queue, job.reserved_until or 0)
+                sizes[key] = sizes.get(key, 0) + 1
+            for key, n in sizes.items():
+                # Every job the batch won on this queue is settled here: none
+                # is still held under the token, running.
+                if batches.get(key) == n:
+                    del batches[key]
+                    groups[key] = []
+        firsts: list[int] = []
+        statements: list[Statement] = []
+        for i, outcome in enumerate(outcomes):
+            job = outcome.job
+            if outcome.action == "complete":
+                group = (
+                    groups.get((job.reservation or "", job.queue, job.reserved_until or 0))
+                    if groups
+                    else None
+                )
+                if group is not None:
+                    group.append(i)
+                    firsts.append(-1)  # its group's statement, placed below
+                    continue
+                firsts.append(len(statements))
                 statements.append(
                     (sql.DELETE_HELD, (job.id, job.reservation, job.queue, job.reserved_until))
                 )
-                spans.append(1)
                 continue
-            stmts = self._statements(outcome, now)
-            spans.append(len(stmts))
-            statements += stmts
-        return statements, spans
+            firsts.append(len(statements))
+            statements += self._statements(outcome, now)
+        carried: dict[int, list[int]] = {}
+        for (token, queue, until), members in groups.items():
+            if len(members) == 1:  # one job: its own statement is as cheap
+                (i,) = members
+                job = outcomes[i].job
+                firsts[i] = len(statements)
+                statements.append((sql.DELETE_HELD, (job.id, job.reservation, queue, until)))
+            elif members:
+                carried[len(statements)] = members
+                for i in members:
+                    firsts[i] = len(statements)
+                statements.append((sql.DELETE_HELD_BATCH, (queue, until, token)))
+        return statements, firsts, carried
 
     async def settle(self, outcomes: Sequence[Outcome]) -> list[bool]:
         """Apply many outcomes in one db.batch (one transaction). For each,
         True if it was written (also when an earlier send of ours landed and
         its reply was lost); False if the lease had lapsed and the job moved
         on, in which case nothing changed. Raises if D1 refuses the batch."""
-        statements, spans = self._settle_statements(outcomes, self.clock())
-        marks = await self._marks(outcomes, await self.binding.batch(statements), spans)
+        statements, firsts, carried = self._settle_statements(outcomes, self.clock())
+        results = await self.binding.batch(statements)
+        marks = await self._marks(outcomes, results, firsts, carried)
         return [m != "stale" for m in marks]
 
     async def settle_outcomes(
@@ -561,10 +612,10 @@ class D1Queue:
         if not outcomes:
             return []
         now = self.clock()
-        statements, spans = self._settle_statements(outcomes, now)
+        statements, firsts, carried = self._settle_statements(outcomes, now)
         try:
             results = await self.binding.batch(statements)
-            return await self._marks(outcomes, results, spans, maybe_sent=maybe_sent)
+            return await self._marks(outcomes, results, firsts, carried, maybe_sent=maybe_sent)
         except Exception as exc:
             first = exc
         marks: list[Mark] = []
@@ -580,7 +631,7 @@ class D1Queue:
         for attempt in range(SETTLE_TRIES):
             try:
                 results = await self.binding.batch(stmts)
-                (mark,) = await self._marks([outcome], results, [len(stmts)], maybe_sent=True)
+                (mark,) = await self._marks([outcome], results, [0], {}, maybe_sent=True)
                 return mark
             except Exception as exc:
                 if attempt + 1 == SETTLE_TRIES or isinstance(exc, SubrequestLimitExceeded):
@@ -596,27 +647,37 @@ class D1Queue:
         self,
         outcomes: Sequence[Outcome],
         results: Sequence[Result],
-        spans: Sequence[int],
+        firsts: Sequence[int],
+        carried: Mapping[int, list[int]],
         *,
         maybe_sent: bool = False,
     ) -> list[Mark]:
-        """Each outcome's mark, from its first statement's `changes`. Where a
-        re-send found nothing to change, a deleting outcome (ack, fail) may
-        have landed the first time: one lookup tells, since a row still there
-        was not deleted by us."""
+        """Each outcome's mark, from the `changes` of its statement
+        (`firsts`, as _settle_statements placed them). A statement carrying
+        several acknowledgements (`carried`) landed whole if it changed as
+        many rows; if it changed fewer, the rest had moved on (their leases
+        lapsed): the counts are exact, which jobs they were is not told.
+        Where a re-send found nothing to change, a deleting outcome (ack,
+        fail) may have landed the first time: one lookup tells, since a row
+        still there was not deleted by us."""
         marks: list[Mark] = []
         unsure: list[int] = []
-        if len(results) == len(outcomes):  # one statement each: nothing fails
-            firsts: Sequence[Result] = results
-        else:
-            firsts = []
-            i = 0
-            for span in spans:
-                firsts.append(results[i])
-                i += span
-        for n, (outcome, first) in enumerate(zip(outcomes, firsts, strict=True)):
+        landed: dict[int, int] = {k: results[k].changes for k in carried}
+        for n, (outcome, at) in enumerate(zip(outcomes, firsts, strict=True)):
+            first = results[at]
             resent = first.resent or maybe_sent
-            if first.changes == 1:
+            if at in landed:
+                if first.changes == len(carried[at]):
+                    marks.append("resent" if resent else "written")
+                elif resent:
+                    marks.append("stale")
+                    unsure.append(n)
+                elif landed[at] > 0:
+                    landed[at] -= 1
+                    marks.append("written")
+                else:
+                    marks.append("stale")
+            elif first.changes == 1:
                 marks.append("resent" if resent else "written")
             elif resent and outcome.action in ("complete", "fail"):
                 marks.append("stale")

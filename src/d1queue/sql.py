@@ -166,6 +166,20 @@ UNCLAIM = (
 # the reservation token. ?1 id ?2 reservation ?3 queue ?4 lease end
 DELETE_HELD = "DELETE FROM d1queue_jobs WHERE " + _held(3, 4, 1, 2)
 
+# Acknowledging every completed job of one claim batch at once: a claim
+# batch gives its jobs on a queue one key prefix (queue, locked band, lease
+# end) and one token, so the jobs still held under it are one range of the
+# key. Sent only when the settle carries every job the batch won on the
+# queue, after the batch's retries (which clear reserved_at) and failures
+# (deleted on their own): what is left held under the token is exactly the
+# completed jobs. One statement instead of one a job (a batch costs the
+# Worker CPU per statement), reading one row a job and one past the range;
+# meta.changes says how many landed. ?1 queue ?2 lease end ?3 reservation
+DELETE_HELD_BATCH = (
+    f"DELETE FROM d1queue_jobs WHERE queue = ?1 AND band = {LOCKED_BAND} AND available_at = ?2 "
+    "AND reservation = ?3 AND reserved_at IS NOT NULL"
+)
+
 # A retry: the job stays in the locked band, keyed by its retry time, so a
 # claim reads it only once that time has come, however long the wait. One
 # row written, no index entry. The token stays on the row (reserved_at alone
