@@ -166,6 +166,7 @@ async def test_reclaim_keeps_the_error_a_job_had(queue: D1Queue, clock: Clock) -
 
 # -- settling and every write, under D1 faults and lost replies ---------------
 
+
 def ACK(statement: str) -> bool:
     """An acknowledgement: of one job, or of a claim batch's completed jobs."""
     return statement in (sql.DELETE_HELD, sql.DELETE_HELD_BATCH)
