@@ -196,9 +196,9 @@ class D1Queue:
         """Whose job defaults `dispatch` applies (None: the built-in ones)."""
         self._batches: dict[tuple[str, str, int], int] = {}
         """Jobs won per claim batch and queue, by (token, queue, lease end),
-        until they are settled: a settle carrying all of them may acknowledge
-        the completed ones in one statement (sql.DELETE_HELD_BATCH). Shared
-        with this queue's metered twins."""
+        until a settle first carries any of them: one carrying all of them
+        may acknowledge the completed ones in one statement
+        (sql.DELETE_HELD_BATCH). Shared with this queue's metered twins."""
 
     @property
     def reservation_ms(self) -> int:
@@ -550,10 +550,11 @@ class D1Queue:
                 key = (job.reservation or "", job.queue, job.reserved_until or 0)
                 sizes[key] = sizes.get(key, 0) + 1
             for key, n in sizes.items():
-                # Every job the batch won on this queue is settled here: none
-                # is still held under the token, running.
-                if batches.get(key) == n:
-                    del batches[key]
+                # Every job the batch won on this queue is settled here, so
+                # none is still held under the token, running. A settle of
+                # part of a batch drops its count: the rest are then settled
+                # one by one, since one of these may fail and stay held.
+                if batches.pop(key, None) == n:
                     groups[key] = []
         firsts: list[int] = []
         statements: list[Statement] = []
