@@ -417,6 +417,23 @@ async def claim_cost(db: Any, n: int = BATCH, queue: str = BACKLOG_QUEUE) -> dic
     }
 
 
+async def reserve_cost(db: Any, n: int = BATCH, queue: str = BACKLOG_QUEUE) -> dict[str, Any]:
+    """`n` jobs taken one at a time, as the seed's surface does
+    (`D1Queue.reserve`, then `acknowledge`), on `queue` at NOW_MS: rows read
+    in all, and jobs reserved."""
+    target = InstrumentedD1(db)
+    q = D1Queue(target, reservation_s=RESERVATION_S, clock=lambda: NOW_MS)
+    got = 0
+    for _ in range(n):
+        job = await q.reserve(queue)
+        if job is None:
+            break
+        got += 1
+        await q.acknowledge(job)
+    read = sum(v.get("rows_read", 0) for v in target.rows.values())
+    return {"reserved": got, "rows_read": read}
+
+
 async def retry_cost(db: Any, n: int = 20, delay_s: float = 5.0) -> dict[str, Any]:
     """Claim `n` fresh jobs and release each for a retry after `delay_s`:
     rows written per retry (the job moves within the locked band to its

@@ -183,6 +183,17 @@ def test_jobs_in_flight_cost_the_claim_nothing(
     assert backlog_costs[(0, 1, 1000)]["select_rows_read"] <= 3
 
 
+def test_a_job_reserved_alone_reads_five_rows(bench: Host) -> None:
+    """`reserve()` (the seed's one-job surface) behind 100k delayed jobs and
+    1,000 in flight: the head of each band (3 rows), the claim and the
+    acknowledgement."""
+    bench_host.call(bench, "seed_jobs", delayed=DELAYED, due=100, in_flight=1000)
+    cost = bench_host.call(bench, "reserve_cost", n=10)
+    bench_host.call(bench, "seed_jobs")
+    assert cost["reserved"] == 10
+    assert cost["rows_read"] <= 5 * 10, cost
+
+
 def test_finding_the_queues_reads_about_two_rows_each(bench: Host) -> None:
     """A drain on "*" finds every queue by a walk of the key: one seek per
     queue (and a row of the walk's own), whatever each queue holds; the
