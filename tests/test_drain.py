@@ -55,10 +55,11 @@ async def test_a_drain_runs_every_job_once_and_reports(queue: D1Queue, db: Sqlit
     assert runs == Counter(range(60))
     assert (report.claimed, report.completed, report.failed, report.stale) == (60, 60, 0, 0)
     assert report.stopped == "empty"
-    # reclaim; 3 rounds of (previous settle + SELECT, claim batch); the last
-    # round's settle. The last round found 10 < 25 jobs, so no SELECT is spent
-    # learning that the queue is empty. Then the run's counters (stats.py).
-    assert report.queries == 1 + 3 * 2 + 1 + 1
+    # paused queues; round 1: SELECT, then its claim batch reading the next
+    # round's candidates; rounds 2 and 3: the previous settle, the claims and
+    # the next SELECT in one batch (round 3's finds the queue empty); the
+    # last round's settle; the run's counters (stats.py).
+    assert report.queries == 1 + 2 + 2 * 1 + 1 + 1
     assert db.query("SELECT COUNT(*) AS n FROM d1queue_jobs")[0]["n"] == 0
 
 

@@ -77,6 +77,9 @@ class Round:
     error: Exception | None = None
     found: dict[str, int] = field(default_factory=dict)
     """Candidates each queue of the round offered (at most its share)."""
+    ahead: dict[str, list[QueuedJob]] | None = None
+    """The next round's candidates per queue, read after this round's claims
+    (None when the round sent no claim batch)."""
 
     @property
     def reclaimed(self) -> int:
@@ -359,21 +362,31 @@ class D1Queue:
         queue: str | Mapping[str, int],
         n: int,
         admit: Callable[[list[QueuedJob]], list[QueuedJob]] | None = None,
+        ahead: Mapping[str, list[QueuedJob]] | None = None,
+        read_ahead: bool = False,
     ) -> Round:
-        """`settle(outcomes)` and `claim_round(queue, n)` in two round trips
-        instead of three: the settle statements travel in one batch with the
-        candidate SELECT (which then sees the rows they freed). `queue` may
-        map several queues to their shares of the round: one SELECT each, in
-        the same batch, and the candidates taken in turns, one from each
-        queue, so a queue with one job is not kept waiting behind another
-        with thousands. `admit` picks which candidates to claim, in order
-        (the drain's budget and window: it knows their names and so their
+        """`settle(outcomes)` and `claim_round(queue, n)` in few round trips.
+        `queue` may map several queues to their shares of the round: one
+        SELECT each, and the candidates taken in turns, one from each queue,
+        so a queue with one job is not kept waiting behind another with
+        thousands. `admit` picks which candidates to claim, in order (the
+        drain's budget and window: it knows their names and so their
         handlers' needs only now).
 
-        The settle never depends on the claim: if the shared batch fails, the
-        outcomes are settled on their own (`settle_outcomes`) and the round
-        claims nothing, returning the error. A claim batch that fails is
-        undone where it may have landed, so no attempt is spent on it."""
+        With `read_ahead`, the claim batch also reads the next round's
+        candidates (a SELECT per queue after the claims, which see them
+        taken): `Round.ahead`. Given
+        back as `ahead` for the same queues, they are this round's
+        candidates, and the round is one round trip: the settle, the claims
+        and the next SELECTs in one batch. (A candidate taken meanwhile by
+        another worker is lost to it, as in any race; a job that came due
+        meanwhile waits for the round after.) Without them the settle travels
+        with a SELECT first: two round trips.
+
+        The settle never depends on the claim: if a batch carrying both
+        fails, the outcomes are settled on their own (`settle_outcomes`),
+        the claims are undone where they may have landed (no attempt is
+        spent on them), and the round returns the error."""
         shares = {queue: n} if isinstance(queue, str) else dict(queue)
         for name in shares:
             check_name("queue", name)
@@ -381,38 +394,58 @@ class D1Queue:
         statements, firsts, carried = self._settle_statements(outcomes, now)
         selects = [(sql.SELECT_CANDIDATES, (q, now, k)) for q, k in shares.items()]
         marks: list[Mark] = []
-        try:
-            if statements or len(selects) > 1:
-                results = await self.binding.batch([*statements, *selects], positional=True)
-                found = results[len(statements) :]
-                marks = await self._marks(outcomes, results, firsts, carried)
-            else:
-                found = [await self.binding.run(selects[0][0], *selects[0][1], positional=True)]
-        except Exception as exc:
-            if statements:
-                marks = await self.settle_outcomes(outcomes, maybe_sent=True)
-            return Round(marks, [], 0, exc)
-        heads = [claim_order(r.rows, k) for r, k in zip(found, shares.values(), strict=True)]
+        if ahead is not None and all(q in ahead for q in shares):
+            heads = [ahead[q][:k] for q, k in shares.items()]
+        else:
+            try:
+                if statements or len(selects) > 1:
+                    results = await self.binding.batch([*statements, *selects], positional=True)
+                    found = results[len(statements) :]
+                    marks = await self._marks(outcomes, results, firsts, carried)
+                else:
+                    found = [await self.binding.run(selects[0][0], *selects[0][1], positional=True)]
+            except Exception as exc:
+                if statements:
+                    marks = await self.settle_outcomes(outcomes, maybe_sent=True)
+                return Round(marks, [], 0, exc)
+            statements, outcomes = [], ()
+            heads = [claim_order(r.rows, k) for r, k in zip(found, shares.values(), strict=True)]
         offered = dict(zip(shares, (len(h) for h in heads), strict=True))
         candidates = interleave(heads)[:n]
-        if not candidates:
-            return Round(marks, [], 0, found=offered)
         until = now + self.reservation_ms
-        chosen = candidates if admit is None else admit(candidates)
-        if not chosen:
-            return Round(marks, [], len(candidates), found=offered)
+        chosen = (candidates if admit is None else admit(candidates)) if candidates else []
         # One token for the batch: its jobs on a queue then share their held
         # key's prefix and token, one range (sql.DELETE_HELD_BATCH).
         token = _token()
         for job in chosen:
             job.reservation = token
         claims = [_claim(j, now, until) for j in chosen]
+        if not read_ahead:
+            selects = []
+        if not claims and not statements:
+            return Round(marks, [], len(candidates), found=offered)
         try:
-            results = await self.binding.batch(claims)
+            results = await self.binding.batch([*statements, *claims, *selects], positional=True)
         except Exception as exc:
-            await self._unclaim(chosen, until)
+            if statements:
+                marks = await self.settle_outcomes(outcomes, maybe_sent=True)
+            if chosen:
+                await self._unclaim(chosen, until)
             return Round(marks, [], len(candidates), exc, found=offered)
-        landed = await self._landed(chosen, results, until)
+        if statements:
+            marks = await self._marks(outcomes, results, firsts, carried)
+        claimed = results[len(statements) : len(statements) + len(claims)]
+        next_heads = (
+            {
+                q: claim_order(r.rows, k)
+                for (q, k), r in zip(
+                    shares.items(), results[len(statements) + len(claims) :], strict=True
+                )
+            }
+            if read_ahead
+            else None
+        )
+        landed = await self._landed(chosen, claimed, until)
         won = []
         for job, took in zip(chosen, landed, strict=True):
             if took:
@@ -426,7 +459,7 @@ class D1Queue:
         for job in won:
             key = (token, job.queue, until)
             self._batches[key] = self._batches.get(key, 0) + 1
-        return Round(marks, won, len(candidates), found=offered)
+        return Round(marks, won, len(candidates), found=offered, ahead=next_heads)
 
     async def _landed(
         self, jobs: Sequence[QueuedJob], results: Sequence[Result], until: int

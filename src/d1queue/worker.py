@@ -82,12 +82,13 @@ class DrainReport:
 def round_cost(k: int, owed: int, batch_counts_as: str, queues: int = 1) -> int:
     """Worst-case budget a round claiming `k` jobs needs, with `owed` settle
     statements of the previous round still to send: the batch carrying them
-    and a SELECT for each of the round's `queues`, the claim batch (k
-    UPDATEs), and the settle this round will owe (up to 2 statements a job,
-    when every job fails)."""
+    and a SELECT for each of the round's `queues` (sent on its own when the
+    round has no candidates read ahead), the claim batch (k UPDATEs and the
+    next round's SELECTs), and the settle this round will owe (up to 2
+    statements a job, when every job fails)."""
     if batch_counts_as == "query":
         return 3
-    return (owed + queues) + k + 2 * k
+    return (owed + queues) + (k + queues) + 2 * k
 
 
 def _describe(exc: BaseException) -> str:
@@ -400,6 +401,9 @@ async def drain(
     lost = 0
     turn = 0
     pending: list[Outcome] = []  # the last round's outcomes, not yet settled
+    # The next round's candidates per queue, read by the last claim batch:
+    # a round that has them for its queues is one round trip.
+    ahead: dict[str, list[QueuedJob]] = {}
     counts = RunCounts()  # for the per-minute counters (stats.py)
 
     def record(outcomes: list[Outcome], marks: list[Mark]) -> None:
@@ -448,8 +452,11 @@ async def drain(
         turns = [active[(turn + i) % len(active)] for i in range(m)]
         share = -(-k // m)  # an equal share, rounded up: k is the round's cap
         stop = ""
-        done = await queue.settle_and_claim(pending, {q: share for q in turns}, k, admit=admit)
+        done = await queue.settle_and_claim(
+            pending, {q: share for q in turns}, k, admit=admit, ahead=ahead, read_ahead=True
+        )
         jobs, candidates = done.jobs, done.candidates
+        ahead = done.ahead or {}
         record(pending, done.marks)
         report.reclaimed += done.reclaimed
         pending = []
@@ -482,11 +489,11 @@ async def drain(
             continue
         lost = 0
         if not stop:
-            # A queue that offered fewer jobs than its share is emptied by
-            # this round: skip the SELECT that would only say so. Jobs pushed
-            # from now on wait for the next run (or start a drain of their own).
+            # A queue with nothing left after this round's claims (the SELECT
+            # that read ahead found nothing) is done. Jobs pushed from now on
+            # wait for the next run (or start a drain of their own).
             for name in turns:
-                if name in active and done.found.get(name, 0) < share:
+                if name in active and not ahead.get(name):
                     active.remove(name)
         if active:
             turn = (turn + m) % len(active)
