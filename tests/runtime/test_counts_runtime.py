@@ -38,7 +38,8 @@ def bench(host: Host) -> Iterator[Host]:
 @pytest.fixture(scope="module")
 def drains(bench: Host) -> dict[str, dict[str, Any]]:
     """One invocation of each design at a 5k backlog: d1queue for 41 queries
-    (19 rounds of 25), the seed for 61 (20 jobs)."""
+    (37 rounds of 25: after the first, a round is one query), the seed for 61
+    (20 jobs)."""
     return {
         design: bench_host.call(
             bench, "invocation", design=design, backlog_n=BACKLOG, query_budget=budget
@@ -63,7 +64,7 @@ def per_job(run: dict[str, Any], key: str) -> float:
 
 
 def test_the_drain_claims_what_its_budget_allows(drains: dict[str, dict[str, Any]]) -> None:
-    assert drains["d1queue"]["claimed"] == 19 * 25
+    assert drains["d1queue"]["claimed"] == 37 * 25
     assert drains["seed"]["claimed"] == 20
 
 
@@ -74,8 +75,10 @@ def test_a_claimed_job_reads_one_row_per_statement(drains: dict[str, dict[str, A
     ours = drains["d1queue"]
     assert per_job(ours, "rows_read") <= 3.15
     by_kind = {k: v["rows_read"] / ours["claimed"] for k, v in ours["rows_by_kind"].items()}
-    # The ready band's 25 rows and the probes of the delayed and locked bands, a round.
-    assert by_kind["SELECT"] == pytest.approx(1 + 2 / 25, abs=0.02)
+    # The ready band's 25 rows and the probes of the delayed and locked bands,
+    # a round; and the last round's read-ahead, whose candidates the budget
+    # leaves unclaimed.
+    assert 1 + 2 / 25 <= by_kind["SELECT"] <= 1 + 3 / 25
     assert by_kind["UPDATE"] == pytest.approx(1, abs=0.02)
     # A round's completed jobs in one DELETE of their range of the key: their
     # rows (and at most one past the range).
