@@ -452,8 +452,11 @@ async def drain(
         turns = [active[(turn + i) % len(active)] for i in range(m)]
         share = -(-k // m)  # an equal share, rounded up: k is the round's cap
         stop = ""
+        # No read-ahead for a round that takes the run to its job cap (a
+        # free-plan consumer's only round, say): nothing would use it.
+        more = report.claimed + k < config.job_cap
         done = await queue.settle_and_claim(
-            pending, {q: share for q in turns}, k, admit=admit, ahead=ahead, read_ahead=True
+            pending, {q: share for q in turns}, k, admit=admit, ahead=ahead, read_ahead=more
         )
         jobs, candidates = done.jobs, done.candidates
         ahead = done.ahead or {}
@@ -489,11 +492,16 @@ async def drain(
             continue
         lost = 0
         if not stop:
-            # A queue with nothing left after this round's claims (the SELECT
-            # that read ahead found nothing) is done. Jobs pushed from now on
-            # wait for the next run (or start a drain of their own).
+            # A queue with nothing left after this round's claims is done: the
+            # SELECT that read ahead found nothing there, or (without one) it
+            # offered fewer jobs than its share. Jobs pushed from now on wait
+            # for the next run (or start a drain of their own).
             for name in turns:
-                if name in active and not ahead.get(name):
+                if name in active and (
+                    not ahead.get(name)
+                    if done.ahead is not None
+                    else done.found.get(name, 0) < share
+                ):
                     active.remove(name)
         if active:
             turn = (turn + m) % len(active)
