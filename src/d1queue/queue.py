@@ -349,8 +349,8 @@ class D1Queue:
         conditional UPDATEs. Returns the jobs whose UPDATE changed a row and
         how many candidates there were (fewer than `n`: the queue ran dry; more
         than won: the rest were lost to other workers). Exhausted jobs are
-        included (see `QueuedJob.exhausted`): the caller fails them. At most
-        two queries."""
+        included (see `QueuedJob.exhausted`): the caller fails them. Two
+        queries."""
         done = await self.settle_and_claim((), queue, n)
         if done.error is not None:
             raise done.error
