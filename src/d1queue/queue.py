@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -146,6 +147,12 @@ async def _unregistered(payload: Any) -> None:
 
 
 _TOKENS: list[str] = []
+
+
+def _batch_key(job: QueuedJob) -> tuple[str, str, int]:
+    """Which claim batch's jobs on a queue `job` is one of: its token, queue
+    and lease end, the prefix of its held key (D1Queue._batches)."""
+    return (job.reservation or "", job.queue, job.reserved_until or 0)
 
 
 def _claim(job: QueuedJob, now: int, until: int) -> Statement:
@@ -457,7 +464,7 @@ class D1Queue:
                     job.last_error = noted(job.last_error)
                 won.append(job)
         for job in won:
-            key = (token, job.queue, until)
+            key = _batch_key(job)
             self._batches[key] = self._batches.get(key, 0) + 1
         return Round(marks, won, len(candidates), found=offered, ahead=next_heads)
 
@@ -526,7 +533,8 @@ class D1Queue:
         candidate was taken. The seed reads `max_claim_attempts` candidates
         and tries them in order; this reads one (the head of each band) and
         reads again only after losing it to another worker, at most
-        `max_claim_attempts` times: about 5 rows read a job instead of 9."""
+        `max_claim_attempts` times: 5 rows read a job with its
+        acknowledgement (tests/runtime/test_counts_runtime.py)."""
         check_name("queue", queue)
         jobs = await self.reserve_batch(queue, 1)
         return jobs[0] if jobs else None
@@ -560,11 +568,7 @@ class D1Queue:
         groups: dict[tuple[str, str, int], list[int]] = {}
         batches = self._batches
         if batches:
-            sizes: dict[tuple[str, str, int], int] = {}
-            for outcome in outcomes:
-                job = outcome.job
-                key = (job.reservation or "", job.queue, job.reserved_until or 0)
-                sizes[key] = sizes.get(key, 0) + 1
+            sizes = Counter(_batch_key(o.job) for o in outcomes)
             for key, n in sizes.items():
                 # Every job the batch won on this queue is settled here, so
                 # none is still held under the token, running. A settle of
@@ -575,21 +579,10 @@ class D1Queue:
         firsts: list[int] = []
         statements: list[Statement] = []
         for i, outcome in enumerate(outcomes):
-            job = outcome.job
-            if outcome.action == "complete":
-                group = (
-                    groups.get((job.reservation or "", job.queue, job.reserved_until or 0))
-                    if groups
-                    else None
-                )
-                if group is not None:
-                    group.append(i)
-                    firsts.append(-1)  # its group's statement, placed below
-                    continue
-                firsts.append(len(statements))
-                statements.append(
-                    (sql.DELETE_HELD, (job.id, job.reservation, job.queue, job.reserved_until))
-                )
+            group = groups.get(_batch_key(outcome.job)) if groups else None
+            if group is not None and outcome.action == "complete":
+                group.append(i)
+                firsts.append(-1)  # its group's statement, placed below
                 continue
             firsts.append(len(statements))
             statements += self._statements(outcome, now)
@@ -597,9 +590,8 @@ class D1Queue:
         for (token, queue, until), members in groups.items():
             if len(members) == 1:  # one job: its own statement is as cheap
                 (i,) = members
-                job = outcomes[i].job
                 firsts[i] = len(statements)
-                statements.append((sql.DELETE_HELD, (job.id, job.reservation, queue, until)))
+                statements += self._statements(outcomes[i], now)
             elif members:
                 carried[len(statements)] = members
                 for i in members:
