@@ -33,7 +33,6 @@ the per-round SELECT and claim batch are per-job costs here (one per 25).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -89,9 +88,9 @@ def start(raw_db: bool = False) -> Host:
 def _invocation_lines(host: Host, since: int, want: int) -> list[dict[str, Any]]:
     deadline = time.monotonic() + 30
     while True:
-        lines = [json.loads(x) for x in host.output()[since:] if '"d1queue.invocation"' in x]
+        lines = host.events("d1queue.invocation", since)
         scheduled = [x for x in lines if x.get("kind") == "scheduled"]
-        drains = [json.loads(x) for x in host.output()[since:] if '"d1queue.drain"' in x]
+        drains = host.events("d1queue.drain", since)
         if len(scheduled) >= want and len(drains) >= want:
             for s, d in zip(scheduled, drains, strict=False):
                 s["claimed"] = d["claimed"]

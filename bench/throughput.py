@@ -101,22 +101,6 @@ def host_for(shards: int, consumers: int, *, wake: bool) -> Host:
     return start_host(*args)
 
 
-def drain_lines(host: Host, since: int) -> list[dict[str, Any]]:
-    out = []
-    for line in host.output()[since:]:
-        if line.startswith("{") and '"d1queue.drain"' in line:
-            out.append(json.loads(line))
-    return out
-
-
-def invocation_lines(host: Host, since: int) -> list[dict[str, Any]]:
-    out = []
-    for line in host.output()[since:]:
-        if line.startswith("{") and '"d1queue.invocation"' in line:
-            out.append(json.loads(line))
-    return out
-
-
 def push_all(host: Host, jobs: int) -> None:
     """`jobs` echo jobs, in batches of PUSH_BATCH over QUEUES queues, from
     PUSHERS clients at once."""
@@ -149,19 +133,19 @@ def measure(shards: int, consumers: int, jobs: int) -> dict[str, Any]:
         pusher = threading.Thread(target=push_all, args=(host, jobs))
         pusher.start()
         deadline = started + TIMEOUT_S
-        while completed(drain_lines(host, since)) < jobs:
+        while (done := completed(host.events("d1queue.drain", since))) < jobs:
             if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"{completed(drain_lines(host, since))} of {jobs} completed after {TIMEOUT_S} s"
-                )
+                raise RuntimeError(f"{done} of {jobs} completed after {TIMEOUT_S} s")
             time.sleep(0.05)
         wall = time.monotonic() - started
         pusher.join()
         host.idle()
         drains = [
-            x for x in drain_lines(host, since) if str(x.get("trigger", "")).startswith("queue")
+            x
+            for x in host.events("d1queue.drain", since)
+            if str(x.get("trigger", "")).startswith("queue")
         ]
-        invs = invocation_lines(host, since)
+        invs = host.events("d1queue.invocation", since)
         consumer_invs = [x for x in invs if x.get("kind") == "queue"]
         push_invs = [x for x in invs if x.get("kind") == "fetch"]
         messages = sum(int(x.get("wake", {}).get("messages", 0)) for x in drains)
@@ -201,9 +185,9 @@ def measure_cron(shards: int, jobs: int) -> dict[str, Any]:
             host.idle()
             host.wait_for_output('"kind":"scheduled"', at)  # the run's lines are all out
             # One drain line per shard: a run's jobs are their sum.
-            per_run.append(completed(drain_lines(host, at)))
+            per_run.append(completed(host.events("d1queue.drain", at)))
             runs += 1
-        invs = [x for x in invocation_lines(host, since) if x.get("kind") == "scheduled"]
+        invs = [x for x in host.events("d1queue.invocation", since) if x.get("kind") == "scheduled"]
         return {
             "shards": shards,
             "jobs": jobs,
@@ -235,12 +219,16 @@ def free_plan_consumer_cpu(jobs: int) -> dict[str, Any]:
         since = len(host.output())
         push_all(host, jobs)
         deadline = time.monotonic() + TIMEOUT_S
-        while completed(drain_lines(host, since)) < jobs:
+        while completed(host.events("d1queue.drain", since)) < jobs:
             if time.monotonic() > deadline:
                 raise RuntimeError("the free-plan consumers did not finish")
             time.sleep(0.1)
         host.idle()
-        cpu = [x["cpu_ms"] for x in invocation_lines(host, since) if x.get("kind") == "queue"]
+        cpu = [
+            x["cpu_ms"]
+            for x in host.events("d1queue.invocation", since)
+            if x.get("kind") == "queue"
+        ]
         return {
             "jobs": jobs,
             "consumer_invocations": len(cpu),

@@ -87,6 +87,15 @@ class Host:
         arrives: to check for one, use wait_for_output."""
         return list(self.lines)
 
+    def events(self, event: str, since: int = 0) -> list[dict[str, Any]]:
+        """The JSON lines of `event` ("d1queue.drain", "d1queue.invocation",
+        …) printed since output line `since`, parsed."""
+        return [
+            jsonlib.loads(line)
+            for line in self.lines[since:]
+            if line.startswith("{") and f'"{event}"' in line
+        ]
+
     def wait_for_output(self, needle: str, since: int = 0, timeout: float = 10.0) -> list[str]:
         """Wait until output lines [since:] contain `needle`; return those lines."""
         deadline = time.monotonic() + timeout

@@ -67,11 +67,7 @@ def events(host: Host, since: int, event: str, n: int = 1) -> list[dict[str, Any
     found: list[dict[str, Any]] = []
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        found = [
-            json.loads(line)
-            for line in host.output()[since:]
-            if line.startswith("{") and f'"{event}"' in line
-        ]
+        found = host.events(event, since)
         if len(found) >= n:
             return found[:n]
         time.sleep(0.02)
