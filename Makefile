@@ -119,15 +119,18 @@ ifneq ($(SHARDS),1)
 DEV_CONFIG := --config wrangler.shards.toml
 DEV_WRITE := $(PY) tools/shard_config.py --shards $(SHARDS) $(if $(filter queues,$(WAKE)),--wake) --write
 endif
+# Jobs' HTTP requests may reach loopback targets here (a local server is how
+# d1queue is tried); HTTP_ALLOW=public closes that, as a deployment is closed.
+HTTP_ALLOW ?= public,loopback
 dev: setup .dev.vars
 	$(DEV_WRITE)
 	$(MAKE) --no-print-directory migrate-local $(if $(DEV_CONFIG),CONFIG=$(word 2,$(DEV_CONFIG)))
 ifeq ($(RUNTIME),cloudflare)
-	pywrangler dev --test-scheduled --port $(PORT)
+	pywrangler dev --test-scheduled --port $(PORT) --var D1QUEUE_HTTP_ALLOW:$(HTTP_ALLOW)
 else
 	@echo "make dev: serving the Worker with the offline host (wrangler dev would download Cloudflare's Python runtime; RUNTIME=cloudflare uses it)"
 	@echo "make dev: API token for Authorization: Bearer ... is in .dev.vars"
-	node host/host.mjs --port $(PORT) --crons --plan $(PLAN) $(DEV_CONFIG) $(DEV_LANES)
+	node host/host.mjs --port $(PORT) --crons --plan $(PLAN) --var D1QUEUE_HTTP_ALLOW=$(HTTP_ALLOW) $(DEV_CONFIG) $(DEV_LANES)
 endif
 
 # Local secrets for make dev: a fresh API token, made once.

@@ -292,6 +292,7 @@ function nextLane(binding) {
 let workerOptions;
 const d1Bindings = new Map(); // binding name -> D1Database over Miniflare
 const queueBindings = new Map(); // binding name -> WorkerQueue over Miniflare's Queues
+const rateLimitBindings = new Map(); // binding name -> {limit({key})} over Miniflare's Rate Limiting
 // Batches Miniflare delivers before the Worker is loaded wait for it.
 let workerLoaded;
 const workerReady = new Promise((resolve) => { workerLoaded = resolve; });
@@ -318,6 +319,10 @@ const [pyodide, compatFlags, bundleDir] = await Promise.all([
     };
     for (const producer of config.queues?.producers ?? []) {
       queueBindings.set(producer.binding, new WorkerQueue(producer.binding, limits.queue(send))); // counted per invocation
+    }
+    // The config's Rate Limiting bindings ([[ratelimits]]): Miniflare's, through the relay.
+    for (const name of Object.keys(workerOptions.ratelimits ?? {})) {
+      rateLimitBindings.set(name, { limit: async ({ key } = {}) => queueCall('ratelimit', { binding: name, key: String(key) }) });
     }
     for (const d1 of config.d1_databases ?? []) {
       const Binding = opts['raw-db'] ? RawD1Database : D1Database;
@@ -361,7 +366,12 @@ for (const d1 of config.d1_databases ?? []) {
 
 // ------------------------------------------------------------ the env --
 
-const env = { ...(workerOptions.bindings ?? {}), ...Object.fromEntries(d1Bindings), ...Object.fromEntries(queueBindings) };
+const env = {
+  ...(workerOptions.bindings ?? {}),
+  ...Object.fromEntries(d1Bindings),
+  ...Object.fromEntries(queueBindings),
+  ...Object.fromEntries(rateLimitBindings),
+};
 for (const pair of opts.var) {
   const eq = pair.indexOf('=');
   if (eq < 1) await fail(`--var wants NAME=VALUE, got '${pair}'`);
@@ -553,14 +563,52 @@ const CPU_EXCEEDED_BODY = `${CPU_EXCEEDED} (error code: 1102)\n`;
 
 // ------------------------------------------------------------------ HTTP --
 
+// The request's body as a stream the Worker reads, as workerd hands it one:
+// what the Worker does not read is never held here (a client may send any
+// size). Read chunk by chunk on demand; cancelled, the rest is discarded.
+function bodyStream(req) {
+  const next = () => new Promise((resolve) => {
+    const on = () => {
+      req.off('readable', on);
+      req.off('end', on);
+      req.off('error', on);
+      resolve();
+    };
+    req.on('readable', on);
+    req.on('end', on);
+    req.on('error', on);
+  });
+  return new ReadableStream({
+    async pull(controller) {
+      for (;;) {
+        if (req.errored) return controller.error(req.errored);
+        const chunk = req.read();
+        if (chunk !== null) return controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+        if (req.readableEnded) return controller.close();
+        await next();
+      }
+    },
+    cancel() {
+      discard(req);
+    },
+  }, { highWaterMark: 0 });
+}
+
+// What the Worker left unread: drained and dropped (never buffered), so the
+// connection can answer and be reused.
+function discard(req) {
+  if (req.readableEnded || req.destroyed) return;
+  req.removeAllListeners('readable');
+  req.resume();
+}
+
 async function toRequest(req) {
   const url = new URL(req.url, `http://${req.headers.host ?? `127.0.0.1:${port}`}`);
   const headers = new Headers();
   for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i], req.rawHeaders[i + 1]);
-  const chunks = [];
-  for await (const chunk of req) chunks.push(chunk);
   const hasBody = !['GET', 'HEAD'].includes(req.method);
-  return new Request(url, { method: req.method, headers, body: hasBody ? Buffer.concat(chunks) : undefined });
+  if (!hasBody) return new Request(url, { method: req.method, headers });
+  return new Request(url, { method: req.method, headers, body: bodyStream(req), duplex: 'half' });
 }
 
 async function send(res, response, method) {
@@ -611,6 +659,7 @@ async function runFetch(req, res) {
   } finally {
     inst.destroy();
     endInvocation(inv, ctx); // the response does not wait for the waitUntil work
+    discard(req);
   }
 }
 

@@ -63,6 +63,11 @@ export default {
   },
   async fetch(request, env) {
     const { binding, op, stmts, arg, payload } = await request.json();
+    if (op === 'ratelimit') {
+      // Miniflare's own Rate Limiting binding (per key, fixed windows of its period).
+      const out = await env[payload.binding].limit({ key: payload.key });
+      return Response.json({ ok: true, out });
+    }
     if (op === 'queue-send') {
       try {
         const { messages, options } = payload;
@@ -111,6 +116,7 @@ export async function startMiniflare(workerOptions, persistRoot, onQueueBatch = 
       d1Databases,
       queueProducers: workerOptions.queueProducers,
       queueConsumers: workerOptions.queueConsumers,
+      ratelimits: workerOptions.ratelimits,
       serviceBindings: {
         __D1QUEUE_HOST: async (request) => {
           if (!onQueueBatch) return new Response('this host runs no queue consumer', { status: 503 });

@@ -12,10 +12,11 @@ from urllib.parse import urlparse
 from workers import Response, WorkerEntrypoint, fetch
 
 from d1queue import Config, ConfigError, D1Queue, __version__, drain
-from d1queue.api import MAX_BODY_BYTES, Api, json_object
+from d1queue.api import MAX_BODY_BYTES, NO_STORE, Api, json_object
 from d1queue.binding import Binding
 from d1queue.crons import cron
 from d1queue.dashboard import Dashboard
+from d1queue.guard import AUTH_LIMITER_BINDING, CLIENT_HEADER, Guard
 from d1queue.http_job import register_http_job
 from d1queue.limits import PLANS, Meter
 from d1queue.openapi import document
@@ -33,31 +34,62 @@ Cloudflare cuts 30 s after the response: it claims only jobs whose timeout
 fits in that window, and leaves the rest to the cron."""
 
 
+async def _read_stream(stream: Any, limit: int) -> tuple[bytes, bool]:
+    """Up to `limit` bytes of a JS ReadableStream, and whether it held more:
+    the rest is cancelled, never read nor held (a body may be any size; the
+    isolate has 128 MB)."""
+    if stream is None:  # no body: GET, HEAD, 204, 304
+        return b"", False
+    reader = stream.getReader()
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await reader.read()
+        if chunk.done:
+            return b"".join(chunks), False
+        data = bytes(chunk.value.to_bytes())
+        chunks.append(data)
+        size += len(data)
+        if size > limit:
+            await reader.cancel()
+            return b"".join(chunks)[:limit], True
+
+
 class _FetchReply:
-    """A Workers fetch response as d1queue.http_job reads one."""
+    """A Workers fetch response as d1queue.outbound reads one: the body is
+    read from its stream up to a limit, never whole (a target may answer
+    with any size; the isolate has 128 MB)."""
 
     def __init__(self, response: Any) -> None:
-        self._response = response
-        self.status = int(response.status)
+        self._response = getattr(response, "js_object", response)  # the JS Response
+        self.status = int(self._response.status)
 
     def header(self, name: str) -> str | None:
         value = self._response.headers.get(name)
         return None if value is None else str(value)
 
-    async def text(self) -> str:
-        return str(await self._response.text())
+    async def read(self, limit: int) -> bytes:
+        data, _ = await _read_stream(self._response.body, limit)
+        return data
+
+    async def cancel(self) -> None:
+        stream = self._response.body
+        if stream is not None and not stream.locked:
+            await stream.cancel()
 
 
 async def _fetch(
     url: str, *, method: str, headers: dict[str, str], body: str | None, service: Any, env: Any
 ) -> _FetchReply:
-    options: dict[str, Any] = {"method": method, "headers": headers}
+    # Redirects are followed by d1queue.outbound, which checks every hop
+    # against the deployment's rules; the platform would follow them blind.
+    options: dict[str, Any] = {"method": method, "headers": headers, "redirect": "manual"}
     if body is not None:
         options["body"] = body
     if service is not None:
         binding = getattr(env, service, None)
-        if binding is None:
-            raise LookupError(f"no service binding named {service!r} in this Worker's env")
+        if binding is None:  # outbound.send checked it; a binding cannot vanish
+            raise LookupError("the service binding is not available")
         return _FetchReply(await binding.fetch(url, **options))
     return _FetchReply(await fetch(url, **options))
 
@@ -82,13 +114,18 @@ def config_from_env(env: Any) -> Config:
     return Config.from_vars({k: str(getattr(raw, k)) for k in names})
 
 
+def _too_large() -> Response:
+    error = ApiError(413, "payload_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
+    return _json(error.body(), 413)
+
+
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     if body is None:  # 204
-        return Response(None, status=status, headers=headers or {})
+        return Response(None, status=status, headers={**NO_STORE, **(headers or {})})
     return Response(
         json.dumps(body, separators=(",", ":")),
         status=status,
-        headers={"content-type": "application/json", **(headers or {})},
+        headers={"content-type": "application/json", **NO_STORE, **(headers or {})},
     )
 
 
@@ -98,10 +135,28 @@ def _py(value: Any) -> Any:
     return to_py() if callable(to_py) else value
 
 
-async def _body(request: Any) -> bytes:
-    if hasattr(request, "bytes"):  # the SDK's Request
-        return bytes(await request.bytes())
-    return bytes((await request.arrayBuffer()).to_bytes())
+async def _body(request: Any) -> bytes | None:
+    """The request's body, or None when it is longer than MAX_BODY_BYTES
+    (read no further than that: a chunked body says no length up front)."""
+    data, more = await _read_stream(getattr(request, "js_object", request).body, MAX_BODY_BYTES)
+    return None if more else data
+
+
+def _guard(env: Any) -> Guard:
+    """The sign-in and token guard, with the Rate Limiting binding when
+    wrangler.toml declares one ([[ratelimits]] name = "AUTH_LIMITER")."""
+    binding = getattr(_raw_env(env), AUTH_LIMITER_BINDING, None)
+    if binding is None:
+        return Guard()
+
+    async def limiter(key: str) -> bool:
+        from js import Object  # only exists inside the Worker
+        from pyodide.ffi import to_js
+
+        outcome = await binding.limit(to_js({"key": key}, dict_converter=Object.fromEntries))
+        return bool(outcome.success)
+
+    return Guard(limiter)
 
 
 def _is_dashboard(url: str) -> bool:
@@ -109,6 +164,10 @@ def _is_dashboard(url: str) -> bool:
     path = urlparse(url).path
     return path == "/ui" or path.startswith("/ui/")
 
+
+API_HEADERS = ("authorization", CLIENT_HEADER)
+"""The request headers the API reads (the token; the client's address, for
+the guard)."""
 
 DASHBOARD_HEADERS = ("cookie", "host", "origin", "sec-fetch-site", "content-type")
 """The request headers the dashboard reads (sessions, origin checks)."""
@@ -208,8 +267,7 @@ class Default(WorkerEntrypoint):
     async def fetch(self, request: Any) -> Response:
         length = request.headers.get("content-length")
         if length is not None and str(length).isdigit() and int(str(length)) > MAX_BODY_BYTES:
-            error = ApiError(413, "payload_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
-            return _json(error.body(), 413)
+            return _too_large()
         token = getattr(_raw_env(self.env), "D1QUEUE_TOKEN", None)
         try:
             service = self._service()
@@ -218,13 +276,23 @@ class Default(WorkerEntrypoint):
         # The SDK's Request.method is an HTTPMethod enum and raises for any
         # other method (QUERY, say); the JS Request underneath has the string.
         method = str(getattr(request, "js_object", request).method)
-        body = b"" if method in ("GET", "HEAD") else await _body(request)
         url = str(request.url)
+        guard = _guard(self.env)
         if _is_dashboard(url):
+            body = b"" if method in ("GET", "HEAD") else await _body(request)
+            if body is None:
+                return _too_large()
             return await _dashboard(service, token, method, url, request, body)
-        api = Api(service, str(token) if token else None, __version__, OPENAPI)
-        headers = {"authorization": str(request.headers.get("authorization") or "")}
-        reply = await api.handle(method, str(request.url), headers, body)
+        api = Api(service, str(token) if token else None, __version__, OPENAPI, guard)
+        headers = {k: str(request.headers.get(k) or "") for k in API_HEADERS}
+        body = b""
+        # Without the token the answer is 401 whatever the body holds: it is
+        # never read, so no one without the token makes the Worker read one.
+        if method not in ("GET", "HEAD") and api.authorized(headers):
+            body = await _body(request)
+            if body is None:
+                return _too_large()
+        reply = await api.handle(method, url, headers, body)
         return _json(reply.body, reply.status, reply.headers)
 
     async def scheduled(self, controller: Any, env: Any, ctx: Any) -> None:

@@ -16,6 +16,7 @@ class Server(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), ScriptedHandler)
         self.script: dict[str, list[tuple[int, dict[str, str], str, float]]] = {}
         self.seen: list[tuple[str, str, str, str]] = []
+        self.headers_seen: list[dict[str, str]] = []
 
     @property
     def url(self) -> str:
@@ -29,6 +30,7 @@ class ScriptedHandler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length).decode()
         self.server.seen.append((self.command, self.path, body, self.headers.get("x-k", "")))
+        self.server.headers_seen.append({k.lower(): v for k, v in self.headers.items()})
         steps = self.server.script.get(self.path) or [(200, {}, "ok", 0.0)]
         status, headers, text, delay = steps.pop(0) if len(steps) > 1 else steps[0]
         if delay:
@@ -40,7 +42,7 @@ class ScriptedHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(text.encode())
 
-    do_GET = do_POST = do_PUT = _answer
+    do_GET = do_POST = do_PUT = do_HEAD = _answer
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -35,7 +35,7 @@ def test_values_are_parsed() -> None:
             "D1QUEUE_MAX_JOBS": "250",
             "D1QUEUE_TIME_BUDGET_S": "25.5",
             "D1QUEUE_DRAIN_ON_PUSH": "true",
-            "D1QUEUE_TOKEN": "secret, not a setting",
+            "D1QUEUE_TOKEN": "a secret, not a setting, 32 chars or more",
             "OTHER": "ignored",
         }
     )

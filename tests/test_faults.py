@@ -21,7 +21,7 @@ from d1queue.testing import SqliteD1
 from .conftest import Clock
 from .http_server import Server
 from .test_api import AUTH, Client, registry
-from .test_http_job import urllib_fetch
+from .test_http_job import LOCAL, urllib_fetch
 
 INNOCENT = 5
 
@@ -60,7 +60,7 @@ async def test_a_huge_retry_after_is_clamped(queue: D1Queue, server: Server, clo
     register_http_job(reg)
     server.script["/busy"] = [(503, {"Retry-After": "99999999999999"}, "busy", 0)]
     await queue.dispatch("http.request", {"url": f"{server.url}/busy"})
-    report = await drain(queue, reg, Config(), fetch=urllib_fetch)
+    report = await drain(queue, reg, LOCAL, fetch=urllib_fetch)
     assert report.retried == 1
     (row,) = (await queue.binding.run("SELECT available_at FROM d1queue_jobs")).rows
     assert row["available_at"] == clock() + MAX_DELAY_S * 1000

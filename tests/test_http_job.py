@@ -5,44 +5,77 @@ from __future__ import annotations
 import asyncio
 import urllib.error
 import urllib.request
+from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from d1queue import Config, D1Queue, Registry, drain
 from d1queue.http_job import register_http_job, retry_after_s
+from d1queue.outbound import HostRules
 
 from .conftest import Clock
 from .http_server import Server
 
 
 class UrllibResponse:
-    def __init__(self, status: int, headers: Any, body: bytes) -> None:
-        self.status, self._headers, self._body = status, headers, body
+    """A response as the Worker's fetch gives one (entry.py): the body read
+    from its stream up to a limit, the rest never read."""
+
+    def __init__(self, status: int, headers: Any, stream: Any) -> None:
+        self.status, self._headers, self._stream = status, headers, stream
+        self.read_sizes: list[int] = []
 
     def header(self, name: str) -> str | None:
         return self._headers.get(name)
 
-    async def text(self) -> str:
-        return self._body.decode()
+    async def read(self, limit: int) -> bytes:
+        self.read_sizes.append(limit)
+        data = await asyncio.to_thread(self._stream.read, limit)
+        self._stream.close()
+        return bytes(data)
+
+    async def cancel(self) -> None:
+        self._stream.close()
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """fetch(..., redirect="manual"): a 3xx is the answer."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 async def urllib_fetch(url: str, *, method: str, headers: dict, body: Any, service: Any, env: Any):  # type: ignore[no-untyped-def]
-    """A stand-in for the Workers fetch under CPython: real HTTP, in a thread."""
+    """A stand-in for the Workers fetch under CPython: real HTTP, in a thread,
+    redirects not followed (as entry.py asks of fetch)."""
     if service is not None:
-        url = env[service] + url.split(service, 1)[1]
+        url = getattr(env, service) + url.split(service, 1)[1]
+    sent.append((url, dict(headers)))
 
     def send() -> UrllibResponse:
         req = urllib.request.Request(url, data=body.encode() if body else None, method=method)
         for k, v in headers.items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return UrllibResponse(r.status, r.headers, r.read())
+            r = _OPENER.open(req, timeout=30)
+            return UrllibResponse(r.status, r.headers, r)
         except urllib.error.HTTPError as e:
-            return UrllibResponse(e.code, e.headers, e.read())
+            return UrllibResponse(e.code, e.headers, e)
 
     return await asyncio.to_thread(send)
+
+
+sent: list[tuple[str, dict[str, str]]] = []
+"""What urllib_fetch sent (url, headers), for tests that look."""
+
+LOCAL = Config(http_allow=HostRules.parse("public,loopback"))
+"""A configuration whose jobs may reach these tests' 127.0.0.1 servers, as
+`make dev` allows."""
 
 
 @pytest.fixture
@@ -52,8 +85,8 @@ def reg() -> Registry:
     return r
 
 
-async def run(queue: D1Queue, reg: Registry, env: Any = None):  # type: ignore[no-untyped-def]
-    return await drain(queue, reg, Config(), env=env, fetch=urllib_fetch)
+async def run(queue: D1Queue, reg: Registry, env: Any = None, config: Config = LOCAL):  # type: ignore[no-untyped-def]
+    return await drain(queue, reg, config, env=env, fetch=urllib_fetch)
 
 
 async def test_delivers_once_on_2xx(queue: D1Queue, reg: Registry, server: Server) -> None:
@@ -115,7 +148,8 @@ async def test_expect_status_and_service_bindings(
     await queue.dispatch(
         "http.request", {"service": "HOOKS", "path": "/conflict", "expect_status": 409}
     )
-    report = await run(queue, reg, env={"HOOKS": server.url})
+    config = replace(LOCAL, http_services=frozenset({"HOOKS"}))
+    report = await run(queue, reg, env=SimpleNamespace(HOOKS=server.url), config=config)
     assert (report.completed, report.failed) == (1, 1)
     (failed,) = await queue.failed_jobs()
     assert "answered 201" in failed.error

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,7 +21,7 @@ from jobs import registry as worker_registry
 from .conftest import Clock
 from .http_server import Server
 from .test_drain import Monotonic
-from .test_http_job import urllib_fetch
+from .test_http_job import LOCAL, urllib_fetch
 
 FREE = PLANS["free"]
 
@@ -100,7 +101,7 @@ async def test_200_io_jobs_drain_over_free_plan_runs_without_crossing_a_cap(
     await queue.push_many([QueuedJob.new("io", i, at_ms=clock()) for i in range(200)])
     env = SimpleNamespace(DB=db)
     spent, cron_runs = [], 0
-    config = Config(max_jobs=1000)  # the CPU cap apart: subrequests bind here
+    config = replace(LOCAL, max_jobs=1000)  # the CPU cap apart: subrequests bind here
     while await queue.size("default"):
         cron_runs += 1
         meter = Meter.for_plan(FREE)  # each cron run is a new invocation
@@ -132,7 +133,7 @@ async def test_a_handler_past_its_declared_budget_is_retried_and_others_finish(
     await queue.dispatch("io", 1)
     meter = Meter.for_plan(FREE)
     report = await drain(
-        queue.metered(meter), greedy, Config(), env=SimpleNamespace(DB=db), fetch=urllib_fetch
+        queue.metered(meter), greedy, LOCAL, env=SimpleNamespace(DB=db), fetch=urllib_fetch
     )
     assert (report.retried, report.completed) == (1, 0)
     assert len(server.seen) == 1, "the fetch past the budget was never sent"
@@ -153,7 +154,7 @@ async def test_a_handler_that_swallows_the_refusal_is_still_retried(
             await ctx.fetch(server.url)
 
     await queue.dispatch("sly", None)
-    report = await drain(queue, reg, Config(), fetch=urllib_fetch)
+    report = await drain(queue, reg, LOCAL, fetch=urllib_fetch)
     assert (report.retried, report.completed) == (1, 0)
     assert server.seen == []
 

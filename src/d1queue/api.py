@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import math
 import re
 import traceback
@@ -29,7 +30,10 @@ from .bounds import (
     NAME_RULE,
     json_depth,
 )
+from .guard import RETRY_AFTER_S, Guard
 from .service import ApiError, Service, too_deep
+
+log = logging.getLogger("d1queue.api")
 
 MAX_BODY_BYTES = 1024 * 1024
 """A request body, batch included: 100 jobs of ~10 KB, or fewer larger ones."""
@@ -165,17 +169,46 @@ class Route:
         return parsed
 
 
+NO_STORE = {"cache-control": "no-store"}
+"""On every answer: queue contents and errors are for the token's holder,
+never for a shared cache or the browser's."""
+
+
 class Api:
     """Routes requests to a Service. `token` is the D1QUEUE_TOKEN secret
-    (None: not configured, and every route but /health answers 503)."""
+    (None: not configured, and every route but /health answers 503).
+    `guard` slows a client that sends wrong tokens (guard.py)."""
 
     def __init__(
-        self, service: Service, token: str | None, version: str, openapi: dict[str, Any]
+        self,
+        service: Service,
+        token: str | None,
+        version: str,
+        openapi: dict[str, Any],
+        guard: Guard | None = None,
     ) -> None:
         self.service, self.token, self.version, self.openapi = service, token, version, openapi
+        self.guard = guard if guard is not None else Guard()
         self.routes = ROUTES
 
+    def authorized(self, headers: Mapping[str, str]) -> bool:
+        """Whether the request carries the API token: checked before its body
+        is read (entry.py), so no one without the token makes the Worker
+        read a body."""
+        try:
+            self._authorize(headers)
+        except ApiError:
+            return False
+        return True
+
     async def handle(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes
+    ) -> ApiReply:
+        reply = await self._handle(method, url, headers, body)
+        reply.headers.update(NO_STORE)
+        return reply
+
+    async def _handle(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes
     ) -> ApiReply:
         parsed = urlparse(url)
@@ -206,12 +239,20 @@ class Api:
                 raise ApiError(405, "method_not_allowed", f"{path} accepts {', '.join(allowed)}")
             raise ApiError(404, "not_found", f"no route {method} {path}")
         except ApiError as exc:
+            if exc.status == 401 and await self.guard.failed(headers):
+                exc = ApiError(429, "too_many_attempts", "too many wrong tokens: wait, then retry")
+                return _error(exc, {"retry-after": str(RETRY_AFTER_S)})
             extra = {"www-authenticate": "Bearer"} if exc.status == 401 else {}
             if exc.status == 405:
                 extra["allow"] = ", ".join(["OPTIONS", *allowed])
             return _error(exc, extra)
         except Exception as exc:  # a bug or D1 failing: say so, never a bare 500
-            print(f"d1queue api: {method} {path} failed: {traceback.format_exc()}")
+            log.error(
+                json.dumps(
+                    {"event": "d1queue.api.failed", "request": f"{method} {path}"}
+                    | {"traceback": traceback.format_exc()}
+                )
+            )
             return _error(ApiError(500, "internal", f"{type(exc).__name__}: {exc}"))
 
     def _allowed(self, path: str) -> list[str]:

@@ -60,6 +60,15 @@ MAX_PAYLOAD_BYTES = 128 * 1024
 under D1's 2 MB row limit and 100 KB-per-statement SQL text (payloads are
 bound, not inlined)."""
 
+MAX_RESPONSE_BYTES = 64 * 1024
+"""What a job reads of an HTTP answer's body, at most: a target may answer
+with any size, and a Worker's isolate has 128 MB for every job of its round.
+A Content-Length above it is not read at all; a stream is cancelled there."""
+
+MAX_REDIRECTS = 5
+"""Redirects a job's request follows, each hop checked against the
+deployment's host rules and each a subrequest of its own."""
+
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _DELTA = {"[": 1, "{": 1, "]": -1, "}": -1}
 _BRACKETS = re.compile(r"[\[\]{}]")

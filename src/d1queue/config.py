@@ -8,11 +8,12 @@ cron on the free plan. Values are validated when read, and an unknown
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from .job import check_name
 from .limits import PLANS
+from .outbound import HostRules, Outbound, parse_services
 from .shards import Routing, check, parse_shard_map, parse_shards
 
 RETRY_RESERVE = 5
@@ -26,6 +27,10 @@ free plan allows 10 ms of CPU per invocation and a Worker cannot measure its
 own CPU, so the run is bounded by a count measured in the offline host:
 see README "Limits"."""
 
+
+MIN_TOKEN_CHARS = 32
+"""D1QUEUE_TOKEN's shortest length: 32 URL-safe characters carry 192 bits,
+beyond guessing at any rate a Worker can answer."""
 
 SCHEDULE_QUERIES = 2
 """D1 queries the cron's schedules cost on each shard, at most (schedules.py)."""
@@ -105,6 +110,17 @@ class Config:
     """D1QUEUE_SHARD_MAP: queues pinned to shards, `queue=shard,...` (e.g.
     `emails=1,reports=2`); any other queue goes by a stable hash of its
     name, or of a job's `partition` when it gives one (shards.py)."""
+
+    http_allow: HostRules = field(default_factory=HostRules)
+    """D1QUEUE_HTTP_ALLOW: the hosts a job's HTTP requests may reach
+    (`http.request`, and any handler's `ctx.fetch`), comma-separated rules:
+    `public` (the default: any host that is not loopback, private,
+    link-local or `localhost`), those four kinds by name, `*`, host names,
+    `*.domain`, addresses and networks (outbound.HostRules). Each redirect
+    hop is checked too. `make dev` adds `loopback`."""
+    http_services: frozenset[str] = frozenset()
+    """D1QUEUE_HTTP_SERVICES: the service bindings a job may send requests
+    through, comma-separated binding names; none unless listed."""
 
     def __post_init__(self) -> None:
         if self.plan not in PLANS:
@@ -237,14 +253,31 @@ class Config:
             raw = str(env[var]).strip()
             try:
                 values[f.name] = _parse(f.name, raw)
-            except ValueError:
-                raise ConfigError(f"{var}={raw!r} is not a valid value") from None
+            except ValueError as exc:
+                why = f": {exc}" if f.name.startswith("http_") else ""
+                raise ConfigError(f"{var}={raw!r} is not a valid value{why}") from None
+        token = env.get("D1QUEUE_TOKEN")
+        if token is not None and len(str(token)) < MIN_TOKEN_CHARS:
+            raise ConfigError(
+                f"D1QUEUE_TOKEN must be at least {MIN_TOKEN_CHARS} characters (it guards "
+                "every queue and the dashboard); make one with: python3 -c "
+                "'import secrets; print(secrets.token_urlsafe(32))'"
+            )
         config = cls(**values)
         config.check_shares()
         return config
 
+    @property
+    def outbound(self) -> Outbound:
+        """What jobs may reach over HTTP (outbound.py)."""
+        return Outbound(self.http_allow, self.http_services)
+
 
 def _parse(name: str, raw: str) -> Any:
+    if name == "http_allow":
+        return HostRules.parse(raw)
+    if name == "http_services":
+        return parse_services(raw)
     if name == "shards":
         return parse_shards(raw)
     if name == "shard_map":

@@ -4,16 +4,20 @@ reaches the network counted against the job's declared subrequests."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .job import QueuedJob
 from .limits import Meter, MeteredEnv
+from .outbound import Outbound, Reply, send
 
 Fetch = Callable[..., Awaitable[Any]]
 """The Worker's outbound HTTP: fetch(url, *, method, headers, body, service, env)
-returning a response with `status`, `header(name)` and `async text()`;
-`service` names a service binding in `env` to send the request through."""
+sends one request without following redirects and returns a response with
+`status`, `header(name)`, `async read(limit)` (at most `limit` bytes of the
+body) and `async cancel()`; `service` names a service binding in `env` to
+send the request through. Test doubles may offer `async text()` instead of
+`read`."""
 
 
 @dataclass
@@ -35,6 +39,8 @@ class JobContext:
     """The Worker's fetch, as given to `drain(fetch=...)`."""
     raw_env: Any = None
     """The env underneath `env`, for the service bindings `fetch` sends through."""
+    outbound: Outbound = field(default_factory=Outbound)
+    """What `fetch` may reach (Config.outbound: D1QUEUE_HTTP_ALLOW, D1QUEUE_HTTP_SERVICES)."""
 
     @property
     def attempt(self) -> int:
@@ -49,16 +55,24 @@ class JobContext:
         headers: Mapping[str, str] | None = None,
         body: str | None = None,
         service: str | None = None,
-    ) -> Any:
+    ) -> Reply:
         """An HTTP request through the Worker's fetch (or the service binding
-        `service`), counted as one subrequest."""
+        `service`) under the deployment's outbound rules (outbound.send):
+        one subrequest, and one more for each redirect it follows. A target
+        the rules refuse raises OutboundRefused, which fails the job."""
         if self.http is None:
             raise RuntimeError("this drain was given no fetch: pass drain(..., fetch=...)")
-        if self.meter is not None:
-            self.meter.spend("binding" if service else "fetch")
-        env = self.raw_env if self.raw_env is not None else self.env
-        return await self.http(
-            url, method=method, headers=dict(headers or {}), body=body, service=service, env=env
+        meter = self.meter
+        return await send(
+            self.http,
+            self.outbound,
+            url,
+            method=method,
+            headers=headers or {},
+            body=body,
+            service=service,
+            env=self.raw_env if self.raw_env is not None else self.env,
+            spend=None if meter is None else meter.spend,
         )
 
 
@@ -79,9 +93,11 @@ class DrainContext(JobContext):
         queue: Any,
         env: Any = None,
         http: Fetch | None = None,
+        outbound: Outbound | None = None,
     ) -> None:
         self.job = job
         self.http = http
+        self.outbound = outbound or Outbound()
         self.raw_env = env
         self._parent = parent
         self._declared = declared

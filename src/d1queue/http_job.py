@@ -2,14 +2,18 @@
 
 Payload: {url | service + path, method?, headers?, body?, timeout_s?,
 expect_status?}. Succeeds on 2xx (or `expect_status`); retries on 5xx, 429
-and network errors, honouring Retry-After; fails for good on any other 4xx.
-The response status and the start of its body go into last_error, so a
-failure explains itself in the failed-jobs store.
+and network errors, honouring Retry-After; fails for good on any other 4xx,
+and on a target the deployment's rules refuse (D1QUEUE_HTTP_ALLOW,
+D1QUEUE_HTTP_SERVICES; outbound.py), at the first hop or after a redirect.
+The response status and the first EXCERPT_CHARS of its body go into
+last_error, so a failure explains itself in the failed-jobs store; no more
+than MAX_RESPONSE_BYTES of a body is ever read.
 
 The request goes out through `ctx.fetch`, the HTTP client the drain was
 given (`drain(..., fetch=...)`: the Workers fetch in entry.py, tests pass
-their own), and counts as the one subrequest this job declares. A Worker has no synchronous
-XMLHttpRequest, which is why `requests` (through pyodide-http) is not used.
+their own). It declares one subrequest and one for each redirect it may
+follow. A Worker has no synchronous XMLHttpRequest, which is why `requests`
+(through pyodide-http) is not used.
 """
 
 from __future__ import annotations
@@ -19,26 +23,20 @@ import email.utils
 import json
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlparse
 
+from .bounds import MAX_REDIRECTS
 from .context import JobContext
 from .errors import Fail, Retry
 from .limits import SubrequestLimitExceeded
+from .outbound import Reply, strip_credentials
 from .registry import Backoff, Registry
 
 JOB_NAME = "http.request"
 EXCERPT_CHARS = 300
 MAX_TIMEOUT_S = 60.0
 METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
-
-
-class FetchResponse(Protocol):
-    status: int
-
-    def header(self, name: str) -> str | None: ...
-
-    async def text(self) -> str: ...
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
@@ -120,9 +118,9 @@ def register_http_job(
 
     async def http_request(payload: Any, ctx: JobContext) -> None:
         req = parse(payload)
-        target = f"{req['method']} {req['url']}"
+        target = f"{req['method']} {strip_credentials(req['url'])}"
         try:
-            response: FetchResponse = await asyncio.wait_for(
+            response: Reply = await asyncio.wait_for(
                 ctx.fetch(
                     req["url"],
                     method=req["method"],
@@ -134,12 +132,14 @@ def register_http_job(
             )
             status = int(response.status)
             text = await asyncio.wait_for(response.text(), req["timeout_s"])
+            if response.truncated and not text:
+                text = "(a body longer than the read limit, not read)"
         except TimeoutError:
             raise Retry(f"{target}: no response within {req['timeout_s']:g}s") from None
         except (Fail, Retry, SubrequestLimitExceeded):
             raise
         except Exception as exc:  # network errors, DNS, refused connections
-            raise Retry(f"{target}: {type(exc).__name__}: {exc}") from None
+            raise Retry(strip_credentials(f"{target}: {type(exc).__name__}: {exc}")) from None
         excerpt = " ".join(text[:EXCERPT_CHARS].split())
         said = f"{target} answered {status}" + (f": {excerpt}" if excerpt else "")
         expected = req["expect_status"]
@@ -155,5 +155,5 @@ def register_http_job(
         max_attempts=max_attempts,
         timeout_s=MAX_TIMEOUT_S + 5,
         backoff=backoff or Backoff(base_s=10, max_s=3600),
-        subrequests=1,
+        subrequests=1 + MAX_REDIRECTS,
     )

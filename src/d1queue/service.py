@@ -14,6 +14,8 @@ from typing import Any
 from .admin import QueueStats
 from .aggregate import ShardedAdmin, ShardedSchedules
 from .bounds import (
+    ID_PATTERN,
+    ID_RULE,
     MAX_ATTEMPTS,
     MAX_BATCH,
     MAX_DELAY_S,
@@ -69,6 +71,14 @@ def check_queue(name: Any) -> str:
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise ApiError(400, "invalid_queue", f"queue names match {NAME_RULE}")
     return name
+
+
+def check_id(id: Any) -> str:
+    """A job's, failed job's or schedule's id as every caller gives one (a
+    path segment, an RPC argument): ID_RULE's shape, or 400 invalid_id."""
+    if not isinstance(id, str) or not ID_PATTERN.fullmatch(id):
+        raise ApiError(400, "invalid_id", f"id must match {ID_RULE}")
+    return id
 
 
 def _int(obj: dict[str, Any], key: str, default: int, lo: int, hi: int) -> int:
@@ -263,6 +273,7 @@ class Service:
     # -- jobs -------------------------------------------------------------------
 
     async def job(self, id: str) -> dict[str, Any]:
+        id = check_id(id)
         found = await self.admin.find(id)
         if found is None:
             raise ApiError(404, "not_found", f"job {id!r} completed or never existed")
@@ -291,6 +302,7 @@ class Service:
         }
 
     async def cancel(self, id: str) -> dict[str, Any]:
+        id = check_id(id)
         outcome = await self.admin.cancel(id)
         if outcome == "reserved":
             raise ApiError(409, "reserved", f"job {id!r} is running; it cannot be cancelled now")
@@ -314,11 +326,13 @@ class Service:
         return {"jobs": [_failed(j) for j in jobs], "next_cursor": next_cursor}
 
     async def retry_failed(self, id: str) -> dict[str, Any]:
+        id = check_id(id)
         if not await self.admin.retry_failed(id):
             raise ApiError(404, "not_found", f"no failed job {id!r}")
         return {"id": id, "retried": True}
 
     async def delete_failed(self, id: str) -> dict[str, Any]:
+        id = check_id(id)
         if not await self.admin.delete_failed(id):
             raise ApiError(404, "not_found", f"no failed job {id!r}")
         return {"deleted": 1}
@@ -404,12 +418,14 @@ class Service:
         }
 
     async def schedule(self, id: str) -> dict[str, Any]:
+        id = check_id(id)
         row = await self.schedule_store.get(id)
         if row is None:
             raise ApiError(404, "not_found", f"no schedule {id!r}")
         return row.as_dict(self.registry)
 
     async def delete_schedule(self, id: str) -> dict[str, Any]:
+        id = check_id(id)
         outcome = await self.schedule_store.delete(id)
         if outcome == "code":
             raise declared_in_code(id)
@@ -424,6 +440,7 @@ class Service:
         return await self._set_paused(id, False)
 
     async def _set_paused(self, id: str, paused: bool) -> dict[str, Any]:
+        id = check_id(id)
         row = await self.schedule_store.set_paused(id, paused)
         if row is None:
             raise ApiError(404, "not_found", f"no schedule {id!r}")

@@ -33,6 +33,7 @@ from .context import DrainContext, Fetch, JobContext
 from .errors import Fail, Retry
 from .job import QueuedJob
 from .limits import PLANS, Meter, Slots
+from .outbound import strip_credentials
 from .queue import D1Queue, Mark, Outcome, exhausted_outcome
 from .registry import Backoff, JobSpec, Registry
 from .stats import RunCounts
@@ -96,7 +97,13 @@ def _describe(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)[-3:]
     where = "; ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}" for f in frames)
     text = f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else "")
-    return text[:MAX_ERROR_CHARS]
+    return _error_text(text)
+
+
+def _error_text(text: str) -> str:
+    """An error as stored with its job: bounded, and with no URL's
+    `user:password@` in it (the dashboard and the API show errors)."""
+    return strip_credentials(text[: MAX_ERROR_CHARS * 2])[:MAX_ERROR_CHARS]
 
 
 T = TypeVar("T")
@@ -169,11 +176,9 @@ async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcom
         else:
             await asyncio.wait_for(_Started(coro, signal), spec.timeout_s)
     except Fail as exc:
-        return Outcome(job, "fail", error=f"failed by the handler: {exc}"[:MAX_ERROR_CHARS])
+        return Outcome(job, "fail", error=_error_text(f"failed by the handler: {exc}"))
     except Retry as exc:
-        return retry_or_fail_outcome(
-            job, spec, f"retry requested: {exc}"[:MAX_ERROR_CHARS], exc.delay_s
-        )
+        return retry_or_fail_outcome(job, spec, _error_text(f"retry requested: {exc}"), exc.delay_s)
     except TimeoutError:
         return retry_or_fail_outcome(job, spec, f"timed out after {spec.timeout_s:g}s")
     except Exception as exc:
@@ -258,6 +263,7 @@ async def drain(
         queue = copy.copy(queue)  # the configured lease, for every claim of this drain
         queue.reservation_s = config.reservation_s
     longest = registry.max_timeout_s()
+    outbound = config.outbound  # what handlers' fetch may reach
     if queue.reservation_s < longest + SETTLE_MARGIN_S:
         raise ConfigError(
             f"the lease ({queue.reservation_s:g}s) must cover the longest job timeout "
@@ -327,6 +333,7 @@ async def drain(
                 queue=queue,
                 env=env,
                 http=fetch,
+                outbound=outbound,
             )
             if spec is not None and spec.wants_context
             else None

@@ -48,7 +48,7 @@ READY = re.compile(r"^d1queue host listening on (http://127\.0\.0\.1:\d+)$")
 BUNDLE = ROOT / "tools" / "bundle.py"
 FIXTURE = ROOT / "host" / "fixtures"
 """A fixture Worker for the host features the real Worker does not exercise."""
-TOKEN = "runtime-test-token"
+TOKEN = "runtime-test-token-of-32-characters"
 """The D1QUEUE_TOKEN secret the test hosts are started with (--var)."""
 START_TIMEOUT_S = 60.0
 REQUEST_TIMEOUT_S = 60.0
@@ -291,6 +291,10 @@ def start_host(
         str(root),
         "--var",
         f"D1QUEUE_TOKEN={TOKEN}",
+        # As `make dev` does: the tests' targets are on 127.0.0.1. A later
+        # --var in `args` wins (tests of the refusals close it again).
+        "--var",
+        "D1QUEUE_HTTP_ALLOW=public,loopback",
         "--bundle",
         str(bundle),
         *args,

@@ -1,0 +1,217 @@
+"""The security review's probes, run against the real Worker in the host as
+`make dev` serves it (jobs may reach loopback, nothing else internal):
+outbound requests, bounded reads, bodies read only with the token, the
+token's length, the Rate Limiting binding, API caching, RPC ids."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ..http_server import Server
+from .conftest import ROOT, TOKEN, Host, RpcError, start_host
+
+
+def _push(host: Host, payload: dict[str, Any]) -> str:
+    reply = host.api(
+        "POST", "/v1/queues/default/jobs", {"name": "http.request", "payload": payload}
+    )
+    assert reply.status == 201, reply.text
+    return str(reply.json()["id"])
+
+
+def _failed_error(host: Host, id: str) -> str:
+    job = host.api("GET", f"/v1/jobs/{id}").json()
+    assert job["state"] == "failed", (job, host.events("d1queue.drain")[-3:])
+    return str(job["error"])
+
+
+def test_internal_targets_and_service_names_are_refused(clean_host: Host, server: Server) -> None:
+    targets = {
+        "metadata": "http://169.254.169.254/latest/meta-data/",
+        "private": "http://10.0.0.1/",
+        "localhost": f"http://localhost:{server.server_address[1]}/",
+        "decimal": "http://167772161/",  # 10.0.0.1
+        "mapped": "http://[::ffff:a00:1]/",
+    }
+    ids = {k: _push(clean_host, {"url": url}) for k, url in targets.items()}
+    existing = _push(clean_host, {"service": "DB", "path": "/"})  # the D1 binding's name
+    missing = _push(clean_host, {"service": "NO_SUCH_BINDING", "path": "/"})
+    clean_host.scheduled()
+    clean_host.scheduled()  # the free plan's run takes 5 jobs
+    for kind, id in ids.items():
+        error = _failed_error(clean_host, id)
+        assert "refused" in error and "D1QUEUE_HTTP_ALLOW" in error, (kind, error)
+    said = [_failed_error(clean_host, i) for i in (existing, missing)]
+    assert said[0].replace("'DB'", "'?'") == said[1].replace("'NO_SUCH_BINDING'", "'?'"), said
+    assert "D1QUEUE_HTTP_SERVICES" in said[0]
+    assert server.seen == []
+
+
+def test_redirects_are_rechecked_at_every_hop(clean_host: Host, server: Server) -> None:
+    server.script["/to-metadata"] = [
+        (302, {"location": "http://169.254.169.254/latest/meta-data/"}, "moved", 0)
+    ]
+    server.script["/to-ui"] = [(302, {"location": "http://localhost:8787/ui"}, "", 0)]
+    server.script["/a"] = [(301, {"location": "/b"}, "", 0)]
+    server.script["/b"] = [(200, {}, "fine", 0)]
+    server.script["/loop"] = [(302, {"location": "/loop"}, "", 0)]
+    metadata = _push(clean_host, {"url": f"{server.url}/to-metadata"})
+    ui = _push(clean_host, {"url": f"{server.url}/to-ui"})
+    followed = _push(clean_host, {"url": f"{server.url}/a"})
+    loop = _push(clean_host, {"url": f"{server.url}/loop"})
+    clean_host.scheduled()
+    for id in (metadata, ui):
+        error = _failed_error(clean_host, id)
+        assert "redirected to a target D1QUEUE_HTTP_ALLOW refuses" in error
+        assert "169.254" not in error and "/ui" not in error and "moved" not in error
+    assert clean_host.api("GET", f"/v1/jobs/{followed}").status == 404, "delivered"
+    assert "more than 5 redirects" in _failed_error(clean_host, loop)
+    assert sum(1 for _, p, *_ in server.seen if p == "/loop") == 6
+
+
+def test_loopback_is_closed_where_the_deployment_closes_it(server: Server) -> None:
+    h = start_host("--var", "D1QUEUE_HTTP_ALLOW=public")
+    try:
+        id = _push(h, {"url": f"{server.url}/x"})
+        h.scheduled()
+        assert "loopback host 127.0.0.1 is not allowed" in _failed_error(h, id)
+        assert server.seen == []
+    finally:
+        h.stop()
+
+
+class _Flood(http.server.ThreadingHTTPServer):
+    """Answers 200 with an endless body (chunked, or a Content-Length of
+    200 MiB), counting what it managed to send before the client left."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _FloodHandler)
+        self.sent = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _FloodHandler(http.server.BaseHTTPRequestHandler):
+    server: _Flood
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        chunk = b"z" * 65536
+        self.send_response(200)
+        declared = self.path == "/declared"
+        if declared:
+            self.send_header("content-length", str(200 * 1024 * 1024))
+        else:
+            self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        try:
+            for _ in range(200 * 16):  # 200 MiB
+                if declared:
+                    self.wfile.write(chunk)
+                else:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.server.sent += len(chunk)
+        except OSError:
+            return  # the client cancelled the body
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def flood() -> Iterator[_Flood]:
+    s = _Flood()
+    threading.Thread(target=s.serve_forever, args=(0.05,), daemon=True).start()
+    yield s
+    s.shutdown()
+    s.server_close()
+
+
+def test_a_very_large_answer_is_read_under_the_cap(clean_host: Host, flood: _Flood) -> None:
+    endless = _push(clean_host, {"url": f"{flood.url}/endless", "expect_status": 201})
+    declared = _push(clean_host, {"url": f"{flood.url}/declared", "expect_status": 201})
+    clean_host.scheduled()
+    for id in (endless, declared):
+        error = _failed_error(clean_host, id)
+        assert "answered 200" in error and len(error) < 600
+    # What the target sent before the Worker cancelled: socket buffers and the
+    # cap, not the 400 MiB offered.
+    assert flood.sent < 16 * 1024 * 1024, flood.sent
+    assert clean_host.get("/health").status == 200, "the host still serves"
+
+
+def test_a_body_is_not_read_without_the_token(clean_host: Host) -> None:
+    """A chunked POST with no token: the Worker answers 401 after the first
+    chunk, without waiting for (or reading) the rest."""
+    port = int(clean_host.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        head = (
+            "POST /v1/queues/default/jobs HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+            "content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b"10000\r\n" + b" " * 0x10000 + b"\r\n")
+        answer = sock.recv(4096).decode("latin-1")  # more body never comes
+    assert answer.startswith("HTTP/1.1 401"), answer[:200]
+
+
+def test_api_answers_are_not_stored_by_caches(clean_host: Host) -> None:
+    for reply in (
+        clean_host.api("GET", "/v1/queues"),
+        clean_host.api("GET", "/v1/jobs/nope"),
+        clean_host.api("GET", "/v1/queues", token=None),
+        clean_host.get("/health"),
+    ):
+        assert reply.headers.get("cache-control") == "no-store", reply.headers
+
+
+def test_rpc_ids_follow_the_id_pattern(clean_host: Host) -> None:
+    for method in ("job", "cancel", "retry_failed", "schedule", "delete_schedule"):
+        with pytest.raises(RpcError, match="invalid_id"):
+            clean_host.rpc(method, "../../etc")
+        with pytest.raises(RpcError, match="invalid_id"):
+            clean_host.rpc(method, "x" * 129)
+
+
+def test_a_short_token_is_refused_at_start() -> None:
+    h = start_host("--var", "D1QUEUE_TOKEN=too-short")
+    try:
+        reply = h.api("GET", "/v1/queues", token="too-short")
+        assert reply.status == 500
+        message = reply.json()["error"]["message"]
+        assert "at least 32 characters" in message and "secrets.token_urlsafe" in message
+    finally:
+        h.stop()
+
+
+GUARDED = ROOT / "wrangler.guard.toml"
+
+
+@pytest.fixture(scope="module")
+def guarded_host() -> Iterator[Host]:
+    """The Worker with a Rate Limiting binding AUTH_LIMITER (5 a minute)."""
+    text = (ROOT / "wrangler.toml").read_text()
+    GUARDED.write_text(
+        text
+        + '\n[[ratelimits]]\nname = "AUTH_LIMITER"\nnamespace_id = "1001"\n'
+        + "simple = { limit = 5, period = 60 }\n"
+    )
+    h = start_host("--config", str(GUARDED))
+    yield h
+    h.stop()
+    GUARDED.unlink(missing_ok=True)
+
+
+def test_wrong_tokens_are_limited_by_the_binding(guarded_host: Host) -> None:
+    statuses = [guarded_host.api("GET", "/v1/queues", token=f"wrong-{i}").status for i in range(8)]
+    assert statuses[:5] == [401] * 5 and set(statuses[5:]) == {429}, statuses
+    limited = guarded_host.api("GET", "/v1/queues", token="wrong-again")
+    assert limited.headers.get("retry-after") == "60"
+    assert guarded_host.api("GET", "/v1/queues", token=TOKEN).status == 200, "the token still works"
