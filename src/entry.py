@@ -300,9 +300,10 @@ class Default(WorkerEntrypoint):
         schedule slots, then drain it within its share of the budgets (claims
         take over lapsed leases), so a slot's job starts in the run that
         enqueued it. Schedules cost at most 2 D1 queries a shard, counted on
-        the invocation's meter before the drain plans with what is left. Each
-        shard's report is logged as one JSON line, for `wrangler tail` and
-        Logpush."""
+        the invocation's meter before the drain plans with what is left; the
+        first also prunes failed jobs past D1QUEUE_KEEP_FAILED_S. Each
+        shard's report is logged as one JSON line (the prune's count is
+        `schedules.pruned_failed`), for `wrangler tail` and Logpush."""
         config = config_from_env(self.env)
         shards = self._shard_set(config)
         # The later of the clock and the trigger's time: a run that starts a

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from .bounds import MAX_OLDER_THAN_S
 from .job import check_name
 from .limits import PLANS
 from .outbound import HostRules, Outbound, parse_services
@@ -33,7 +34,22 @@ MIN_TOKEN_CHARS = 32
 beyond guessing at any rate a Worker can answer."""
 
 SCHEDULE_QUERIES = 2
-"""D1 queries the cron's schedules cost on each shard, at most (schedules.py)."""
+"""D1 queries the cron's schedules cost on each shard, at most (schedules.py).
+The failed-job prune rides in the first of them and adds none."""
+
+KEEP_FAILED_S = 30 * 24 * 3600
+"""D1QUEUE_KEEP_FAILED_S's default: 30 days (see Config.keep_failed_s)."""
+
+PRUNE_FAILED = {"free": 10, "paid": 1_000}
+"""Failed jobs past D1QUEUE_KEEP_FAILED_S one cron run deletes, by plan,
+shared over the shards like due schedules; older ones wait for later runs.
+A bound on rows written, which a backlog of old failures would otherwise
+spend at once: D1's free plan allows 100,000 rows written a day per account
+and refuses every query past them, and 10 a minute is at most 14,400 a day,
+as many as a free plan can fail (a failed job costs ~7 rows written). Paid:
+up to 1,440,000 a day at a per-minute cron. Either way the DELETE, which
+shares a transaction with the schedules' read, stays a bounded walk of the
+failed_at index rather than one as long as the backlog."""
 
 
 ALL_QUEUES = "*"
@@ -86,6 +102,17 @@ class Config:
     in the per-minute counters the dashboard draws (d1queue_stats): one
     extra D1 query and at most one row written per run that settled a job,
     budgeted like the rest."""
+    keep_failed_s: int = KEEP_FAILED_S
+    """D1QUEUE_KEEP_FAILED_S: each cron run deletes failed jobs older than
+    this many seconds, at most PRUNE_FAILED a run, oldest first; 0 keeps
+    them until deleted by hand (DELETE /v1/failed). Default 30 days: a
+    failed job's row is the only copy of its payload and error, so it must
+    outlive a weekend or a two-week holiday with room to notice and retry
+    (Sidekiq keeps dead jobs 6 months, BullMQ until removed; Oban's
+    pruner drops discarded jobs after 60 s, which leaves nothing to retry
+    on Monday). The table then holds failures a day x 30 x row size, against
+    D1's 10 GB (paid) or 500 MB (free) per database: 1,000 failures a day
+    of 10 KiB is 300 MB. Lower it for large payloads or many failures."""
     max_jobs: int | None = None
     """D1QUEUE_MAX_JOBS: jobs one run may claim, the bound on its CPU time.
     Default by plan (MAX_JOBS)."""
@@ -158,6 +185,10 @@ class Config:
                 f"(the {plan.name} plan's cap; D1QUEUE_PLAN sets the plan)",
             ),
             (self.job_cap >= 1, "D1QUEUE_MAX_JOBS must be >= 1"),
+            (
+                0 <= self.keep_failed_s <= MAX_OLDER_THAN_S,
+                f"D1QUEUE_KEEP_FAILED_S must be 0 (keep forever) to {MAX_OLDER_THAN_S} seconds",
+            ),
             (1 <= self.batch_size <= 100, "D1QUEUE_BATCH_SIZE must be 1..100"),
             (1 <= self.concurrency <= 100, "D1QUEUE_CONCURRENCY must be 1..100"),
             (
@@ -230,6 +261,11 @@ class Config:
         return 1 if self.stats else 0
 
     @property
+    def prune_failed(self) -> int:
+        """Failed jobs one cron run may prune over all shards (0: off)."""
+        return PRUNE_FAILED[self.plan] if self.keep_failed_s else 0
+
+    @property
     def job_cap(self) -> int:
         """max_jobs, resolved."""
         assert self.max_jobs is not None
@@ -291,6 +327,7 @@ def _parse(name: str, raw: str) -> Any:
         "max_jobs",
         "wake_per_jobs",
         "wake_max",
+        "keep_failed_s",
     ):
         return int(raw)
     if name in ("time_budget_s", "reservation_s"):

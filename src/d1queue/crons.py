@@ -13,6 +13,10 @@ each minute. The schedules of the run's first shard cost at most 2 queries
 from the plan's reserve, as on one database; the other shards' come out of
 their drain's share.
 
+Each shard's first schedules query also prunes failed jobs older than
+D1QUEUE_KEEP_FAILED_S, at most Config.prune_failed a run shared over the
+shards: retention costs rows, never a query of the budget.
+
 With one shard this is exactly the cron of one database: its schedules,
 then a drain with the configured budgets.
 """
@@ -65,12 +69,18 @@ async def cron(
     start = monotonic()
     budgets, job_caps = split(config.budget, n), split(config.job_cap, n)
     due_limits = [max(1, d) for d in split(due_limit, n)]
+    prune_limits = [max(1, p) if config.prune_failed else 0 for p in split(config.prune_failed, n)]
+    prune_before = now - config.keep_failed_s * 1000
     carry_queries = carry_jobs = 0
     runs = []
     for turn, shard in enumerate(rotation(n, (now // 60_000) % n)):
         queue = shards.queue(shard)
         schedules = await schedules_on(queue, registry).run(
-            now=now, grace_ms=grace_ms, limit=due_limits[turn]
+            now=now,
+            grace_ms=grace_ms,
+            limit=due_limits[turn],
+            prune_before=prune_before,
+            prune_limit=prune_limits[turn],
         )
         if n == 1:
             runs.append(ShardRun(shard, schedules, await run_drain(queue, config)))

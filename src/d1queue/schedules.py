@@ -10,7 +10,8 @@ drains) costs at most two D1 queries however many schedules exist:
 
 1. one `db.batch` reading the due schedules through the next_run_at index
    (rows read ~ due schedules) and the hash of the code-declared set last
-   synced;
+   synced; the cron's bounded prune of old failed jobs rides in it
+   (D1QUEUE_KEEP_FAILED_S), so retention costs no round trip of its own;
 2. if anything is due or the declared set changed, one `db.batch` holding a
    single INSERT of every due slot's job, a single compare-and-set UPDATE
    advancing every due schedule, and (only when the hash differs) the sync.
@@ -385,7 +386,8 @@ class Schedule:
 
 @dataclass
 class ScheduleReport:
-    """What one cron run did with schedules; logged in the cron's line."""
+    """What one cron run did with schedules, and the failed-job prune sent in
+    the same read batch; logged in the cron's line."""
 
     due: int = 0
     """Due schedules read (at most DUE_LIMIT)."""
@@ -403,11 +405,15 @@ class ScheduleReport:
     """The code-declared set changed and was written."""
     more: bool = False
     """DUE_LIMIT schedules were due: the rest wait for the next run."""
+    pruned_failed: int = 0
+    """Failed jobs older than the retention this run deleted (at most the
+    run's prune limit; more wait for the next run)."""
     queries: int = 0
     rows_read: int = 0
     rows_written: int = 0
     resent: bool = False
-    """The write was re-sent after a lost reply: its counts may read 0."""
+    """The write (or the read batch carrying the prune) was re-sent after a
+    lost reply: its counts may read 0."""
     error: str = ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -449,16 +455,20 @@ class Schedules:
         now: int | None = None,
         grace_ms: int = DEFAULT_GRACE_MS,
         limit: int = DUE_LIMIT,
+        prune_before: int | None = None,
+        prune_limit: int = 0,
     ) -> ScheduleReport:
         """Enqueue every due slot and sync code-declared schedules, in at most
-        two D1 queries. Never raises for a D1 error (it is in the report): the
-        drain that follows must run all the same."""
+        two D1 queries. With `prune_before` (epoch ms) and `prune_limit`, the
+        first query also deletes up to that many failed jobs that failed
+        before it, oldest first. Never raises for a D1 error (it is in the
+        report): the drain that follows must run all the same."""
         now = self.queue.clock() if now is None else now
         usage = self.binding.usage
         base = (usage.queries, usage.rows_read, usage.rows_written)
         report = ScheduleReport()
         try:
-            await self._run(report, now, grace_ms, limit)
+            await self._run(report, now, grace_ms, limit, prune_before, prune_limit)
         except Exception as exc:
             report.error = f"{type(exc).__name__}: {exc}"[:1000]
         report.queries = usage.queries - base[0]
@@ -466,14 +476,31 @@ class Schedules:
         report.rows_written = usage.rows_written - base[2]
         return report
 
-    async def _run(self, report: ScheduleReport, now: int, grace_ms: int, limit: int) -> None:
+    async def _run(
+        self,
+        report: ScheduleReport,
+        now: int,
+        grace_ms: int,
+        limit: int,
+        prune_before: int | None,
+        prune_limit: int,
+    ) -> None:
         declared = [
             d for d in self.registry.schedules() if self.declared is None or self.declared(d)
         ]
         digest = declared_hash(declared)
-        meta, due = await self.binding.batch(
-            [(sql.SELECT_META, (CODE_META_KEY,)), (sql.SELECT_DUE_SCHEDULES, (now, limit))]
-        )
+        reads: list[Statement] = [
+            (sql.SELECT_META, (CODE_META_KEY,)),
+            (sql.SELECT_DUE_SCHEDULES, (now, limit)),
+        ]
+        if prune_before is not None and prune_limit > 0:
+            # In the batch every cron run sends anyway: no extra round trip.
+            # A batch is one transaction, so a D1 error here fails the
+            # schedules' read too; the DELETE is bounded to keep it short.
+            reads.append((sql.PRUNE_OLDEST_FAILED, (max(0, prune_before), prune_limit)))
+        meta, due, *pruned = await self.binding.batch(reads)
+        report.pruned_failed = sum(r.changes for r in pruned)
+        report.resent = any(r.resent for r in pruned)
         stored = str(meta.rows[0]["value"]) if meta.rows else EMPTY_SET
         report.due, report.more = len(due.rows), len(due.rows) >= limit
         run = _Run()
@@ -498,7 +525,7 @@ class Schedules:
         if not statements:
             return
         results = await self.binding.batch(statements)
-        report.resent = any(r.resent for r in results)
+        report.resent = report.resent or any(r.resent for r in results)
         report.synced = len(statements) > counted
         written: list[Result] = results[:counted]
         if run.slots:

@@ -373,6 +373,21 @@ SELECT_FAILED = f"SELECT {FAILED_COLUMNS} FROM d1queue_failed_jobs WHERE id = ?1
 DELETE_FAILED = RETRY_FAILED_DELETE
 # ?1 cutoff
 PRUNE_FAILED = "DELETE FROM d1queue_failed_jobs WHERE failed_at < ?1"
+# The cron's retention prune (D1QUEUE_KEEP_FAILED_S), bounded: the ?2 oldest
+# failures from before ?1, oldest first. D1's SQLite has no DELETE ... LIMIT,
+# so the bound is the subquery's, which walks the failed_at index
+# (failed_at, id) and needs no sort. Cost (measured on Miniflare's D1): 4 rows
+# read per row deleted (its index entry, the IN list built and read, the row
+# by its key) and 3 with nothing to prune, however many failures are young;
+# rows written = rows deleted (removing index entries is free). Sent in
+# the cron's read batch (schedules.py), so it adds no round trip. Re-sent
+# after a lost reply, it deletes the next oldest, if any are past the cutoff:
+# never a failure younger than the retention.
+# ?1 cutoff ?2 limit
+PRUNE_OLDEST_FAILED = (
+    "DELETE FROM d1queue_failed_jobs WHERE id IN (SELECT id FROM d1queue_failed_jobs "
+    "WHERE failed_at < ?1 ORDER BY failed_at, id LIMIT ?2)"
+)
 
 # -- schedules (migrations/0004_schedules.sql; driven by schedules.py) --------
 

@@ -161,8 +161,9 @@ def schedules_report(host: Host, at_ms: int) -> dict[str, Any]:
 
 def test_a_cron_run_reads_the_due_schedules_only(fresh: Host) -> None:
     """Counted by Miniflare's D1: with 300 schedules none of which is due, a
-    run is one query reading a row or two; with one of them due, two
-    queries, reading a few rows more."""
+    run is one query reading a row or two (and 3 more for the failed-job
+    prune in the same batch, with nothing to prune); with one of them due,
+    two queries, reading a few rows more."""
     at = fresh.python(
         """
         async def main(env):
@@ -181,12 +182,59 @@ def test_a_cron_run_reads_the_due_schedules_only(fresh: Host) -> None:
     )
     none_due = schedules_report(fresh, at - 30_000)
     assert (none_due["queries"], none_due["due"]) == (1, 0)
-    assert none_due["rows_read"] <= 3, none_due
+    assert none_due["rows_read"] <= 3 + 3, none_due
     assert none_due["rows_written"] == 0
     one_due = schedules_report(fresh, at + 400)
     assert (one_due["queries"], one_due["due"], one_due["enqueued"]) == (2, 1, 1)
-    assert one_due["rows_read"] <= 10, one_due
+    assert one_due["rows_read"] <= 10 + 3, one_due
     # The job (row, id index, unique index) and the schedule (row, due index).
     assert one_due["rows_written"] <= 6, one_due
     print("schedules: none due", none_due, "one due", one_due)
     assert drain_reports(fresh, 0)
+
+
+def test_a_cron_run_prunes_old_failures_in_its_read_batch(fresh: Host) -> None:
+    """Counted by Miniflare's D1: 15 failures older than the default 30 days
+    and 3 younger ones. The free plan's cron prunes at most 10 a run, oldest
+    first, with no query beyond the schedules' one read: rows written are
+    the rows deleted, none with nothing left to prune. Rows read, besides
+    the schedules' own: 4 a row pruned (its index entry, the IN list built
+    and read, the row by its key), 3 with nothing to prune."""
+    at = fresh.python(
+        """
+        async def main(env):
+            import time
+            now = int(time.time() * 1000)
+            month = 30 * 86400 * 1000
+            stmt = env.DB.prepare(
+                "INSERT INTO d1queue_failed_jobs (id, queue, name, payload, error, attempts, "
+                "max_attempts, priority, created_at, failed_at) "
+                "VALUES (?1, 'default', 'example.echo', 'null', 'boom', 1, 1, 0, ?2, ?2)"
+            )
+            await env.DB.batch(
+                [stmt.bind(f"rt.old{i:02d}", now - month - 60000 - i) for i in range(15)]
+                + [stmt.bind(f"rt.young{i}", now - 86400000) for i in range(3)]
+            )
+            return now
+        """
+    )
+
+    def left() -> list[str]:
+        return fresh.python(
+            """
+            async def main(env):
+                found = await env.DB.prepare(
+                    "SELECT id FROM d1queue_failed_jobs ORDER BY id"
+                ).all()
+                return [r.id for r in found.results]
+            """
+        )
+
+    reports = [schedules_report(fresh, at + i * MINUTE) for i in range(3)]
+    assert [r["pruned_failed"] for r in reports] == [10, 5, 0], reports
+    assert all(r["queries"] == 1 and r["due"] == 0 for r in reports), reports
+    assert [r["rows_written"] for r in reports] == [10, 5, 0], reports
+    assert reports[0]["rows_read"] <= 4 * 10 + 3 + 3, reports[0]
+    assert reports[2]["rows_read"] <= 3 + 3, reports[2]
+    assert left() == ["rt.young0", "rt.young1", "rt.young2"]
+    print("prune: 10 / 5 / none", reports)
