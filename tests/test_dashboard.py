@@ -4,15 +4,18 @@ The same pages in a real browser: tests/runtime/test_dashboard_browser.py."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
 
-from d1queue import Config, D1Queue, Registry, drain
+from d1queue import Config, D1Queue, Registry, drain, sql
+from d1queue.bounds import SIGNOUT_PRUNE
 from d1queue.dashboard import Dashboard
 from d1queue.dashboard.app import CSP
+from d1queue.dashboard.mask import MASK, SECRET_KEY, mask
 from d1queue.dashboard.session import SESSION_S, Sessions, set_cookie
 from d1queue.errors import Fail
 from d1queue.service import Service
@@ -202,6 +205,86 @@ async def test_sign_out_clears_the_cookie(browser: Browser) -> None:
     assert (await browser.get("/ui")).status == 303
 
 
+async def test_a_session_signed_out_is_refused_when_replayed(
+    browser: Browser, board: Dashboard, clock: Clock, db: SqliteD1
+) -> None:
+    """A cookie copied before sign-out opens nothing after it: the session is
+    revoked in D1, not only cleared in the browser that signed out."""
+    other = Browser(board, clock)
+    await other.sign_in()
+    copied = browser.cookie
+    csrf = browser.csrf()
+    reply = await browser.post("/ui/signout", {"csrf": csrf})
+    assert reply.status == 303 and reply.headers["location"] == "/ui/signin"
+    browser.cookie = copied  # the replay
+    reply = await browser.get("/ui")
+    assert reply.status == 303 and reply.headers["location"].startswith("/ui/signin")
+    reply = await browser.post("/ui/queues/mail/pause", {"csrf": csrf})
+    assert reply.status == 401 and not paused(db, "mail")
+    reply = await browser.post("/ui/signout", {"csrf": csrf})
+    assert reply.status == 401, "signing out again needs a live session"
+    assert (await browser.get("/ui/signin?next=/ui")).status == 200, "the sign-in form, not /ui"
+    assert (await other.get("/ui")).status == 200, "another session is not ended"
+    (row,) = db.query("SELECT nonce, expires_at FROM d1queue_signouts")
+    assert row["nonce"] in copied and row["expires_at"] == clock() + SESSION_S * 1000
+
+
+async def test_signing_out_is_safe_to_resend_and_prunes_expired_rows(
+    board: Dashboard, clock: Clock, db: SqliteD1, service: Service
+) -> None:
+    """A sign-out re-sent after a lost reply writes nothing more, and each
+    sign-out deletes at most SIGNOUT_PRUNE expired rows: the table holds
+    sign-outs of live sessions and a bounded backlog, never more."""
+    store = board.store
+    await store.sign_out("n" * 24, clock() + 1000, clock())
+    await store.sign_out("n" * 24, clock() + 1000, clock())  # the re-send
+    assert db.query("SELECT COUNT(*) AS n FROM d1queue_signouts")[0]["n"] == 1
+    for i in range(SIGNOUT_PRUNE + 3):
+        await store.sign_out(f"{i:024d}", clock() + 1000, clock())
+    clock.advance(2)
+    before = db.query("SELECT COUNT(*) AS n FROM d1queue_signouts")[0]["n"]
+    await store.sign_out("live" * 6, clock() + 1000, clock())
+    after = db.query("SELECT COUNT(*) AS n FROM d1queue_signouts")[0]["n"]
+    assert after == before + 1 - SIGNOUT_PRUNE
+    assert await store.signed_out(["live" * 6, "n" * 24, "never" * 5]) == {"live" * 6, "n" * 24}
+
+
+def test_sign_out_statements_seek_and_never_scan(db: SqliteD1) -> None:
+    for statement, args, index in (
+        (sql.SIGNED_OUT, ('["a", "b"]',), "USING PRIMARY KEY (nonce=?)"),
+        (sql.PRUNE_SIGNOUTS, (1, SIGNOUT_PRUNE), "INDEX d1queue_signouts_expiry (expires_at<?)"),
+    ):
+        plan = [str(r["detail"]) for r in db.query("EXPLAIN QUERY PLAN " + statement, *args)]
+        assert any(index in line for line in plan), plan
+        assert not any(line.startswith("SCAN d1queue_signouts") for line in plan), plan
+
+
+async def test_a_session_costs_one_read_and_signing_out_one_batch(
+    browser: Browser, service: Service
+) -> None:
+    usage = service.queue.binding.usage
+    csrf = browser.csrf()
+    before = usage.queries
+    await browser.get("/ui/signin?next=/ui")  # signed in: a redirect, no other D1 work
+    assert usage.queries == before + 1, "one point read of the revoked sessions"
+    cookie, browser.cookie = browser.cookie, ""
+    before = usage.queries
+    await browser.get("/ui/signin?next=/ui")
+    assert usage.queries == before, "no session, no read"
+    browser.cookie = cookie
+    before = usage.queries
+    await browser.post("/ui/signout", {"csrf": csrf})
+    assert usage.queries == before + 2, "the session's read, then one batch"
+
+
+async def test_rotating_the_token_still_ends_every_session(
+    browser: Browser, service: Service
+) -> None:
+    rotated = Browser(Dashboard(service, "a-new-token"), browser.clock)
+    rotated.cookie = browser.cookie
+    assert (await rotated.get("/ui")).status == 303
+
+
 async def test_sign_in_returns_only_to_a_dashboard_page(board: Dashboard, clock: Clock) -> None:
     for target, expected in (
         ("/ui/failed?queue=mail", "/ui/failed?queue=mail"),
@@ -212,6 +295,61 @@ async def test_sign_in_returns_only_to_a_dashboard_page(board: Dashboard, clock:
     ):
         reply = await Browser(board, clock).post("/ui/signin", {"token": TOKEN, "next": target})
         assert reply.headers["location"] == expected, target
+
+
+CONTROLS = [chr(c) for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))]
+"""Every control character: C0, DEL and C1."""
+
+
+@pytest.mark.parametrize("char", CONTROLS, ids=lambda c: f"U+{ord(c):04X}")
+async def test_a_control_character_in_next_is_a_400(
+    board: Dashboard, clock: Clock, char: str
+) -> None:
+    """In a Location header a CR or LF would split the header (the Worker's
+    runtime throws: a 500); no control character belongs in a path."""
+    target = f"/ui{char}x"
+    b = Browser(board, clock)
+    page = await b.get("/ui/signin?" + urlencode({"next": target}))
+    assert page.status == 400 and 'role="alert"' in page.body
+    assert "control character" in page.body
+    reply = await b.post("/ui/signin", {"token": TOKEN, "next": target})
+    assert reply.status == 400 and "location" not in reply.headers
+    assert "set-cookie" not in reply.headers, "refused before signing in"
+    await b.sign_in()
+    page = await b.get("/ui/signin?" + urlencode({"next": target}))
+    assert page.status == 400 and "location" not in page.headers
+
+
+@pytest.mark.parametrize("char", CONTROLS, ids=lambda c: f"U+{ord(c):04X}")
+async def test_a_control_character_in_back_is_a_400_and_changes_nothing(
+    browser: Browser, service: Service, db: SqliteD1, char: str
+) -> None:
+    await service.put_schedule({"id": "digest", "cron": "0 6 * * *", "name": "echo"})
+    ids = await fail_some(service, 1)
+    csrf = browser.csrf()
+    back = f"/ui{char}x"
+    for path, form in (
+        ("/ui/queues/mail/pause", {}),
+        ("/ui/schedules/digest/pause", {}),
+        ("/ui/failed/bulk", {"action": "delete", "ids": ids, "confirm": "yes"}),
+        ("/ui/failed/bulk", {"action": "delete", "ids": ids}),
+    ):
+        reply = await browser.post(path, {"csrf": csrf, "back": back, **form})
+        assert reply.status == 400 and "location" not in reply.headers, path
+        assert "control character" in reply.body
+    assert not paused(db, "mail") and failed_ids(db) == set(ids)
+    assert (await service.schedule("digest"))["paused"] is False
+
+
+async def test_next_outside_ascii_is_sent_percent_encoded(board: Dashboard, clock: Clock) -> None:
+    """A Location header carries bytes, not text: a character past ASCII
+    goes percent-encoded, as a browser would send it."""
+    reply = await Browser(board, clock).post(
+        "/ui/signin", {"token": TOKEN, "next": "/ui/failed?error=d\u00e9j\u00e0 \u2028vu"}
+    )
+    assert reply.status == 303
+    assert reply.headers["location"] == "/ui/failed?error=d%C3%A9j%C3%A0 %E2%80%A8vu"
+    assert reply.headers["location"].isascii()
 
 
 # -- CSRF and origin ------------------------------------------------------------
@@ -376,6 +514,129 @@ async def test_the_job_page_shows_escapes_and_acts(
     assert reply.status == 303
     assert db.query("SELECT COUNT(*) AS n FROM d1queue_jobs")[0]["n"] == 0
     assert (await browser.get(f"/ui/jobs/{job_id}")).status == 404
+
+
+SECRET_KEYS = [
+    "authorization",
+    "Authorization",
+    "PROXY-AUTHORIZATION",
+    "cookie",
+    "Set-Cookie",
+    "x-api-key",
+    "X-Api-Key",
+    "api_key",
+    "apiKey",
+    "apikey",
+    "token",
+    "access_token",
+    "refreshToken",
+    "X-Auth-Token",
+    "x-csrf-token",
+    "secret",
+    "client_secret",
+    "AWS_SECRET_ACCESS_KEY",
+    "password",
+    "db_password",
+    "Passwd",
+    "passphrase",
+    "pwd",
+    "pass",
+    "auth",
+    "credentials",
+    "gcp-credential",
+    "private_key",
+    "privateKey",
+]
+PLAIN_KEYS = ["url", "method", "headers", "body", "content-type", "accept", "user", "username"]
+PLAIN_KEYS += ["email", "to", "author", "compass", "n", "id", "name", "passenger", "oauth_provider"]
+
+
+def test_the_secret_key_rule() -> None:
+    for key in SECRET_KEYS:
+        assert SECRET_KEY.search(key), key
+    for key in PLAIN_KEYS:
+        assert not SECRET_KEY.search(key), key
+
+
+def test_masking_reaches_every_depth_and_hides_every_kind_of_value() -> None:
+    payload = {
+        "url": "https://api.example/x",
+        "headers": {"Authorization": "Bearer sk-1", "accept": "text/plain"},
+        "body": [{"deep": [{"client_secret": {"v": [1, 2]}}]}, {"password": 12345}],
+        "token": None,
+    }
+    assert mask(payload) == {
+        "url": "https://api.example/x",
+        "headers": {"Authorization": MASK, "accept": "text/plain"},
+        "body": [{"deep": [{"client_secret": MASK}]}, {"password": MASK}],
+        "token": MASK,
+    }
+    assert payload["headers"]["Authorization"] == "Bearer sk-1", "the payload is not changed"
+    assert mask("Bearer sk-1") == "Bearer sk-1" and mask([1, "a"]) == [1, "a"]
+    assert set(MASK) == {"\u2022"}, "a fixed mask: no length, no prefix"
+
+
+HTTP_PAYLOAD = {
+    "url": "https://hooks.example/in",
+    "method": "POST",
+    "headers": {
+        "Authorization": "Bearer live-auth-9f2c",
+        "proxy-authorization": "Basic cHJveHktc2VjcmV0",
+        "Cookie": "sid=cookie-4471",
+        "set-cookie": "sid=set-cookie-8812",
+        "X-API-Key": "live-api-key-3310",
+        "content-type": "application/json",
+    },
+    "body": {"user": "ada", "login": {"Password": "hunter2-5521"}, "items": [{"apiToken": "t-77"}]},
+}
+SECRET_VALUES = [
+    "live-auth-9f2c",
+    "cHJveHktc2VjcmV0",
+    "cookie-4471",
+    "set-cookie-8812",
+    "live-api-key-3310",
+    "hunter2-5521",
+    "t-77",
+]
+
+
+async def test_the_job_page_masks_secrets_and_the_api_does_not(
+    browser: Browser, service: Service
+) -> None:
+    job_id = (
+        await service.dispatch("mail", {"name": "echo", "payload": HTTP_PAYLOAD, "delay_s": 3600})
+    )["id"]
+    body = (await browser.get(f"/ui/jobs/{job_id}")).body
+    for secret in SECRET_VALUES:
+        assert secret not in body, secret
+    assert body.count(f"&quot;{MASK}&quot;") == len(SECRET_VALUES)
+    assert "application/json" in body and "&quot;ada&quot;" in body and "hooks.example" in body
+    assert (await service.job(job_id))["payload"] == HTTP_PAYLOAD, "the API is not masked"
+
+
+async def test_the_failed_job_page_masks_secrets(
+    browser: Browser, service: Service, db: SqliteD1
+) -> None:
+    job_id = (await service.dispatch("mail", {"name": "boom", "payload": HTTP_PAYLOAD}))["id"]
+    short = {"api_key": "early-key-5678"}  # quoted early enough to be in the list's excerpt
+    other = (await service.dispatch("mail", {"name": "boom", "payload": short}))["id"]
+    await drain(service.queue, service.registry, Config(queues=("mail",)))
+    assert failed_ids(db) == {job_id, other}
+    body = (await browser.get(f"/ui/jobs/{job_id}")).body
+    assert "badge failed" in body
+    error, payload = body.split("<h2>Payload</h2>", 1)
+    for secret in SECRET_VALUES:
+        assert secret not in payload, secret
+    assert payload.count(f"&quot;{MASK}&quot;") == len(SECRET_VALUES)
+    # boom's error quotes its payload: the payload's secrets are masked there too.
+    assert "hooks.example" in error and MASK in error
+    for secret in SECRET_VALUES:
+        assert secret not in error, secret
+    listing = (await browser.get("/ui/failed")).body
+    assert "hooks.example" in listing and f"&#x27;api_key&#x27;: &#x27;{MASK}" in listing
+    for secret in [*SECRET_VALUES, "early-key-5678"]:
+        assert secret not in listing, secret
+    assert json.loads((await service.job(job_id))["payload"]) == HTTP_PAYLOAD
 
 
 async def test_failed_jobs_filter_and_bulk_retry_after_confirming(

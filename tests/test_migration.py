@@ -128,7 +128,7 @@ async def test_held_and_retrying_jobs_move_to_the_locked_band(tmp_path: Path) ->
         (NOW + 5_000,),
     )
     before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
-    assert db.apply_migrations() == ["0007_locked_band.sql"]
+    assert db.apply_migrations(up_to(tmp_path, "0007_locked_band.sql")) == ["0007_locked_band.sql"]
     after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
     assert after.keys() == before.keys() and len(after) == 300
     moved = 0
@@ -151,7 +151,7 @@ async def test_held_and_retrying_jobs_move_to_the_locked_band(tmp_path: Path) ->
         f"SELECT COUNT(*) AS n FROM d1queue_jobs INDEXED BY d1queue_jobs_id WHERE {sql.UNLOCKED}"
     )
     assert indexed == [{"n": 300 - moved}]
-    assert db.apply_migrations() == [], "applied once"
+    assert db.apply_migrations(up_to(tmp_path, "0007_locked_band.sql")) == [], "applied once"
 
 
 def test_the_migration_states_the_locked_band_the_code_uses() -> None:

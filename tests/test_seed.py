@@ -42,6 +42,7 @@ def test_the_driver_ships_its_own_migrations() -> None:
         "0005_stats.sql",
         "0006_fan_out.sql",
         "0007_locked_band.sql",
+        "0008_dashboard_signouts.sql",
     ]
     fresh = SqliteD1()
     assert fresh.apply_migrations(MIGRATIONS) == names

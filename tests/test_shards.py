@@ -622,3 +622,9 @@ async def test_the_dashboard_shows_and_acts_on_every_shard(two: Sharded) -> None
     assert two.counts() == [2, 2], "each failed job back on its own shard"
     overview = (await browser.get("/ui")).body
     assert "mail" in overview and "reports" in overview
+    copied = browser.cookie
+    await browser.post("/ui/signout", {"csrf": browser.csrf()})
+    signouts = [d.query("SELECT COUNT(*) AS n FROM d1queue_signouts")[0]["n"] for d in two.dbs]
+    assert signouts == [1, 0], "sign-outs live on the home shard"
+    browser.cookie = copied
+    assert (await browser.get("/ui")).status == 303

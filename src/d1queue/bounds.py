@@ -50,6 +50,14 @@ MAX_DELAY_S = 365 * 24 * 3600
 retry's delay (a handler's `Retry(delay_s=...)`, a server's Retry-After) is
 clamped to it."""
 
+SIGNOUT_PRUNE = 10
+"""Expired rows of the dashboard's sign-outs (d1queue_signouts) a sign-out
+deletes, at most, in the batch that writes its own row. More than the one
+row it adds, so the expired backlog shrinks with every sign-out, and few
+enough that a sign-out's cost is a constant: the table holds about the
+sign-outs of the last session lifetime (dashboard/session.py SESSION_S),
+never a row per request, and rows are written only by a valid session."""
+
 MAX_JSON_DEPTH = 64
 """Nesting of a request body or payload. Checked before parsing: at a few
 thousand levels Pyodide's parser overflows the JS stack, and the Worker's

@@ -625,3 +625,28 @@ LIST_FAILED_FILTERED = (
     "ORDER BY failed_at DESC, id DESC LIMIT ?6"
 )
 LIST_FAILED_FILTERED_IN_QUEUE = LIST_FAILED_FILTERED.replace("WHERE ", "WHERE queue = ?7 AND ")
+
+# -- the dashboard's sign-outs (migrations/0008_dashboard_signouts.sql) ---------
+
+# Which of a request's session nonces were signed out: one seek of the
+# primary key a nonce (a request carries one session cookie, rarely two), at
+# most one row read each. Sent on the home shard for every dashboard request
+# carrying a session whose MAC and expiry checked out. ?1 the nonces as a
+# JSON array of strings
+SIGNED_OUT = "SELECT nonce FROM d1queue_signouts WHERE nonce IN (SELECT value FROM json_each(?1))"
+
+# A sign-out: the session's nonce, kept until the session would have
+# expired. One row and its expiry index entry written; `OR IGNORE`: a
+# re-send after a lost reply (or a second sign-out racing the first) finds
+# the row there and writes nothing. ?1 nonce ?2 the session's expiry (ms)
+SIGN_OUT = "INSERT OR IGNORE INTO d1queue_signouts (nonce, expires_at) VALUES (?1, ?2)"
+
+# Sent in the same batch as SIGN_OUT: at most ?2 (bounds.SIGNOUT_PRUNE)
+# expired sign-outs deleted, oldest first, found through the expiry index
+# (reads at most ?2 + 1 index entries, writes at most ?2 rows and their index
+# entries). Deleting what is already gone is nothing: safe to re-send.
+# ?1 now (ms) ?2 limit
+PRUNE_SIGNOUTS = (
+    "DELETE FROM d1queue_signouts WHERE nonce IN (SELECT nonce FROM d1queue_signouts "
+    "WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)"
+)

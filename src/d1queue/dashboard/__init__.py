@@ -1,6 +1,7 @@
-"""The dashboard served by the Worker at /ui (issue 13): pages, sign-in
-sessions and CSRF (session.py), its queries (store.py), its script and
-stylesheet (assets.py). entry.py hands it every /ui request."""
+"""The dashboard served by the Worker at /ui: pages, sign-in sessions,
+sign-outs and CSRF (session.py), its queries (store.py), secrets masked in
+payloads (mask.py), its script and stylesheet (assets.py). entry.py hands it
+every /ui request."""
 
 from .app import Dashboard, Reply
 

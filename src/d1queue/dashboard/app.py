@@ -5,8 +5,9 @@ and an HTML (or asset) body out. entry.py routes /ui and /ui/* here.
 
 Security, in one place:
 - Every page and action but the sign-in page and the static assets needs a
-  valid session (session.py); without one a page redirects to sign-in and an
-  action is refused (401). The assets hold no data.
+  valid session (session.py): signed, unexpired and not signed out (one
+  point read of D1 a request carrying one); without one a page redirects to
+  sign-in and an action is refused (401). The assets hold no data.
 - Every POST but sign-in carries the session's CSRF token in a hidden field,
   checked in constant time (403 without it); every POST, sign-in included,
   is refused when the browser says it came from another origin (Origin,
@@ -14,6 +15,10 @@ Security, in one place:
 - Content-Security-Policy allows scripts, styles and fetches from this
   origin only: no inline script or style, no framing, forms post here only.
 - Pages are `no-store`: signing out leaves nothing readable in the cache.
+- Where a form or a link says to go next (`next`, `back`): a dashboard path
+  on this origin, and no control character (a CR or LF would split the
+  Location header; none belongs in a path): refused with a 400.
+- Payloads are shown with their secrets masked (mask.py).
 Input is checked before anything is written; a bad value is a 400 page that
 says what was wrong.
 """
@@ -22,18 +27,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-import traceback
+import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, quote, unquote, urlparse
 
 from .. import stats as counters
 from ..bounds import ID_PATTERN, NAME_PATTERN, NAME_RULE
 from ..service import ApiError, Service
 from . import html as h
 from .assets import ASSETS
+from .mask import mask, scrub
 from .session import Session, Sessions, cookie_name, is_local, read_cookies, set_cookie
 from .store import PAGE, STATES, Store
+
+log = logging.getLogger(__name__)
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -118,14 +127,31 @@ def _redirect(location: str, headers: dict[str, str] | None = None) -> Reply:
     return Reply(303, "", {"location": location, **(headers or {})})
 
 
-def _safe_back(path: str, default: str) -> str:
-    """Where an action returns to: a dashboard path on this origin only (no
-    scheme, no host, no `//`), else `default`: a form field must not be an
-    open redirect."""
-    if path.startswith("/ui") and "//" not in path and "\\" not in path and "\n" not in path:
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""Control characters: C0 (CR and LF among them), DEL and C1. None belongs
+in a path, and in a Location header CR or LF would end the header (the
+Workers runtime refuses such a header outright: a 500)."""
+
+_NOT_ASCII = re.compile("[^\x00-\x7f]+")
+
+
+def _safe_back(path: str, default: str, name: str) -> str:
+    """Where an action or sign-in returns to (form field or parameter
+    `name`): a dashboard path on this origin only (no scheme, no host, no
+    `//`), else `default`, so it is never an open redirect. A control
+    character anywhere is refused (400). Other characters past ASCII are
+    percent-encoded, as a browser sends them: a header carries bytes."""
+    bad = CONTROL.search(path)
+    if bad is not None:
+        raise Refused(
+            400,
+            f"{name} holds a control character (U+{ord(bad.group()):04X}); "
+            "a dashboard address has none.",
+        )
+    if path.startswith("/ui") and "//" not in path and "\\" not in path:
         parsed = urlparse(path)
         if not parsed.scheme and not parsed.netloc:
-            return path
+            return _NOT_ASCII.sub(lambda m: quote(m.group(), safe=""), path)
     return default
 
 
@@ -215,7 +241,7 @@ class Dashboard:
         except ApiError as exc:
             reply = self._error_page(request, exc.status, exc.message)
         except Exception as exc:  # a bug or D1 failing: say so on a page
-            print(f"d1queue dashboard: {method} {path} failed: {traceback.format_exc()}")
+            log.exception("d1queue dashboard: %s %s failed", method, path)
             reply = self._error_page(request, 500, f"{type(exc).__name__}: {exc}")
         reply.headers.setdefault("content-type", "text/html; charset=utf-8")
         reply.headers.setdefault("cache-control", "no-store")
@@ -248,7 +274,7 @@ class Dashboard:
                 allowed.append(method)
                 if request.method != method and not (request.method == "HEAD" and method == "GET"):
                     continue
-                request.session = self._session(request)
+                request.session = await self._session(request)
                 if request.method == "POST":
                     self._check_post(request, signed_in)
                 elif signed_in and request.session is None:
@@ -259,13 +285,22 @@ class Dashboard:
             raise Refused(405, f"{request.path} accepts {', '.join(sorted(set(allowed)))}")
         raise Refused(404, f"There is no page at {request.path}.")
 
-    def _session(self, request: Request) -> Session | None:
+    async def _session(self, request: Request) -> Session | None:
+        """The request's session: a cookie value signed, unexpired, and not
+        signed out. A copy of a cookie taken before its sign-out is still
+        signed and unexpired; only D1 knows the session ended, so a request
+        carrying a session pays one point read (store.signed_out). No
+        session cookie, or only forged or expired ones: no read."""
         assert self.sessions is not None
+        found = []
         for value in read_cookies(request.headers.get("cookie", ""), cookie_name(request.secure)):
             session = self.sessions.verify(value, request.now_ms)
             if session is not None:
-                return session
-        return None
+                found.append(session)
+        if not found:
+            return None
+        ended = await self.store.signed_out(list(dict.fromkeys(s.nonce for s in found)))
+        return next((s for s in found if s.nonce not in ended), None)
 
     def _check_post(self, request: Request, signed_in: bool) -> None:
         """What every POST must pass before its form is read: from this
@@ -356,14 +391,14 @@ class Dashboard:
 
     async def signin_page(self, request: Request) -> Reply:
         self._known(request, "next")
-        next_path = _safe_back(request.param("next"), "/ui")
+        next_path = _safe_back(request.param("next"), "/ui", "next")
         if request.session is not None:
             return _redirect(next_path)
         return Reply(200, self._page(request, "Sign in", self._signin_form(next_path)))
 
     async def signin(self, request: Request) -> Reply:
         assert self.sessions is not None
-        next_path = _safe_back(request.field("next"), "/ui")
+        next_path = _safe_back(request.field("next"), "/ui", "next")
         if not self.sessions.check_token(request.field("token")):
             form = self._signin_form(next_path, "That is not this Worker's API token.")
             return Reply(401, self._page(request, "Sign in", form))
@@ -371,6 +406,13 @@ class Dashboard:
         return _redirect(next_path, {"set-cookie": cookie})
 
     async def signout(self, request: Request) -> Reply:
+        """End the session on the server (a copy of the cookie replayed later
+        is refused), then clear the cookie in this browser. Should the write
+        fail, the error page keeps the cookie, so signing out can be tried
+        again (the write is safe to re-send)."""
+        assert request.session is not None
+        session = request.session
+        await self.store.sign_out(session.nonce, session.expires_ms, request.now_ms)
         cookie = set_cookie("", secure=request.secure, max_age_s=0)
         return _redirect("/ui/signin", {"set-cookie": cookie})
 
@@ -502,7 +544,8 @@ class Dashboard:
                 f'<td class="num">{r["attempts"]} / {r["max_attempts"]}</td>'
                 f'<td class="num hide-narrow">{r["priority"]}</td>'
                 f"<td>{h.when(r['available_at'], now)}</td>"
-                f'<td class="hide-narrow">{h.e(_short(r["last_error"]))}</td></tr>'
+                f'<td class="hide-narrow">{h.e(_short(scrub(r["last_error"], r["payload"])))}'
+                "</td></tr>"
             )
         if rows:
             listing = (
@@ -544,8 +587,8 @@ class Dashboard:
 
     async def _set_paused(self, request: Request, queue: str, paused: bool) -> Reply:
         _check_name("queue", queue)
+        back = _safe_back(request.field("back"), f"/ui/queues/{h.q(queue)}", "back")
         await self.service.set_paused(queue, paused)
-        back = _safe_back(request.field("back"), f"/ui/queues/{h.q(queue)}")
         return _redirect(_with_notice(back, "paused" if paused else "resumed"))
 
     async def pause(self, request: Request, queue: str) -> Reply:
@@ -577,6 +620,7 @@ class Dashboard:
         if failed:  # the failed table keeps the stored JSON text
             with contextlib.suppress(ValueError):
                 payload = json.loads(payload)
+        payload = mask(payload)
         pretty = (
             json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)
             if not isinstance(payload, str) or not failed
@@ -599,7 +643,7 @@ class Dashboard:
                 props.append(("Lease ends", h.when(job["reserved_until"], now)))
             if job.get("unique_key"):
                 props.append(("Unique key", f'<span class="mono">{h.e(job["unique_key"])}</span>'))
-        error = job.get("error") if failed else job.get("last_error")
+        error = scrub(job.get("error") if failed else job.get("last_error"), job["payload"])
         csrf = self._csrf(request)
         here = f"/ui/jobs/{h.q(id)}"
         if failed:
@@ -716,7 +760,7 @@ class Dashboard:
                 f'<td class="mono"><a href="/ui/jobs/{h.q(rid)}">{h.e(rid)}</a></td>'
                 f'<td><a href="/ui/queues/{h.q(r["queue"])}">{h.e(r["queue"])}</a></td>'
                 f"<td>{h.e(r['name'])}</td>"
-                f"<td>{h.e(_short(r['error']))}</td>"
+                f"<td>{h.e(_short(scrub(r['error'], r['payload'])))}</td>"
                 f'<td class="num hide-narrow">{r["attempts"]} / {r["max_attempts"]}</td>'
                 f"<td>{h.when(r['failed_at'], now)}</td></tr>"
             )
@@ -773,7 +817,7 @@ class Dashboard:
             raise Refused(400, f"At most {PAGE} jobs at once (one page).")
         for id in ids:
             _check_id(id)
-        back = _safe_back(request.field("back"), "/ui/failed")
+        back = _safe_back(request.field("back"), "/ui/failed", "back")
         n = len(ids)
         jobs = f"{n} failed job{'s' if n != 1 else ''}"
         if request.field("confirm") != "yes":
@@ -871,11 +915,11 @@ class Dashboard:
 
     async def _set_schedule_paused(self, request: Request, id: str, paused: bool) -> Reply:
         _check_name("schedule id", id)
+        back = _safe_back(request.field("back"), "/ui/schedules", "back")
         if paused:
             await self.service.pause_schedule(id)
         else:
             await self.service.resume_schedule(id)
-        back = _safe_back(request.field("back"), "/ui/schedules")
         return _redirect(_with_notice(back, "schedule_paused" if paused else "schedule_resumed"))
 
     async def pause_schedule(self, request: Request, id: str) -> Reply:

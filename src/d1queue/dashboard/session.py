@@ -1,14 +1,29 @@
-"""Dashboard sessions and CSRF tokens, with no session table.
+"""Dashboard sessions and CSRF tokens: signed cookies, and the sign-outs.
 
 A session is a cookie the Worker signed: `v1.<expires_ms>.<nonce>.<mac>`,
 the MAC an HMAC-SHA256 under a key derived from the API token
-(D1QUEUE_TOKEN). Why signed rather than stored: a stored session costs a D1
-write at sign-in and a read on every page (a subrequest each, against the
-free plan's 50), and a table to prune; a signed one costs neither. What it
-gives up is revoking one session early: signing out clears the cookie in
-that browser, and rotating the token (`wrangler secret put D1QUEUE_TOKEN`)
-ends every session at once, since the key changes with it. Sessions last
-SESSION_S, then the user signs in again.
+(D1QUEUE_TOKEN). Sessions last SESSION_S, then the user signs in again.
+
+Why signed rather than stored: a stored session costs a D1 write at every
+sign-in, a table to prune, and a row that anyone able to reach the sign-in
+form could try to make the Worker write. A signed session is written
+nowhere: checking one costs no D1 work, and a forged or expired cookie is
+refused before D1 is asked anything. What a signature alone cannot do is
+end a session early: a copy of the cookie would open the dashboard until it
+expired, sign-out or not. So signing out also writes the session's nonce
+to D1 (d1queue_signouts, on the home shard; dashboard/store.py), kept until
+the session would have expired, and every dashboard request carrying a
+session whose MAC and expiry check out pays one point read of that table
+(a subrequest, against the free plan's 50). A request with no session
+cookie, or a forged or expired one, reads nothing.
+
+What this may write is bounded: only a valid session can sign out (its MAC
+needs the API token's key, and a signed-out session is refused, so it signs
+out once; a re-sent sign-out writes nothing more), each row expires with its
+session, and each sign-out deletes up to bounds.SIGNOUT_PRUNE expired rows
+in the same batch. Nobody without the token can make the Worker write a
+row. Rotating the token (`wrangler secret put D1QUEUE_TOKEN`) still ends
+every session at once, since the key changes with it.
 
 The CSRF token is per session: an HMAC of the session's nonce under the
 same key, sent in a hidden field of every form that changes state and
@@ -77,7 +92,8 @@ class Sessions:
 
     def verify(self, value: str | None, now_ms: int) -> Session | None:
         """The session a cookie value holds, or None: malformed, forged (made
-        under another token), or expired."""
+        under another token), or expired. Whether it was signed out is D1's
+        to say (Dashboard._session), asked only of a session that passes."""
         if not value:
             return None
         m = _SHAPE.fullmatch(value)

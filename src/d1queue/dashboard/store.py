@@ -1,11 +1,13 @@
 """What the dashboard reads and does beyond the API's operations (service.py):
-a queue's jobs page by page, failed jobs filtered, "run now", and bulk
-retry or delete. Same layer as admin.py: statements from sql.py, sent
-through the queue's binding, each page a bounded number of round trips.
+a queue's jobs page by page, failed jobs filtered, "run now", bulk retry or
+delete, and the sessions signed out (session.py). Same layer as admin.py:
+statements from sql.py, sent through the queue's binding, each page a
+bounded number of round trips.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -15,7 +17,7 @@ from typing import Any, Literal
 from .. import sql
 from .. import stats as counters
 from ..admin import Admin
-from ..bounds import ID_RULE, MAX_SAFE_INT, PRIORITY_RANGE
+from ..bounds import ID_RULE, MAX_SAFE_INT, PRIORITY_RANGE, SIGNOUT_PRUNE
 from ..queue import D1Queue, FailedJob
 from ..shardset import ShardSet
 
@@ -154,6 +156,23 @@ class ShardStore:
         result = await self.binding.run(sql.SELECT_FAILED, id)
         return FailedJob(**result.rows[0]) if result.rows else None
 
+    async def signed_out(self, nonces: list[str]) -> set[str]:
+        """Which of these session nonces were signed out: one query, a
+        primary-key seek a nonce."""
+        result = await self.binding.run(sql.SIGNED_OUT, json.dumps(nonces))
+        return {str(r["nonce"]) for r in result.rows}
+
+    async def sign_out(self, nonce: str, expires_ms: int, now_ms: int) -> None:
+        """Record a session as signed out until it would have expired, and
+        delete at most SIGNOUT_PRUNE expired sign-outs: one batch, safe to
+        re-send (the insert ignores its own row, the delete finds nothing)."""
+        await self.binding.batch(
+            [
+                (sql.SIGN_OUT, (nonce, expires_ms)),
+                (sql.PRUNE_SIGNOUTS, (now_ms, SIGNOUT_PRUNE)),
+            ]
+        )
+
 
 class Store:
     """What the dashboard reads and does, over every shard: pages merged in
@@ -242,6 +261,15 @@ class Store:
     async def failed_job(self, id: str) -> FailedJob | None:
         store = self._for(id)
         return None if store is None else await store.failed_job(id)
+
+    # Sessions signed out live on the home shard (shard 0), whatever the
+    # number of shards: one place to write at sign-out and to read per request.
+
+    async def signed_out(self, nonces: list[str]) -> set[str]:
+        return await self.stores[self.queue.shard].signed_out(nonces)
+
+    async def sign_out(self, nonce: str, expires_ms: int, now_ms: int) -> None:
+        await self.stores[self.queue.shard].sign_out(nonce, expires_ms, now_ms)
 
     async def counters(self, now_ms: int) -> tuple[list[counters.Minute], dict[str, counters.Done]]:
         """The per-minute counters, added up over shards (each drain records
