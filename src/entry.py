@@ -169,15 +169,15 @@ API_HEADERS = ("authorization", CLIENT_HEADER)
 """The request headers the API reads (the token; the client's address, for
 the guard)."""
 
-DASHBOARD_HEADERS = ("cookie", "host", "origin", "sec-fetch-site", "content-type")
+DASHBOARD_HEADERS = ("cookie", "host", "origin", "sec-fetch-site", "content-type", CLIENT_HEADER)
 """The request headers the dashboard reads (sessions, origin checks)."""
 
 
 async def _dashboard(
-    service: Service, token: Any, method: str, url: str, request: Any, body: bytes
+    service: Service, token: Any, method: str, url: str, request: Any, body: bytes, guard: Guard
 ) -> Response:
     headers = {k: str(request.headers.get(k) or "") for k in DASHBOARD_HEADERS}
-    board = Dashboard(service, str(token) if token else None)
+    board = Dashboard(service, str(token) if token else None, guard)
     reply = await board.handle(method, url, headers, body, service.queue.clock())
     text = reply.body if method != "HEAD" else ""
     return Response(text, status=reply.status, headers=reply.headers)
@@ -282,7 +282,7 @@ class Default(WorkerEntrypoint):
             body = b"" if method in ("GET", "HEAD") else await _body(request)
             if body is None:
                 return _too_large()
-            return await _dashboard(service, token, method, url, request, body)
+            return await _dashboard(service, token, method, url, request, body, guard)
         api = Api(service, str(token) if token else None, __version__, OPENAPI, guard)
         headers = {k: str(request.headers.get(k) or "") for k in API_HEADERS}
         body = b""

@@ -3,6 +3,8 @@ the Rate Limiting binding's limit, and a right token never counted."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from d1queue import D1Queue, Registry
 from d1queue.api import Api
 from d1queue.guard import FAILED_AUTH_DELAY_S, Guard, client_key
@@ -102,3 +104,26 @@ async def test_ids_are_checked_by_the_service_for_every_caller(queue: D1Queue) -
             with pytest.raises(ApiError) as exc:
                 await call(bad)  # type: ignore[arg-type]
             assert exc.value.code == "invalid_id"
+
+
+async def test_wrong_sign_ins_are_paused_and_limited(db: Any, clock: Any) -> None:
+    from d1queue.dashboard import Dashboard
+
+    from .test_dashboard import TOKEN as BOARD_TOKEN
+    from .test_dashboard import Browser, registry
+
+    pauses: list[float] = []
+
+    async def sleep(s: float) -> None:
+        pauses.append(s)
+
+    board = Dashboard(
+        Service(D1Queue(db, clock=clock), registry()), BOARD_TOKEN, Guard(Limiter(2), sleep=sleep)
+    )
+    browser = Browser(board, clock)
+    statuses = [(await browser.post("/ui/signin", {"token": "nope"})).status for _ in range(4)]
+    assert statuses == [401, 401, 429, 429] and len(pauses) == 4
+    limited = await browser.post("/ui/signin", {"token": "nope"})
+    assert limited.headers["retry-after"] == "60" and "set-cookie" not in limited.headers
+    await browser.sign_in()  # the right token is never counted
+    assert len(pauses) == 5

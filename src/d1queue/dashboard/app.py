@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, quote, unquote, urlparse
 
 from .. import stats as counters
 from ..bounds import ID_PATTERN, NAME_PATTERN, NAME_RULE
+from ..guard import RETRY_AFTER_S, Guard
 from ..service import ApiError, Service
 from . import html as h
 from .assets import ASSETS
@@ -183,8 +184,10 @@ class Dashboard:
     """`token` is the D1QUEUE_TOKEN secret (None: not configured, and every
     page says so). `schedules`: reserved for the recurring-schedules page."""
 
-    def __init__(self, service: Service, token: str | None) -> None:
+    def __init__(self, service: Service, token: str | None, guard: Guard | None = None) -> None:
         self.service = service
+        self.guard = guard if guard is not None else Guard()
+        """What a wrong sign-in costs its sender (guard.py)."""
         self.store = Store(service.queue, service.shards)
         self.sessions = Sessions(token) if token else None
         self.routes: list[tuple[str, str, Handler, bool]] = [
@@ -400,6 +403,11 @@ class Dashboard:
         assert self.sessions is not None
         next_path = _safe_back(request.field("next"), "/ui", "next")
         if not self.sessions.check_token(request.field("token")):
+            if await self.guard.failed(request.headers):
+                form = self._signin_form(next_path, "Too many wrong tokens: wait a minute.")
+                reply = Reply(429, self._page(request, "Sign in", form))
+                reply.headers["retry-after"] = str(RETRY_AFTER_S)
+                return reply
             form = self._signin_form(next_path, "That is not this Worker's API token.")
             return Reply(401, self._page(request, "Sign in", form))
         cookie = set_cookie(self.sessions.issue(request.now_ms), secure=request.secure)
