@@ -580,3 +580,78 @@ async def schedule_cost(db: Any, schedules: int, due: int) -> dict[str, Any]:
         "rows_written": report.rows_written,
         "error": report.error,
     }
+
+
+# -- the JSON depth check on bodies at the size limit ---------------------------------
+
+
+def depth_bodies(size: int) -> dict[str, str]:
+    """Request bodies of exactly `size` characters: a normal job (objects,
+    arrays, strings with quotes and brackets in them) and shapes on which a
+    depth check that scans string by string, or bracket by bracket, works
+    hardest."""
+    import json
+
+    def fill(head: str, unit: str) -> str:
+        text = head + unit * ((size - len(head)) // len(unit))
+        return text + unit[: size - len(text)]
+
+    item = {
+        "id": 0,
+        "title": 'a "quoted" word, [brackets] and {braces} in a string',
+        "tags": ["alpha", "beta"],
+        "score": 1.5,
+        "meta": {"ok": True, "parent": None},
+    }
+    items: list[str] = []
+    length = 0
+    while length < size - 512:
+        entry = json.dumps({**item, "id": len(items)})
+        items.append(entry)
+        length += len(entry) + 2
+    head = '{"name": "bench.noop", "payload": {"items": [' + ", ".join(items) + '], "pad": "'
+    normal = head + " " * (size - len(head) - 3) + '"}}'
+    job = '{"name": "bench.noop", "payload": '
+    return {
+        "normal job": normal,
+        "unclosed string of escaped quotes": fill(job + '"', '\\"'),
+        "escaped backslashes in a string": fill(job + '"', "\\\\"),
+        "quotes": '"' * size,
+        "quote-backslash-quote": fill("", '"\\"'),
+        "deep brackets": "[" * size,
+        "bracket-quote pairs": "[" + '"[' * ((size - 1) // 2) + '"' * ((size - 1) % 2),
+        "brackets in one string": '"' + "[" * (size - 2) + '"',
+    }
+
+
+async def depth_check(db: Any, size: int, repeats: int = 5) -> dict[str, Any]:
+    """bounds.json_depth on each of depth_bodies(size): the least time of
+    `repeats` runs, in ms, and the depth it found; and json.loads of the
+    normal job, for scale. CPython's clock is the thread's CPU; Pyodide has
+    none Python can read (its process_time is the wall clock), so there it
+    is the wall time of a call that does no I/O, on the Worker's one thread."""
+    import json
+
+    from d1queue.bounds import json_depth
+
+    clock = getattr(time, "thread_time", time.perf_counter)
+
+    def least_ms(fn: Any, arg: str) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = clock()
+            fn(arg)
+            best = min(best, clock() - t0)
+        return round(best * 1000, 3)
+
+    bodies = depth_bodies(size)
+    assert all(len(b) == size for b in bodies.values())
+    out: dict[str, Any] = {
+        "size": size,
+        "repeats": repeats,
+        "clock": clock.__name__,
+        "check_ms": {k: least_ms(json_depth, b) for k, b in bodies.items()},
+        "depth": {k: json_depth(b) for k, b in bodies.items()},
+        "parse_normal_ms": least_ms(json.loads, bodies["normal job"]),
+    }
+    return out

@@ -37,6 +37,7 @@ from tests.runtime.conftest import Host, start_host  # noqa: E402
 
 from bench import cpu as bench_cpu  # noqa: E402
 from bench import cpython, throughput  # noqa: E402
+from bench import depth as bench_depth  # noqa: E402
 from bench import host as bench_host  # noqa: E402
 
 DESIGNS = ("d1queue", "seed")
@@ -72,6 +73,8 @@ class Plan:
         self.throughput_shards = [1, 2] if quick else [1, 2, 4]
         self.throughput_consumers = [1, 4] if quick else [1, 4, 16]
         self.free_consumer_jobs = 50 if quick else 200
+        # The JSON depth check on 1 MiB bodies (bench/depth.py): runs of each.
+        self.depth_repeats = 3 if quick else 5
 
 
 def log(message: str) -> None:
@@ -273,6 +276,7 @@ def figures(
     push: dict[str, Any],
     cpy: dict[str, Any],
     cpu: dict[str, Any],
+    depth: dict[str, Any],
 ) -> dict[str, Any]:
     small, big_budget = plan.budgets
     per_backlog: dict[str, Any] = {}
@@ -329,6 +333,7 @@ def figures(
         },
         "cpython": cpy,
         "cpu": cpu,
+        "depth_check": depth,
     }
 
 
@@ -575,6 +580,7 @@ def table_rows(fig: dict[str, Any]) -> list[Row]:
                     "",
                 )
             )
+    rows += bench_depth.rows(fig["depth_check"])
     return rows
 
 
@@ -609,7 +615,8 @@ def main() -> int:
     log(f"CPython comparison: {plan.cpython_jobs:,} jobs each")
     cpy = cpython.compare(plan.cpython_jobs)
     cpu = cpu_per_job(plan)
-    fig = figures(plan, runtime, push, cpy, cpu)
+    depth = bench_depth.run(plan.depth_repeats)
+    fig = figures(plan, runtime, push, cpy, cpu, depth)
     rows = table_rows(fig)
     flow = throughput.run(
         plan.throughput_jobs,
@@ -629,7 +636,7 @@ def main() -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "figures": fig,
         "table": [dict(zip(COLUMNS, r, strict=True)) for r in rows],
-        "raw": {"runtime": runtime, "push": push, "cpython": cpy, "cpu": cpu},
+        "raw": {"runtime": runtime, "push": push, "cpython": cpy, "cpu": cpu, "depth": depth},
     }
     out.write_text(json.dumps(result, indent=2))
     print(table)

@@ -77,19 +77,35 @@ MAX_REDIRECTS = 5
 """Redirects a job's request follows, each hop checked against the
 deployment's host rules and each a subrequest of its own."""
 
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_DELTA = {"[": 1, "{": 1, "]": -1, "}": -1}
-_BRACKETS = re.compile(r"[\[\]{}]")
+_ESCAPES = re.compile(r"\\.", re.S)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_DELTA = [0] * 256
+_DELTA[ord("[")] = _DELTA[ord("{")] = 1
+_DELTA[ord("]")] = _DELTA[ord("}")] = -1
 
 
 def json_depth(text: str) -> int:
-    """How deeply the JSON text nests arrays and objects, without parsing it
-    (strings are set aside first, so brackets inside them do not count). Runs
-    at C speed but for one step per bracket, so any body within the size
-    limit is cheap to measure."""
-    bare = _STRINGS.sub("", text)
-    steps = (_DELTA[b] for b in _BRACKETS.findall(bare))
-    return max(itertools.accumulate(steps), default=0)
+    """How deeply the JSON text nests arrays and objects, without parsing it:
+    brackets inside strings do not count. Never less than the parser would
+    descend, valid JSON or not; more only past a point where the parser would
+    have failed (a backslash outside a string, a bracket that closes nothing).
+
+    It runs on every request body, before anything else reads it, so its CPU
+    must grow linearly with the text whatever its shape, up to the body limit:
+    a few passes at C speed, none of which backtracks (a regex matching whole
+    strings would not do: on an unclosed string every quote starts a scan to
+    the end of the text, quadratic in all). Escape pairs go first; then every
+    quote left starts or ends a string, so the text between the first and
+    second quote, the third and fourth and so on is inside strings and the
+    rest is not; of the rest only the brackets count."""
+    # An escape pair is a backslash and the character after it, paired left
+    # to right, as the parser reads them inside a string. Outside one a
+    # backslash is invalid JSON: up to the first, the pairing is the parser's.
+    unescaped = _ESCAPES.sub("", text)
+    outside = "".join(unescaped.split('"')[::2])
+    # UTF-8 encodes non-ASCII characters in bytes above 0x7F: no brackets.
+    brackets = outside.encode("utf-8", "surrogatepass").translate(None, _NOT_BRACKETS)
+    return max(itertools.accumulate(map(_DELTA.__getitem__, brackets), initial=0))
 
 
 def value_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:

@@ -1,16 +1,18 @@
 """Deeply nested JSON against the real Worker: refused before anything
 parses it, and the Worker's Python keeps serving. At a few thousand levels
 Pyodide's parser overflows the JS stack, and a Python runtime that overflowed
-it cannot run again (issue 9: 8,000 levels in a 16 KB body stopped it)."""
+it cannot run again (issue 9: 8,000 levels in a 16 KB body stopped it).
+The check itself must stay cheap on any body: one host here enforces a CPU
+limit an invocation."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from .conftest import Host, start_host
+from .conftest import TOKEN, Host, start_host
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +124,61 @@ def test_dispatch_json_checks_depth_before_parsing(deep_host: Host) -> None:
     pushed = deep_host.rpc("dispatch_json", "deep", '{"name": "example.echo", "payload": [1]}')
     assert pushed["queue"] == "deep" and not pushed["deduplicated"]
     still_serving(deep_host)
+
+
+CPU_MS = 100
+"""The CPU an invocation may use on the host below. A body's checks before
+parsing must cost a small part of it at any size: the Worker answers such a
+body in a few milliseconds, and a check quadratic in the body spends seconds
+on 32 KiB."""
+
+
+@pytest.fixture(scope="module")
+def cpu_host() -> Iterator[Host]:
+    """A host that enforces CPU_MS an invocation: past it a fetch is answered
+    503 and an RPC call fails with "Worker exceeded CPU time limit."."""
+    h = start_host("--cpu-ms", str(CPU_MS))
+    yield h
+    h.stop()
+
+
+def unclosed_string(size: int) -> str:
+    """A job whose payload is a string that never ends, `size` characters in
+    all: every quote after its first is escaped."""
+    head = '{"name": "example.echo", "payload": "'
+    text = head + '\\"' * ((size - len(head)) // 2)
+    return text + "x" * (size - len(text))
+
+
+def quote_backslash(size: int) -> str:
+    """`{"a": ` then quote-backslash pairs: each quote begins a string that
+    the next one's backslash keeps open."""
+    head = '{"a": '
+    text = head + '"\\' * ((size - len(head)) // 2)
+    return text + "x" * (size - len(text))
+
+
+@pytest.mark.parametrize("shape", [unclosed_string, quote_backslash])
+@pytest.mark.parametrize("via", ["fetch", "rpc"])
+def test_an_adversarial_body_is_refused_within_the_cpu_limit(
+    cpu_host: Host, via: str, shape: Callable[[int], str]
+) -> None:
+    """32 KiB bodies on which a depth check that matches string by string
+    is quadratic (it would spend seconds, and the host would answer 503 or
+    fail the call with "Worker exceeded CPU time limit.") are refused as
+    malformed, by the HTTP API and by the RPC method for JSON text."""
+    body = shape(32 * 1024)
+    assert len(body) == 32 * 1024
+    if via == "fetch":
+        reply = cpu_host.request(
+            "POST",
+            "/v1/queues/deep/jobs",
+            body=body,
+            headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+        )
+        assert reply.status == 400, reply.text
+        assert reply.json()["error"]["code"] == "malformed_json", reply.text
+    else:
+        line = rpc(cpu_host, "dispatch_json", json.dumps(["deep", body]))
+        assert line.partition(": ")[2].startswith("malformed_json:"), line
+    still_serving(cpu_host)
