@@ -18,11 +18,8 @@ def test_the_shipped_wrangler_vars_are_valid_and_complete() -> None:
     assert wrangler["main"] == "src/entry.py"
     assert "python_workers" in wrangler["compatibility_flags"]
     (d1,) = wrangler["d1_databases"]
-    assert (d1["binding"], d1["database_name"], d1["migrations_dir"]) == (
-        "DB",
-        "d1queue",
-        "src/d1queue/migrations",
-    )
+    assert (d1["binding"], d1["database_name"]) == ("DB", "d1queue")
+    assert "migrations_dir" not in d1, "wrangler finds migrations/ by itself"
     assert wrangler["triggers"]["crons"] == ["* * * * *"]
 
 

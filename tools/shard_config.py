@@ -55,7 +55,12 @@ def shards_toml(text: str, shards: int, *, wake: bool = False) -> str:
                     f'binding = "{binding(i)}"',
                     f'database_name = "{first["database_name"]}-{i}"',
                     f'database_id = "00000000-0000-0000-0000-{i:012d}"',
-                    f'migrations_dir = "{first.get("migrations_dir", "migrations")}"',
+                    # wrangler's default (migrations/) unless the first names another
+                    *(
+                        [f'migrations_dir = "{first["migrations_dir"]}"']
+                        if "migrations_dir" in first
+                        else []
+                    ),
                 ]
             )
         )

@@ -37,9 +37,16 @@ from .job import QueuedJob, row_to_job
 from .queue import D1Queue, Outcome
 from .registry import Registry
 
-MIGRATIONS = Path(__file__).parent / "migrations"
-"""d1queue's migrations, shipped in the package: point wrangler.toml's
-`migrations_dir` here, or copy them into your own."""
+
+def _migrations() -> Path:
+    shipped = Path(__file__).parent / "migrations"  # in the wheel
+    return shipped if shipped.is_dir() else Path(__file__).parents[2] / "migrations"
+
+
+MIGRATIONS = _migrations()
+"""d1queue's migrations: the wheel ships them inside the package
+(`d1queue/migrations`); a checkout of this repository has them at its top,
+in `migrations/`, where `wrangler d1 migrations apply` finds them."""
 
 
 class D1Error(Exception):

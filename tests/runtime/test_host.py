@@ -50,7 +50,7 @@ def test_migrations_applied_and_recorded_like_wrangler(host: Host) -> None:
             return [row["name"] for row in r["results"]]
         """
     )
-    assert names == sorted(p.name for p in (ROOT / "src" / "d1queue" / "migrations").glob("*.sql"))
+    assert names == sorted(p.name for p in (ROOT / "migrations").glob("*.sql"))
 
 
 def test_sdk_wraps_the_binding_and_none_binds_as_null(clean_host: Host) -> None:
