@@ -19,6 +19,7 @@ from d1queue.dashboard import Dashboard
 from d1queue.guard import AUTH_LIMITER_BINDING, CLIENT_HEADER, Guard
 from d1queue.http_job import register_http_job
 from d1queue.limits import PLANS, Meter
+from d1queue.log import event, install
 from d1queue.openapi import document
 from d1queue.schedules import DUE_LIMITS, trigger_grace_ms
 from d1queue.service import ApiError, Service
@@ -95,6 +96,7 @@ async def _fetch(
 
 
 register_http_job(registry)
+log = install()  # the d1queue logger's JSON lines on the Worker's console
 OPENAPI = document(registry.names())
 
 
@@ -260,8 +262,7 @@ class Default(WorkerEntrypoint):
     ) -> Any:
         """Drain one shard and log its report as one JSON line."""
         report = await drain(queue, registry, config, env=self.env, fetch=_fetch, window_s=window_s)
-        line = {"event": "d1queue.drain", "trigger": why, "shard": queue.shard, **report.as_dict()}
-        print(json.dumps(line))
+        event(log, "d1queue.drain", trigger=why, shard=queue.shard, **report.as_dict())
         return report
 
     async def fetch(self, request: Any) -> Response:
@@ -324,14 +325,14 @@ class Default(WorkerEntrypoint):
             run_drain=run_drain,
         )
         for run in runs:  # one line per shard: its drain, and its schedules before it
-            line = {
-                "event": "d1queue.drain",
-                "trigger": f"cron {trigger}",
-                "shard": run.shard,
+            event(
+                log,
+                "d1queue.drain",
+                trigger=f"cron {trigger}",
+                shard=run.shard,
                 **run.drained.as_dict(),
-                "schedules": run.schedules.as_dict(),
-            }
-            print(json.dumps(line))
+                schedules=run.schedules.as_dict(),
+            )
 
     async def queue(self, batch: Any, env: Any = None, ctx: Any = None) -> None:
         """The Cloudflare Queues consumer (D1QUEUE_WAKE = "queues"): drain the
@@ -355,13 +356,13 @@ class Default(WorkerEntrypoint):
             run_drain=run_drain,
             waker=self._waker(config),
         )
-        line = {
-            "event": "d1queue.drain",
-            "trigger": f"queue {batch.queue}",
+        event(
+            log,
+            "d1queue.drain",
+            trigger=f"queue {batch.queue}",
             **(drained.as_dict() if drained is not None else {}),
-            "wake": report.as_dict(),
-        }
-        print(json.dumps(line))
+            wake=report.as_dict(),
+        )
         for m in messages:
             if report.retry:
                 m.retry()

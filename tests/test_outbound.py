@@ -4,7 +4,6 @@ credentials kept out of stored errors."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import replace
 from types import SimpleNamespace
@@ -15,6 +14,7 @@ import pytest
 from d1queue import Config, ConfigError, D1Queue, Registry
 from d1queue.bounds import MAX_REDIRECTS, MAX_RESPONSE_BYTES
 from d1queue.http_job import register_http_job
+from d1queue.log import fields_of
 from d1queue.outbound import (
     HostRules,
     Outbound,
@@ -230,7 +230,7 @@ async def test_a_redirect_to_a_refused_target_fails_without_echoing_it(
     assert "redirected to a target D1QUEUE_HTTP_ALLOW refuses" in error
     assert "169.254" not in error and "SECRET" not in error and "body-said" not in error
     assert len(server.seen) == 1
-    assert any("link-local" in r.getMessage() for r in caplog.records), "the operator sees why"
+    assert any("link-local" in fields_of(r).get("why", "") for r in caplog.records), "logged"
 
 
 async def test_a_redirect_to_localhost_is_refused_even_where_loopback_is_open(
@@ -291,7 +291,7 @@ async def test_service_names_refused_and_missing_read_the_same(
     }
     assert len(errors) == 1, errors
     assert [p for _, p, _, _ in server.seen] == ["/x"]
-    logged = [json.loads(r.getMessage()) for r in caplog.records]
+    logged = [fields_of(r) for r in caplog.records]
     assert {(e["service"], e["why"]) for e in logged} == {("DB", "not listed"), ("GONE", "missing")}
 
 

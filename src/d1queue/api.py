@@ -31,9 +31,10 @@ from .bounds import (
     json_depth,
 )
 from .guard import RETRY_AFTER_S, Guard
+from .log import event, get
 from .service import ApiError, Service, too_deep
 
-log = logging.getLogger("d1queue.api")
+log = get(__name__)
 
 MAX_BODY_BYTES = 1024 * 1024
 """A request body, batch included: 100 jobs of ~10 KB, or fewer larger ones."""
@@ -247,11 +248,12 @@ class Api:
                 extra["allow"] = ", ".join(["OPTIONS", *allowed])
             return _error(exc, extra)
         except Exception as exc:  # a bug or D1 failing: say so, never a bare 500
-            log.error(
-                json.dumps(
-                    {"event": "d1queue.api.failed", "request": f"{method} {path}"}
-                    | {"traceback": traceback.format_exc()}
-                )
+            event(
+                log,
+                "d1queue.api.failed",
+                logging.ERROR,
+                request=f"{method} {path}",
+                traceback=traceback.format_exc(),
             )
             return _error(ApiError(500, "internal", f"{type(exc).__name__}: {exc}"))
 

@@ -19,11 +19,12 @@ config.MIN_TOKEN_CHARS characters, beyond guessing at any rate.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-log = logging.getLogger("d1queue.guard")
+from .log import event, get
+
+log = get(__name__)
 
 AUTH_LIMITER_BINDING = "AUTH_LIMITER"
 """The Rate Limiting binding the Worker uses when wrangler.toml declares one."""
@@ -68,10 +69,8 @@ class Guard:
             try:
                 over = not await self.limiter(key)
             except Exception as exc:  # a limiter that fails must not lock everyone out
-                log.warning(
-                    json.dumps({"event": "d1queue.guard.limiter_failed", "error": str(exc)})
-                )
+                event(log, "d1queue.guard.limiter_failed", logging.WARNING, error=str(exc))
         if over:
-            log.warning(json.dumps({"event": "d1queue.guard.limited", "key": key}))
+            event(log, "d1queue.guard.limited", logging.WARNING, key=key)
         await self._sleep(self.delay_s)
         return over

@@ -24,7 +24,6 @@ platform's URL parser (WHATWG) would turn into an internal address:
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -35,8 +34,9 @@ from urllib.parse import unquote, urljoin, urlsplit
 from .bounds import MAX_REDIRECTS, MAX_RESPONSE_BYTES
 from .errors import Fail
 from .limits import SubrequestKind
+from .log import event, get
 
-log = logging.getLogger("d1queue.outbound")
+log = get(__name__)
 
 CLASSES = ("public", "loopback", "private", "link-local", "localhost")
 """The kinds of host a rule can open by name: `public` is any host not of
@@ -385,9 +385,9 @@ def _origin(url: str) -> tuple[str, str]:
     return parts.scheme, parts.netloc.rpartition("@")[2].lower()
 
 
-def _note(event: str, **fields: Any) -> None:
+def _note(name: str, **fields: Any) -> None:
     """One JSON line in the deployment's own log (never in a job's error)."""
-    log.warning(json.dumps({"event": f"d1queue.outbound.{event}", **fields}, default=str))
+    event(log, f"d1queue.outbound.{name}", logging.WARNING, **fields)
 
 
 async def send(

@@ -9,6 +9,7 @@ and jobs that exhausted their attempts in a crash failed instead of re-run.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +21,10 @@ from .binding import Binding, Result, Statement, was_resent
 from .bounds import MAX_SAFE_INT, clamp_delay_s
 from .job import QueuedJob, check_name, new_id, now_ms, row_to_job, values_to_job
 from .limits import Meter, SubrequestLimitExceeded
+from .log import event, get
 from .registry import JobSpec, Registry
+
+log = get(__name__)
 
 
 class DuplicateJobId(Exception):
@@ -486,7 +490,13 @@ class D1Queue:
                     ]
                 )
             except Exception as exc:  # unknown: the lease frees them later
-                print(f"d1queue: could not check {len(unsure)} re-sent claim(s): {exc}")
+                event(
+                    log,
+                    "d1queue.claim.unchecked",
+                    logging.WARNING,
+                    jobs=len(unsure),
+                    error=str(exc),
+                )
                 return won
             for i, res in zip(unsure, found, strict=True):
                 won[i] = bool(res.rows)
@@ -507,7 +517,7 @@ class D1Queue:
                 ]
             )
         except Exception as exc:
-            print(f"d1queue: could not undo a failed claim of {len(jobs)} job(s): {exc}")
+            event(log, "d1queue.claim.not_undone", logging.WARNING, jobs=len(jobs), error=str(exc))
 
     async def reserve_batch(self, queue: str, n: int) -> list[QueuedJob]:
         """Claim up to `n` runnable jobs. Candidates lost to other workers are
@@ -644,9 +654,14 @@ class D1Queue:
                 return mark
             except Exception as exc:
                 if attempt + 1 == SETTLE_TRIES or isinstance(exc, SubrequestLimitExceeded):
-                    print(
-                        f"d1queue: could not settle job {outcome.job.id} ({outcome.action}): "
-                        f"{exc} (the batch failed first with: {first})"
+                    event(
+                        log,
+                        "d1queue.settle.failed",
+                        logging.ERROR,
+                        id=outcome.job.id,
+                        action=outcome.action,
+                        error=str(exc),
+                        first_error=str(first),
                     )
                     break
                 await asyncio.sleep(0.05 * 4**attempt)

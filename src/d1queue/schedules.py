@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -56,6 +57,7 @@ from .bounds import (
     value_depth,
 )
 from .job import new_id
+from .log import event, get
 from .shards import mark_id
 
 if TYPE_CHECKING:  # both import registry.py, which imports this module
@@ -111,6 +113,8 @@ CODE_META_KEY = "schedules.code"
 """d1queue_meta's key for the hash of the code-declared set last synced."""
 
 Source = Literal["code", "api"]
+
+log = get(__name__)
 
 
 class ScheduleError(ValueError):
@@ -543,7 +547,7 @@ class Schedules:
         except ScheduleError as exc:
             # Written by something else, or a zone this runtime lacks: parked,
             # or it would be read (and fill the LIMIT) on every run.
-            print(f"d1queue: schedule {row['id']!r} cannot run and is parked: {exc}")
+            event(log, "d1queue.schedule.parked", logging.WARNING, id=row["id"], error=str(exc))
             report.broken += 1
             run.advance.append([*read, NEVER, None])
             return

@@ -12,15 +12,19 @@ never the drain's failure, since these counters decide nothing about a job.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from dataclasses import dataclass, field
 
 from . import sql
 from .binding import Binding
+from .log import event, get
 
 MINUTE_MS = 60_000
 HOUR_MINUTES = 60
 DAY_MINUTES = sql.STATS_SLOTS
+
+log = get(__name__)
 
 
 _ACTION_INDEX = {"complete": 0, "retry": 1, "fail": 2}
@@ -72,7 +76,7 @@ async def record(binding: Binding, counts: RunCounts, now_ms: int) -> bool:
             run,
         )
     except Exception as exc:  # counters only: a lost write costs a chart a point
-        print(f"d1queue: the drain's counters were not recorded: {type(exc).__name__}: {exc}")
+        event(log, "d1queue.stats.lost", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
         return False
     return True
 

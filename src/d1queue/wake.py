@@ -32,7 +32,6 @@ fan-out); entry.py hands it the `WAKE` producer binding and the batch.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -41,6 +40,7 @@ from .bounds import NAME_PATTERN
 from .config import Config
 from .crons import combine
 from .limits import Meter, SubrequestLimitExceeded
+from .log import event, get
 from .queue import D1Queue
 from .shards import split
 from .shardset import ShardQueue, ShardSet, shard_set
@@ -64,6 +64,8 @@ FOLLOW_UP_CPU_JOBS = 2
 due count, the lease and the send cost about as much as two jobs in the
 offline host, and the free plan's job cap (config.MAX_JOBS) is what fits in
 its 10 ms of CPU with nothing else to do."""
+
+log = get(__name__)
 
 
 def consumer_jobs(config: Config) -> int:
@@ -129,8 +131,8 @@ def follow_ups(due: int, per_jobs: int, ceiling: int, *, relay: bool = False) ->
     return min(ceiling, -(-due // per_jobs), MAX_SEND_BATCH)
 
 
-def _log(event: dict[str, Any]) -> None:
-    print(json.dumps({"event": "d1queue.wake", **event}, separators=(",", ":")))
+def _log(fields: dict[str, Any]) -> None:
+    event(log, "d1queue.wake", **fields)
 
 
 class Waker:

@@ -42,7 +42,7 @@ def post(host: Host, path: str, body: str) -> tuple[int, str]:
         "POST",
         path,
         body=body,
-        headers={"authorization": "Bearer runtime-test-token", "content-type": "application/json"},
+        headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
     )
     return reply.status, reply.json()["error"]["code"] if reply.status >= 400 else reply.text
 

@@ -8,6 +8,7 @@ bounded number of round trips.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from .. import sql
 from .. import stats as counters
 from ..admin import Admin
 from ..bounds import ID_RULE, MAX_SAFE_INT, PRIORITY_RANGE, SIGNOUT_PRUNE
+from ..log import event, get
 from ..queue import D1Queue, FailedJob
 from ..shardset import ShardSet
 
@@ -28,6 +30,8 @@ statements a job, so 50 fit one batch (one subrequest) with room to spare."""
 
 _JOB_CURSOR = re.compile(r"(-?[0-9]{1,5}):([0-9]{1,15}):(" + ID_RULE + ")")
 _FAILED_CURSOR = re.compile(r"([0-9]{1,15}):(" + ID_RULE + ")")
+
+log = get(__name__)
 
 
 @dataclass
@@ -143,7 +147,13 @@ class ShardStore:
                 try:
                     done += bool(await self.queue.retry_failed(id))
                 except Exception as exc:  # reported in the count, logged here
-                    print(f"d1queue dashboard: retrying failed job {id} failed: {exc}")
+                    event(
+                        log,
+                        "d1queue.dashboard.retry_failed",
+                        logging.WARNING,
+                        id=id,
+                        error=str(exc),
+                    )
             return done
         return sum(r.changes for r in results[0::2])
 
