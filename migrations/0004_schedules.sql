@@ -1,4 +1,4 @@
--- Recurring schedules (issue 12): one row per schedule, whether declared in
+-- Recurring schedules: one row per schedule, whether declared in
 -- code (source 'code', synced by the cron) or created over the API ('api').
 --
 -- next_run_at is the schedule's next slot (epoch ms): the cron reads the due

@@ -57,7 +57,7 @@ def check_name(kind: str, value: object) -> str:
 
 @dataclass
 class QueuedJob:
-    """One job on a queue: the seed's fields plus priority, the lease's fencing
+    """One job on a queue: its name, payload and attempts, its priority, the lease's fencing
     token and the last error. `payload` is the decoded JSON value."""
 
     name: str

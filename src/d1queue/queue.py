@@ -1,7 +1,7 @@
 """D1Queue: the driver. Every read and write of the queue tables is here.
 
-A port of the seed's `DatabaseQueue` (optimistic claims by conditional
-UPDATE), with what D1 makes worth having: claims in batches of one SELECT and
+Optimistic claims by conditional UPDATE (no locks: D1 has none), with
+what D1 makes worth having: claims in batches of one SELECT and
 one `db.batch`, a fencing token on every lease, failing as one transaction,
 and jobs that exhausted their attempts in a crash failed instead of re-run.
 """
@@ -540,8 +540,8 @@ class D1Queue:
 
     async def reserve(self, queue: str) -> QueuedJob | None:
         """Claim the next runnable job; None if the queue is empty or every
-        candidate was taken. The seed reads `max_claim_attempts` candidates
-        and tries them in order; this reads one (the head of each band) and
+        candidate was taken. Reading `max_claim_attempts` candidates and
+        trying them in order would read more rows; this reads one (the head of each band) and
         reads again only after losing it to another worker, at most
         `max_claim_attempts` times: 5 rows read a job with its
         acknowledgement (tests/runtime/test_counts_runtime.py)."""
@@ -733,9 +733,9 @@ class D1Queue:
         return written
 
     acknowledge = complete
-    """The seed's name for `complete`."""
+    """`complete` by its other public name (kept: callers use both)."""
     release = retry
-    """The seed's name for `retry`."""
+    """`retry` by its other public name (kept: callers use both)."""
 
     async def fail(self, job: QueuedJob, error: str) -> bool:
         """Move the job to the failed table with `error`, in one transaction:
@@ -743,7 +743,7 @@ class D1Queue:
         (written,) = await self.settle([Outcome(job, "fail", error=error)])
         return written
 
-    # -- the rest of the seed's surface ------------------------------------
+    # -- inspection and maintenance -----------------------------------------
 
     async def size(self, queue: str) -> int:
         """Unreserved jobs on `queue`, delayed ones included."""

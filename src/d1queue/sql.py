@@ -207,8 +207,8 @@ FAIL_RECORD = (
     "FROM d1queue_jobs WHERE " + _held(5, 6, 3, 4)
 )
 
-# Unreserved jobs on a queue (delayed ones included), as the seed counts
-# size. ?1 queue
+# Unreserved jobs on a queue (delayed ones included): D1Queue.size.
+# ?1 queue
 COUNT_UNRESERVED = "SELECT COUNT(*) AS n FROM d1queue_jobs WHERE queue = ?1 AND reserved_at IS NULL"
 
 CLEAR_QUEUE = "DELETE FROM d1queue_jobs WHERE queue = ?1"
@@ -228,7 +228,7 @@ def _walk_queues(table: str) -> str:
 # The queues holding jobs, in name order. Rows read: about two per queue.
 QUEUE_NAMES = _walk_queues("d1queue_jobs") + "SELECT name FROM q WHERE name IS NOT NULL"
 
-# Freeing every lapsed lease at once (the seed's reclaim_expired). The drain
+# Freeing every lapsed lease at once (D1Queue.reclaim_expired). The drain
 # never sends it: a claim reclaims a lapsed lease when it meets one. Reads
 # the lapsed part of each queue's locked band; for maintenance only.
 # ?1 now
@@ -257,7 +257,7 @@ def _by_id(select: str, id_term: str) -> str:
 SELECT_JOB = _by_id(f"SELECT {JOB_COLUMNS} FROM d1queue_jobs", "id = ?1") + " LIMIT 1"
 
 # Retrying a failure is RETRY_FAILED_INSERT then RETRY_FAILED_DELETE in one
-# batch. As in the seed, the job gets one fresh attempt and does not take its
+# batch. The job gets one fresh attempt and does not take its
 # uniqueness lock again: the lock was released when it failed, and re-taking
 # it could make the retry lose to a fresh dispatch made in between.
 # ?1 now ?2 id
