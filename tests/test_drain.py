@@ -307,3 +307,10 @@ async def test_settings_can_be_given_as_keywords(queue: D1Queue) -> None:
         await drain(queue, counting_registry(runs), batch_size=0)
     with pytest.raises(TypeError):
         await drain(queue, counting_registry(runs), batch_sise=5)
+
+
+def test_the_report_keeps_its_earlier_name_for_completed() -> None:
+    from d1queue import DrainReport
+
+    report = DrainReport(completed=3)
+    assert report.succeeded == 3 == report.completed

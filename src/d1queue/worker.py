@@ -79,6 +79,11 @@ class DrainReport:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def succeeded(self) -> int:
+        """`completed` by its earlier public name, kept for callers that read it."""
+        return self.completed
+
 
 def round_cost(k: int, owed: int, batch_counts_as: str, queues: int = 1) -> int:
     """Worst-case budget a round claiming `k` jobs needs, with `owed` settle
