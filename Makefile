@@ -58,7 +58,7 @@ deploy: bundle
 	wrangler deploy
 
 # The migrations on every D1 database of CONFIG (each [[d1_databases]] entry:
-# every shard, README "Shards"): `make migrate` on Cloudflare (--remote),
+# every shard, docs/operations.md "Shards"): `make migrate` on Cloudflare (--remote),
 # `make migrate-local` on .wrangler/state. Apply them before deploying code
 # that needs them.
 CONFIG ?= wrangler.toml
@@ -81,7 +81,7 @@ check-wrangler: setup
 	rm -rf $(TMP) && mkdir -p $(TMP)
 	wrangler d1 migrations apply d1queue --local --persist-to $(TMP)/state
 	$(PY) tools/bundle.py --outdir $(TMP)/dist --check
-	# The same upload with the wake-up block turned on (README "Wake-ups"):
+	# The same upload with the wake-up block turned on (docs/operations.md "Wake-ups"):
 	# wrangler accepts its Queues bindings offline.
 	$(PY) tools/wake_config.py --write
 	wrangler deploy --dry-run --config wrangler.wake.toml --outdir $(TMP)/dist-wake

@@ -1,5 +1,5 @@
 """Throughput past one invocation: jobs/s through Cloudflare Queues wake-ups
-(README "Wake-ups") at 1, 4 and 16 concurrent consumer invocations, on 1, 2
+(docs/operations.md "Wake-ups") at 1, 4 and 16 concurrent consumer invocations, on 1, 2
 and 4 D1 shards, beside the cron-only configuration.
 
     .venv/bin/python bench/throughput.py [--jobs 2000] [--shards 1,2,4] [--consumers 1,4,16]
@@ -75,7 +75,7 @@ def config_for(shards: int) -> Path:
     """The wrangler config with wake-ups on and `shards` D1 databases."""
     if shards == 1:
         return write_wake_config(ROOT)
-    from tools import shard_config  # written with the shards (README "Shards")
+    from tools import shard_config  # written with the shards (docs/operations.md "Shards")
 
     return Path(shard_config.write(ROOT, shards, wake=True))
 

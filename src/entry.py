@@ -208,7 +208,7 @@ class Default(WorkerEntrypoint):
                 if binding is None:
                     raise ConfigError(
                         f"D1QUEUE_SHARDS names {name}, but this Worker has no D1 binding "
-                        f"{name} (wrangler.toml [[d1_databases]]; README: Shards)"
+                        f"{name} (wrangler.toml [[d1_databases]]; docs/operations.md: Shards)"
                     )
                 db = Binding(binding, meter=self._invocation(config))
                 if config.reservation_s is None:
@@ -228,7 +228,7 @@ class Default(WorkerEntrypoint):
         if producer is None:
             raise ConfigError(
                 f'D1QUEUE_WAKE = "queues" needs a [[queues.producers]] binding named '
-                f"{WAKE_BINDING} in wrangler.toml (README: Wake-ups)"
+                f"{WAKE_BINDING} in wrangler.toml (docs/operations.md: Wake-ups)"
             )
         return Waker(producer, self._invocation(config))
 

@@ -66,7 +66,7 @@ async def test_a_200_job_drain_at_batch_25_costs_18_queries(bench_db: SqliteD1) 
     run = await drain_of(bench_db, "d1queue", 200, query_budget=1000)
     assert run["claimed"] == run["completed"] == 200
     assert {k: run[k] for k in DRAIN_200} == DRAIN_200
-    assert run["queries"] / run["claimed"] <= 0.15  # the README's target at batch 25
+    assert run["queries"] / run["claimed"] <= 0.15  # docs/performance.md's target at batch 25
     assert run["stopped"] == "empty"
 
 
@@ -88,7 +88,7 @@ async def test_jobs_per_invocation_when_a_batch_is_one_query(
     assert run["queries"] == budget - 1  # the worst case reserved a query it did not need
     assert run["stopped"] == "query_budget"
     if budget == 50:
-        assert run["claimed"] >= 400  # the README's target for the free plan
+        assert run["claimed"] >= 400  # docs/performance.md's target for the free plan
 
 
 @pytest.mark.parametrize("budget", [50, 1000])

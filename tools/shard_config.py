@@ -2,7 +2,7 @@
 
 The shipped wrangler.toml has one D1 database (binding DB, shard 0). A
 sharded deployment adds `[[d1_databases]]` entries DB_1, DB_2, ... with the
-same migrations_dir and lists them in `D1QUEUE_SHARDS` (README "Shards").
+same migrations_dir and lists them in `D1QUEUE_SHARDS` (docs/operations.md, "Shards").
 This writes that file for N shards, as wrangler.shards.toml beside
 wrangler.toml (paths in it stay relative to the same folder): what
 `make dev SHARDS=4`, `make check-wrangler`, the runtime tests and the bench

@@ -1,7 +1,7 @@
 """wrangler.toml with Cloudflare Queues wake-ups turned on.
 
 The shipped wrangler.toml carries the wake-up settings commented out, each
-line prefixed "# wake: " (README "Wake-ups"), so `wrangler deploy` works
+line prefixed "# wake: " (docs/operations.md, "Wake-ups"), so `wrangler deploy` works
 without a queue. This writes the same file with the prefix removed: what a
 user gets by uncommenting those lines, and what `make dev WAKE=queues`, the
 runtime tests and `make check-wrangler` run. Written next to wrangler.toml

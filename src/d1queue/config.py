@@ -26,7 +26,7 @@ MAX_JOBS = {"free": 5, "paid": 100_000}
 """Jobs one run may claim, by plan, when D1QUEUE_MAX_JOBS is not set. The
 free plan allows 10 ms of CPU per invocation and a Worker cannot measure its
 own CPU, so the run is bounded by a count measured in the offline host:
-see README "Limits"."""
+see docs/performance.md, "How the job cap was chosen"."""
 
 
 MIN_TOKEN_CHARS = 32
@@ -118,7 +118,7 @@ class Config:
     Default by plan (MAX_JOBS)."""
     wake: Literal["off", "queues"] = "off"
     """D1QUEUE_WAKE: "queues" sends a Cloudflare Queues message after each
-    push (binding WAKE, see README "Wake-ups"), whose consumer drains the
+    push (binding WAKE, see docs/operations.md, "Wake-ups"), whose consumer drains the
     queue at once; "off" leaves draining to the cron (and drain-on-push).
     D1 stays the source of truth either way: a lost or duplicated message
     costs latency, never a job."""
@@ -131,7 +131,7 @@ class Config:
 
     shards: tuple[str, ...] = ("DB",)
     """D1QUEUE_SHARDS: the D1 bindings jobs are spread over, comma-separated;
-    shard i is the i-th (README "Shards"). Grow the list at its end only:
+    shard i is the i-th (docs/operations.md, "Shards"). Grow the list at its end only:
     job ids name shards by position. One shard (DB) is the default."""
     shard_map: tuple[tuple[str, int], ...] = ()
     """D1QUEUE_SHARD_MAP: queues pinned to shards, `queue=shard,...` (e.g.

@@ -209,7 +209,7 @@ class Registry:
         first) with `payload` at each slot of `cron` (5 fields or @hourly,
         @daily…) in IANA zone `tz`, to `queue` (default: the job's own).
         `catch_up` is what happens to slots missed during an outage: "none",
-        "latest" or "all" (README "Schedules"). Each cron run syncs the
+        "latest" or "all" (docs/operations.md, "Schedules"). Each cron run syncs the
         declared set into D1: new ones are added, changed ones replaced,
         ones no longer declared deleted. ValueError (ScheduleError, naming
         the field) for anything invalid, at import, not at the first run."""

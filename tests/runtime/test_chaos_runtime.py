@@ -4,7 +4,7 @@ overloaded", and latency) on every push and every cron run; pushes retried
 by the client; concurrent cron runs; and the host killed with SIGKILL in the
 middle of its drains, then a new host started on the same D1 state.
 
-The same chaos runs with the Queues wake transport on (README "Wake-ups"):
+The same chaos runs with the Queues wake transport on (docs/operations.md "Wake-ups"):
 consumers in three lanes drain instead of cron runs, with the same faults,
 and the host is killed while a consumer holds jobs; its undelivered wake
 messages die with it, and the new host's cron (the safety net) finishes.
