@@ -8,6 +8,9 @@ attempts run out.
 
 from __future__ import annotations
 
+import json
+import logging
+import sys
 from typing import Any
 
 from d1queue import Backoff, Fail, JobContext, Registry
@@ -15,10 +18,37 @@ from d1queue import Backoff, Fail, JobContext, Registry
 registry = Registry()
 
 
+class _Stdout(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes each record to sys.stdout as it is at that moment (where print
+    writes: console.log in a Worker), not the stream of import time."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stdout
+        super().emit(record)
+
+
+log = logging.getLogger("jobs")
+"""The example jobs' log: JSON lines at INFO on stdout (console.log in a
+Worker, level "log" in Workers Logs; the host prints them). Left alone,
+Python's logging would drop INFO and write WARNING and above to stderr
+(console.error, an error in Workers Logs); a job's run is neither, so this
+logger has a handler of its own and does not propagate (a root handler a
+deployment adds would print each line twice). Payloads are never logged:
+they may carry secrets."""
+if not log.handlers:  # once, whichever module name imported this file first
+    _handler = _Stdout()
+    _handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(_handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
 @registry.job("example.echo", max_attempts=3, timeout_s=10)
 async def echo(payload: Any, ctx: JobContext) -> None:
-    """Logs its payload: the smallest job, for trying the queue out."""
-    print(f"example.echo attempt {ctx.attempt}: {payload!r}")
+    """Logs that it ran, one JSON line with the job's id, queue and attempt
+    (never the payload): the smallest job, for trying the queue out."""
+    line = {"event": "example.echo", "id": ctx.job.id, "queue": ctx.job.queue}
+    log.info(json.dumps({**line, "attempt": ctx.attempt}, separators=(",", ":")))
 
 
 @registry.job("example.add", max_attempts=5, timeout_s=10, backoff=Backoff(base_s=2), subrequests=1)
