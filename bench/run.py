@@ -191,7 +191,8 @@ def push_latency(plan: Plan) -> dict[str, Any]:
             t_reply = time.perf_counter()
             if reply.status != 201:
                 raise RuntimeError(f"push answered {reply.status}: {reply.text}")
-            started = _wait_line(host, since, mark)
+            # example.echo logs its job's id (never the payload) as it runs.
+            started = _wait_line(host, since, f'"id":"{reply.json()["id"]}"')
             host.idle()
             if i:  # the first push warms the path up
                 samples.append(started - t0)

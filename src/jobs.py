@@ -11,14 +11,22 @@ from __future__ import annotations
 from typing import Any
 
 from d1queue import Backoff, Fail, JobContext, Registry
+from d1queue.log import event, install
 
 registry = Registry()
 
 
+log = install("jobs")
+"""The example jobs' log: one JSON line per event on stdout (console.log in
+a Worker; the host prints it), as d1queue's own. Payloads are never logged:
+they may carry secrets, and a log has more readers than the queue."""
+
+
 @registry.job("example.echo", max_attempts=3, timeout_s=10)
 async def echo(payload: Any, ctx: JobContext) -> None:
-    """Logs its payload: the smallest job, for trying the queue out."""
-    print(f"example.echo attempt {ctx.attempt}: {payload!r}")
+    """Logs that it ran, one JSON line with the job's id, queue and attempt
+    (never the payload): the smallest job, for trying the queue out."""
+    event(log, "example.echo", id=ctx.job.id, queue=ctx.job.queue, attempt=ctx.attempt)
 
 
 @registry.job("example.add", max_attempts=5, timeout_s=10, backoff=Backoff(base_s=2), subrequests=1)

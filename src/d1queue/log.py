@@ -61,16 +61,30 @@ class JsonLines(logging.Formatter):
 
 
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The handler `install` adds (told apart from an application's)."""
+    """The handler `install` adds: JSON lines on `stream`, or on whatever
+    sys.stdout is when a record is written (console.log in a Worker; a test
+    runner may swap it after import)."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        super().__init__(stream or sys.stdout)
+        self._follow = stream is None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._follow:
+            self.stream = sys.stdout
+        super().emit(record)
 
 
-def install(level: int = logging.INFO, stream: TextIO | None = None) -> logging.Logger:
-    """Give the `d1queue` logger a JSON-lines handler on `stream` (stdout)
-    at `level`, unless it already has a handler: an application that set its
-    own keeps it. Idempotent: a Worker calls it on every invocation."""
-    logger = logging.getLogger(ROOT)
+def install(
+    name: str = ROOT, level: int = logging.INFO, stream: TextIO | None = None
+) -> logging.Logger:
+    """Give logger `name` (`d1queue`, or an application's own such as its
+    jobs') a JSON-lines handler on `stream` (stdout) at `level`, unless it
+    already has a handler: an application that set its own keeps it.
+    Idempotent: a Worker calls it on every invocation."""
+    logger = logging.getLogger(name)
     if not logger.handlers:
-        handler = _Handler(stream or sys.stdout)
+        handler = _Handler(stream)
         handler.setFormatter(JsonLines())
         logger.addHandler(handler)
         logger.propagate = False  # one line per event, not a second through the root's

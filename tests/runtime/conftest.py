@@ -34,7 +34,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,6 +241,33 @@ class Host:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+ECHO_EVENT = "example.echo"
+"""The event of the line src/jobs.py's example.echo logs at each run:
+{"event":"example.echo","id":...,"queue":...,"attempt":...}, no payload."""
+
+
+def echo_lines(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """example.echo's run lines among host output `lines`, parsed."""
+    found = []
+    for line in lines:
+        if line.startswith("{") and f'"{ECHO_EVENT}"' in line:
+            parsed = jsonlib.loads(line)
+            if parsed.get("event") == ECHO_EVENT:
+                found.append(parsed)
+    return found
+
+
+def echo_runs(lines: Iterable[str]) -> Counter[str]:
+    """How many times each job id ran example.echo in output `lines`
+    (e.g. `host.output()[since:]`)."""
+    return Counter(x["id"] for x in echo_lines(lines))
+
+
+def echo_attempts(lines: Iterable[str]) -> Counter[tuple[str, int]]:
+    """example.echo's runs in output `lines` by (job id, attempt)."""
+    return Counter((x["id"], x["attempt"]) for x in echo_lines(lines))
 
 
 _bundles: dict[Path, Path] = {}

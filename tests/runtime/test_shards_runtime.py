@@ -12,7 +12,6 @@ names the shard its push wrote to and its consumer drains that shard."""
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -21,9 +20,8 @@ from typing import Any
 import pytest
 from tools.shard_config import write as write_shards_config
 
-from .conftest import ROOT, Host, start_host
+from .conftest import ROOT, Host, echo_runs, start_host
 
-ECHO = re.compile(r"example\.echo attempt (\d+): \{'w': '([^']+)'\}")
 SHARDS = ("DB", "DB_1")
 
 
@@ -94,7 +92,8 @@ def push(host: Host, w: str, queue: str) -> str:
 
 
 def runs(host: Host, since: int = 0) -> Counter[str]:
-    return Counter(m.group(2) for line in host.output()[since:] if (m := ECHO.search(line)))
+    """example.echo's runs since output line `since`, by job id."""
+    return echo_runs(host.output()[since:])
 
 
 def lines(host: Host, event: str, since: int = 0) -> list[dict[str, Any]]:
@@ -144,11 +143,11 @@ def test_pushes_land_on_their_queues_shard_and_lookups_find_them(host: Host) -> 
 
 def test_one_cron_run_drains_both_shards_within_the_free_plans_subrequests(host: Host) -> None:
     start = len(host.output())
+    ids = []
     for i in range(2):
-        push(host, f"m{i}", "mail")
-        push(host, f"r{i}", "reports")
+        ids += [push(host, f"m{i}", "mail"), push(host, f"r{i}", "reports")]
     host.scheduled()
-    assert runs(host, start) == Counter({"m0": 1, "m1": 1, "r0": 1, "r1": 1})
+    assert runs(host, start) == Counter(ids), "each job once"
     assert rows(host) == {"DB": [], "DB_1": []}
     drained = [x for x in lines(host, "d1queue.drain", start) if x["trigger"].startswith("cron")]
     assert sorted(x["shard"] for x in drained) == [0, 1]
@@ -182,7 +181,7 @@ def test_a_wake_up_names_its_shard_and_the_consumer_drains_that_shard(
     def consumers() -> list[dict[str, Any]]:
         return [x for x in lines(host, "d1queue.drain", start) if "wake" in x]
 
-    while runs(host, start)["woken"] < 1 or not consumers():
+    while runs(host, start)[job_id] < 1 or not consumers():
         assert time.monotonic() < deadline, "\n".join(host.output()[-40:])
         time.sleep(0.05)
     assert consumers()[0]["wake"]["shards"] == {"1": ["reports"]}
@@ -193,7 +192,7 @@ def test_a_wake_up_names_its_shard_and_the_consumer_drains_that_shard(
     while {"0": ["mail"]} not in [x["wake"]["shards"] for x in consumers()]:
         assert time.monotonic() < deadline, "\n".join(host.output()[-40:])
         time.sleep(0.05)
-    assert runs(host, start)["mail-woken"] == 1
+    assert runs(host, start) == Counter([job_id, mail_id]), "each job once"
     assert host.api("GET", f"/v1/jobs/{mail_id}").status == 404
     assert host.api("GET", f"/v1/jobs/{job_id}").status == 404
 
@@ -204,7 +203,7 @@ def test_drain_on_push_drains_the_shard_it_pushed_to() -> None:
         start = len(host.output())
         job_id = push(host, "pushed", "reports")
         host.idle()
-        assert runs(host, start) == Counter({"pushed": 1})
+        assert runs(host, start) == Counter([job_id])
         (line,) = [x for x in lines(host, "d1queue.drain", start) if x["trigger"] == "push"]
         assert (line["shard"], line["completed"]) == (1, 1)
         assert host.api("GET", f"/v1/jobs/{job_id}").status == 404

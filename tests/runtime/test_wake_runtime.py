@@ -3,7 +3,7 @@ Miniflare's own Queues (relay.mjs, queues.mjs) for wrangler.toml's wake block
 turned on (tools/wake_config.py), and the Worker's `queue()` consumes them.
 No cron runs in these hosts unless a test calls one.
 
-Checked from the Worker's output (example.echo prints each run) and D1:
+Checked from the Worker's output (example.echo logs each run's job id) and D1:
 a push wakes a consumer that runs the job; a batch push sends one message;
 duplicated messages run no job twice; a lost wake-up (a failed send) leaves
 the job to the cron; a backlog fans out over more consumers; a consumer
@@ -12,7 +12,6 @@ killed mid-batch loses nothing; the driver contract holds on this host."""
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -23,11 +22,10 @@ import pytest
 from tools.wake_config import write as write_wake_config
 
 from ..contract import CASES
-from .conftest import ROOT, Host, start_host
+from .conftest import ROOT, Host, echo_runs, start_host
 from .test_chaos_runtime import age_leases
 from .test_contract_runtime import run_case
 
-ECHO = re.compile(r"example\.echo attempt (\d+): \{'w': '([^']+)'\}")
 WAKE_VARS = ("--var", "D1QUEUE_WAKE_PER_JOBS=5", "--var", "D1QUEUE_WAKE_MAX=2")
 """The free plan's 5 jobs per run (wrangler.toml's D1QUEUE_PLAN), one more
 consumer per 5 due jobs, at most 2 per consumer: a 30-job backlog fans out."""
@@ -55,7 +53,8 @@ def clean_wake_host(wake_host: Host) -> Host:
 
 
 def runs(host: Host, since: int = 0) -> Counter[str]:
-    return Counter(m.group(2) for line in host.output()[since:] if (m := ECHO.search(line)))
+    """example.echo's runs since output line `since`, by job id."""
+    return echo_runs(host.output()[since:])
 
 
 def lines(host: Host, event: str, since: int = 0) -> list[dict[str, Any]]:
@@ -67,7 +66,7 @@ def lines(host: Host, event: str, since: int = 0) -> list[dict[str, Any]]:
 
 
 def wait_runs(host: Host, want: set[str], since: int, timeout: float = 30.0) -> Counter[str]:
-    """Wait until every payload in `want` has run at least once."""
+    """Wait until every job id in `want` has run at least once."""
     deadline = time.monotonic() + timeout
     while not want <= set(runs(host, since)):
         if time.monotonic() > deadline:
@@ -96,6 +95,15 @@ def queue_sends(host: Host, fail_sends: int | None = None) -> dict[str, int]:
     return answer
 
 
+def push_batch(host: Host, jobs: list[dict[str, Any]], queue: str = "default") -> list[str]:
+    """Push `jobs` in one batch call; their ids, in order."""
+    reply = host.api("POST", f"/v1/queues/{queue}/jobs/batch", {"jobs": jobs})
+    assert reply.status == 201, reply.text
+    ids: list[str] = reply.json()["ids"]
+    assert len(set(ids)) == len(jobs)
+    return ids
+
+
 def push(host: Host, w: str, queue: str = "default") -> str:
     reply = host.api(
         "POST", f"/v1/queues/{queue}/jobs", {"name": "example.echo", "payload": {"w": w}}
@@ -109,7 +117,7 @@ def test_a_push_wakes_a_consumer_that_runs_the_job_without_a_cron(clean_wake_hos
     host = clean_wake_host
     start, sends = len(host.output()), queue_sends(host)["sends"]
     job_id = push(host, "http")
-    assert wait_runs(host, {"http"}, start) == Counter({"http": 1})
+    assert wait_runs(host, {job_id}, start) == Counter([job_id])
     assert queue_sends(host)["sends"] == sends + 1, "one message for one push"
     wait_quiet(host)
     assert host.api("GET", f"/v1/jobs/{job_id}").status == 404, "completed"
@@ -127,9 +135,10 @@ def test_a_batch_push_and_an_rpc_push_send_one_message_each(clean_wake_host: Hos
     host = clean_wake_host
     start, sends = len(host.output()), queue_sends(host)["sends"]
     jobs = [{"name": "example.echo", "payload": {"w": f"b{i}"}} for i in range(10)]
-    assert host.api("POST", "/v1/queues/default/jobs/batch", {"jobs": jobs}).status == 201
-    host.rpc("dispatch", "default", {"name": "example.echo", "payload": {"w": "rpc"}})
-    want = {f"b{i}" for i in range(10)} | {"rpc"}
+    batch = push_batch(host, jobs)
+    rpc = host.rpc("dispatch", "default", {"name": "example.echo", "payload": {"w": "rpc"}})
+    want = {*batch, rpc["id"]}
+    assert len(want) == 11
     assert set(wait_runs(host, want, start)) == want
     wait_quiet(host)
     assert runs(host, start) == Counter(want), "each job once"
@@ -143,7 +152,7 @@ def test_duplicated_wake_messages_run_no_job_twice(clean_wake_host: Host) -> Non
     host = clean_wake_host
     start = len(host.output())
     jobs = [{"name": "example.echo", "payload": {"w": f"d{i}"}} for i in range(20)]
-    assert host.api("POST", "/v1/queues/default/jobs/batch", {"jobs": jobs}).status == 201
+    want = set(push_batch(host, jobs))
     # The same wake-up delivered again and again (at least once), through the
     # real producer binding, while the first consumer may still be draining.
     host.python(
@@ -154,7 +163,6 @@ def test_duplicated_wake_messages_run_no_job_twice(clean_wake_host: Host) -> Non
             await env.WAKE.sendBatch([{"body": {"shard": 0, "queue": "default"}}] * 5)
         """
     )
-    want = {f"d{i}" for i in range(20)}
     wait_runs(host, want, start)
     wait_quiet(host)
     assert runs(host, start) == Counter(want), "every job exactly once"
@@ -174,7 +182,7 @@ def test_a_lost_wake_up_leaves_the_job_to_the_cron(clean_wake_host: Host) -> Non
     assert runs(host, start) == Counter(), "no consumer was woken"
     assert host.api("GET", f"/v1/jobs/{job_id}").json()["state"] == "ready"
     host.scheduled()  # the safety net
-    assert runs(host, start) == Counter({"lost": 1})
+    assert runs(host, start) == Counter([job_id])
     assert host.api("GET", f"/v1/jobs/{job_id}").status == 404
 
 
@@ -182,8 +190,7 @@ def test_a_backlog_fans_out_over_more_consumers(clean_wake_host: Host) -> None:
     host = clean_wake_host
     start = len(host.output())
     jobs = [{"name": "example.echo", "payload": {"w": f"f{i}"}} for i in range(30)]
-    assert host.api("POST", "/v1/queues/default/jobs/batch", {"jobs": jobs}).status == 201
-    want = {f"f{i}" for i in range(30)}
+    want = set(push_batch(host, jobs))
     wait_runs(host, want, start)
     wait_quiet(host)
     assert runs(host, start) == Counter(want)
@@ -204,11 +211,10 @@ def test_consumer_lanes_deliver_batches_side_by_side_under_the_queues_own_name()
     host = start_host(*wake_args("--consumer-lanes", "3"))
     try:
         start = len(host.output())
-        for w in ("l0", "l1", "l2"):
-            push(host, w)
-        wait_runs(host, {"l0", "l1", "l2"}, start)
+        ids = {push(host, w) for w in ("l0", "l1", "l2")}
+        wait_runs(host, ids, start)
         wait_quiet(host)
-        assert runs(host, start) == Counter({"l0": 1, "l1": 1, "l2": 1})
+        assert runs(host, start) == Counter(ids)
         consumers = [x for x in lines(host, "d1queue.drain", start) if "wake" in x]
         assert [x["wake"]["messages"] for x in consumers] == [1, 1, 1]
         assert {x["trigger"] for x in consumers} == {"queue d1queue-wake"}
@@ -228,8 +234,8 @@ def test_a_consumer_killed_mid_batch_loses_nothing(tmp_path: Path) -> None:
     first = start_host(*wake_args("--d1-latency-ms", "150"), persist_to=state, own_group=True)
     try:
         jobs = [{"name": "example.echo", "payload": {"w": f"k{i}"}} for i in range(30)]
-        assert first.api("POST", "/v1/queues/default/jobs/batch", {"jobs": jobs}).status == 201
-        first.wait_for_output("example.echo attempt 1", timeout=30)
+        pushed = set(push_batch(first, jobs))
+        first.wait_for_output('"event":"example.echo"', timeout=30)
         first.kill()  # SIGKILL: Node, Miniflare's workerd, its Queues and the consumer
     finally:
         first.stop()
@@ -252,10 +258,10 @@ def test_a_consumer_killed_mid_batch_loses_nothing(tmp_path: Path) -> None:
                 break
         wait_quiet(second)
         total = runs(first) + runs(second)
-        assert set(total) == {f"k{i}" for i in range(30)}, "no job lost"
+        assert set(total) == pushed, "no job lost"
         # A job runs twice only if the killed host ran it and died before
         # settling it (its lease was held, then aged).
-        twice = {w for w, n in total.items() if n > 1}
+        twice = {job_id for job_id, n in total.items() if n > 1}
         assert twice <= set(killed) and len(twice) <= held
         failed = second.api("GET", "/v1/failed").json()["jobs"]
         assert failed == []

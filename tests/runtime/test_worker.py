@@ -5,9 +5,9 @@ runs, RPC, and the http.request job through the Workers fetch."""
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -15,14 +15,7 @@ from typing import Any
 import pytest
 
 from ..http_server import Server
-from .conftest import TOKEN, Host, RpcError, start_host
-
-
-def echo_runs(host: Host, since: int) -> Counter[int]:
-    found = re.findall(
-        r"example\.echo attempt \d+: \{'i': (\d+)\}", "\n".join(host.output()[since:])
-    )
-    return Counter(int(i) for i in found)
+from .conftest import TOKEN, Host, RpcError, echo_attempts, echo_runs, start_host
 
 
 def drain_reports(host: Host, since: int) -> list[dict[str, Any]]:
@@ -57,12 +50,39 @@ def test_a_pushed_job_runs_at_the_next_scheduled_run(clean_host: Host) -> None:
     assert report["queries"] == 5, (
         "paused + queue names, SELECT, claim batch, settle batch, the run's counters"
     )
-    assert echo_runs(clean_host, since) == Counter([7])
+    assert echo_runs(clean_host.output()[since:]) == Counter([job_id])
     assert clean_host.api("GET", f"/v1/jobs/{job_id}").status == 404
 
 
+def test_the_echo_jobs_log_line_carries_its_id_and_no_payload(clean_host: Host) -> None:
+    """Payloads may carry secrets: example.echo logs one JSON line a run,
+    through `logging` on stdout, naming the job and never its payload."""
+    marker = uuid.uuid4().hex
+    since = len(clean_host.output())
+    reply = clean_host.api(
+        "POST",
+        "/v1/queues/mail/jobs",
+        {"name": "example.echo", "payload": {"api_key": marker, marker: [marker]}},
+    )
+    assert reply.status == 201, reply.text
+    job_id = reply.json()["id"]
+    clean_host.scheduled()
+    wait_reports(clean_host, since, 1)  # printed after the run's lines
+    (logged,) = [line for line in clean_host.output()[since:] if job_id in line]
+    assert json.loads(logged) == {
+        "event": "example.echo",
+        "id": job_id,
+        "queue": "mail",
+        "attempt": 1,
+        "level": "info",
+    }
+    assert not [line for line in clean_host.output() if marker in line], "the payload was logged"
+
+
 def test_a_job_whose_worker_died_is_recovered_by_a_later_run(clean_host: Host) -> None:
-    clean_host.api("POST", "/v1/queues/default/jobs", {"name": "example.echo", "payload": {"i": 1}})
+    job_id = clean_host.api(
+        "POST", "/v1/queues/default/jobs", {"name": "example.echo", "payload": {"i": 1}}
+    ).json()["id"]
     # A worker claims it and dies: its lease (1 ms long, so that the test
     # need not wait 90 s) lapses and nobody settles it.
     clean_host.python(
@@ -78,12 +98,17 @@ def test_a_job_whose_worker_died_is_recovered_by_a_later_run(clean_host: Host) -
     clean_host.scheduled()
     (report,) = wait_reports(clean_host, since, 1)
     assert (report["reclaimed"], report["completed"]) == (1, 1)
-    assert echo_runs(clean_host, since) == Counter([1])
+    assert echo_attempts(clean_host.output()[since:]) == Counter([(job_id, 2)]), (
+        "run once, as its second attempt (the dead worker's claim was the first)"
+    )
 
 
 def test_two_scheduled_runs_at_once_never_run_a_job_twice(clean_host: Host) -> None:
     jobs = [{"name": "example.echo", "payload": {"i": i}} for i in range(90)]
-    assert clean_host.api("POST", "/v1/queues/default/jobs/batch", {"jobs": jobs}).status == 201
+    pushed = clean_host.api("POST", "/v1/queues/default/jobs/batch", {"jobs": jobs})
+    assert pushed.status == 201
+    ids = pushed.json()["ids"]
+    assert len(set(ids)) == 90
     since = len(clean_host.output())
     # Pairs of overlapping cron runs until the queue is empty: each run
     # claims at most D1QUEUE_MAX_JOBS (5 on the free plan).
@@ -99,7 +124,7 @@ def test_two_scheduled_runs_at_once_never_run_a_job_twice(clean_host: Host) -> N
             break
     assert sum(r["completed"] for r in reports) == 90 and sum(r["stale"] for r in reports) == 0
     assert all(r["claimed"] <= 5 for r in reports)
-    assert echo_runs(clean_host, since) == Counter(range(90)), "each job exactly once"
+    assert echo_runs(clean_host.output()[since:]) == Counter(ids), "each job exactly once"
 
 
 def test_rpc_methods_as_a_js_worker_calls_them(clean_host: Host) -> None:
@@ -161,7 +186,7 @@ def test_a_job_on_a_queue_of_the_callers_own_name_runs(clean_host: Host) -> None
     clean_host.scheduled()
     (report,) = wait_reports(clean_host, since, 1)
     assert (report["claimed"], report["completed"], report["rounds"]) == (2, 2, 1)
-    assert echo_runs(clean_host, since) == Counter([1, 2])
+    assert echo_runs(clean_host.output()[since:]) == Counter(ids)
     assert all(clean_host.api("GET", f"/v1/jobs/{i}").status == 404 for i in ids)
 
 
@@ -245,7 +270,7 @@ def test_drain_on_push_runs_the_job_without_waiting_for_cron(push_host: Host) ->
     assert reply.status == 201
     push_host.idle()
     (report,) = wait_reports(push_host, since, 1)
-    assert echo_runs(push_host, since) == Counter([5])
+    assert echo_runs(push_host.output()[since:]) == Counter([reply.json()["id"]])
     assert report["trigger"] == "push" and report["queries"] <= 10
 
 
