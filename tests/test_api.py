@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from d1queue import Config, D1Queue, Registry, drain
+from d1queue.admin import Admin
 from d1queue.api import MAX_BODY_BYTES, Api, ApiReply
 from d1queue.bounds import MAX_PAYLOAD_BYTES
+from d1queue.job import QueuedJob
 from d1queue.openapi import SPEC
 from d1queue.service import Service
 from d1queue.testing import SqliteD1
@@ -310,19 +312,21 @@ async def test_a_push_and_its_pause_state_cost_one_round_trip(
         assert queue.binding.usage.queries - before == 1, "the insert and the read, one batch"
 
 
-async def test_the_pause_state_is_read_even_if_a_push_sends_no_batch(
-    queue: D1Queue, reg: Registry
-) -> None:
-    """Should a driver insert with run() rather than batch(), nothing rides
-    along and the paused queues are read on their own: right, one query more."""
-    await Service(queue, reg).set_paused("p", True)
-    service = Service(queue, reg)
-
-    async def insert_by_run(q: D1Queue) -> str:
-        await q.binding.run("SELECT 1")
-        return "done"
-
+async def test_a_push_reads_the_pause_state_in_its_own_batch(queue: D1Queue) -> None:
+    """The driver's push_noting_paused and push_many_noting_paused: the
+    paused queues ride in the insert's db.batch, one round trip each, for a
+    plain, a unique and a batch push."""
+    await Admin(queue).set_paused("p", True)
+    for job in (
+        QueuedJob.new("t.echo", 1, queue="p", at_ms=queue.clock()),
+        QueuedJob.new("t.echo", 2, queue="q", at_ms=queue.clock(), unique_key="k"),
+    ):
+        before = queue.binding.usage.queries
+        job_id, paused = await queue.push_noting_paused(job)
+        assert (job_id, paused) == (job.id, {"p"})
+        assert queue.binding.usage.queries - before == 1
     before = queue.binding.usage.queries
-    result, paused = await service.admin.push_reading_paused(insert_by_run)
-    assert (result, paused) == ("done", {"p"})
-    assert queue.binding.usage.queries - before == 2
+    jobs = [QueuedJob.new("t.echo", i, queue="q", at_ms=queue.clock()) for i in range(3)]
+    results, paused = await queue.push_many_noting_paused(jobs)
+    assert [r for r, _ in results] == [j.id for j in jobs] and paused == {"p"}
+    assert queue.binding.usage.queries - before == 1

@@ -7,14 +7,11 @@ the D1Queue's binding.
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from . import sql
-from .binding import Binding, Result, Statement
 from .bounds import MAX_SAFE_INT
 from .job import QueuedJob, check_name, row_to_job
 from .queue import D1Queue, FailedJob
@@ -49,28 +46,6 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
 
 
 T = TypeVar("T")
-
-
-class _ReadAlong(Binding):
-    """A binding that adds `reads` to the first batch sent through it and
-    keeps their results aside, so a write can report state read in its own
-    round trip without the driver knowing. The same database, usage, meter
-    and in-flight slots as the binding it copies (as `Binding.metered`)."""
-
-    def __init__(self, binding: Binding, reads: Sequence[Statement]) -> None:
-        self.__dict__.update(binding.__dict__)
-        self._reads = list(reads)
-        self.read: list[Result] | None = None
-
-    async def batch(
-        self, statements: Sequence[Statement], *, positional: bool = False
-    ) -> list[Result]:
-        if self.read is not None or not statements or positional:
-            # (The reads' rows are read by name: a positional batch goes alone.)
-            return await super().batch(statements, positional=positional)
-        results = await super().batch([*statements, *self._reads])
-        self.read = results[len(statements) :]
-        return results[: len(statements)]
 
 
 class Admin:
@@ -110,21 +85,6 @@ class Admin:
         if name is not None:
             entry(name)
         return sorted(by_name.values(), key=lambda s: s.queue)
-
-    async def push_reading_paused(
-        self, push: Callable[[D1Queue], Awaitable[T]]
-    ) -> tuple[T, set[str]]:
-        """`push(queue)`'s result and the names of the paused queues, read in
-        the same db.batch as the push's insert: a push that reports whether its
-        queue is paused still costs one round trip. Should the push send no
-        batch (a driver that inserts otherwise), the names are read on their
-        own, so the answer is right either way, only dearer."""
-        riding = _ReadAlong(self.binding, [(sql.PAUSED_QUEUES, ())])
-        queue = copy.copy(self.queue)
-        queue.binding = riding
-        result = await push(queue)
-        read = riding.read[0] if riding.read else await self.binding.run(sql.PAUSED_QUEUES)
-        return result, {str(r["name"]) for r in read.rows}
 
     async def set_paused(self, name: str, paused: bool) -> None:
         """A paused queue is not drained; pushes to it are still accepted."""

@@ -24,7 +24,7 @@ from typing import Literal, TypeVar
 
 from .admin import Admin, QueueStats, decode_cursor, encode_cursor
 from .job import QueuedJob
-from .queue import D1Queue, FailedJob
+from .queue import FailedJob
 from .registry import Registry
 from .schedules import Schedule, ScheduleDef, Schedules
 from .shardset import ShardQueue, ShardSet
@@ -69,13 +69,6 @@ class ShardedAdmin:
     async def stats(self, name: str | None = None) -> list[QueueStats]:
         per_shard = await self._each(lambda a: a.stats(name))
         return merge_stats(per_shard)
-
-    async def push_reading_paused(
-        self, push: Callable[[D1Queue], Awaitable[T]], shard: int = 0
-    ) -> tuple[T, set[str]]:
-        """Admin.push_reading_paused on `shard`: its paused states are every
-        shard's, as pausing writes all."""
-        return await self.admins[shard].push_reading_paused(push)
 
     async def set_paused(self, name: str, paused: bool) -> None:
         await self._each(lambda a: a.set_paused(name, paused))

@@ -130,6 +130,10 @@ def claim_order(rows: Sequence[Sequence[Any]], n: int) -> list[QueuedJob]:
     return jobs[:n]
 
 
+def _names(result: Result) -> set[str]:
+    return {str(r["name"]) for r in result.rows}
+
+
 def _insert_params(job: QueuedJob) -> tuple[Any, ...]:
     """INSERT_JOB's ten values for `job`."""
     return (
@@ -232,42 +236,64 @@ class D1Queue:
     async def push(self, job: QueuedJob) -> str:
         """Store `job`; returns its id, or, when its unique_key is already held
         by a queued job, that job's id and stores nothing."""
+        job_id, _ = await self._push(job, ())
+        return job_id
+
+    async def push_noting_paused(self, job: QueuedJob) -> tuple[str, set[str]]:
+        """`push`, and the names of the paused queues, read in the push's own
+        db.batch: a push that tells whether its queue is paused still costs
+        one round trip."""
+        job_id, (paused,) = await self._push(job, [(sql.PAUSED_QUEUES, ())])
+        return job_id, _names(paused)
+
+    async def push_many(self, jobs: Sequence[QueuedJob]) -> list[tuple[str, bool]]:
+        """Store many jobs in one db.batch (one transaction: all or none);
+        returns (id, deduplicated) per job, in order. Rows are packed ten to a
+        statement, D1's 100-bound-parameter limit."""
+        out, _ = await self._push_many(jobs, ())
+        return out
+
+    async def push_many_noting_paused(
+        self, jobs: Sequence[QueuedJob]
+    ) -> tuple[list[tuple[str, bool]], set[str]]:
+        """`push_many`, and the paused queues' names read in its db.batch."""
+        out, (paused,) = await self._push_many(jobs, [(sql.PAUSED_QUEUES, ())])
+        return out, _names(paused)
+
+    def _stamp(self, job: QueuedJob) -> QueuedJob:
         job.validate()
         now = self.clock()
         job.id = job.id or new_id(now)
         job.available_at = job.available_at or now
         job.created_at = job.created_at or now
-        params = _insert_params(job)
+        return job
+
+    async def _push(self, job: QueuedJob, reads: Sequence[Statement]) -> tuple[str, list[Result]]:
+        """Insert `job` with `reads` riding in the same batch (their results
+        are returned after the id)."""
+        params = _insert_params(self._stamp(job))
         if job.unique_key is None:
-            (inserted,) = await self.binding.batch([(sql.INSERT_JOB, params)])
+            inserted, *read = await self.binding.batch([(sql.INSERT_JOB, params), *reads])
             if inserted.changes != 1 and not (
                 # A transient error hid that the first send landed: the row
                 # with this id is our own job.
                 inserted.resent and await self.job(job.id) is not None
             ):
                 raise DuplicateJobId(f"a job with id {job.id!r} is already queued")
-            return job.id
+            return job.id, read
         # Insert and read the key's holder in one round trip: the holder is
         # this job if the insert won, else the job that already had the key.
-        _, holder = await self.binding.batch(
-            [(sql.INSERT_JOB, params), (sql.SELECT_UNIQUE_HOLDER, (job.unique_key,))]
+        _, holder, *read = await self.binding.batch(
+            [(sql.INSERT_JOB, params), (sql.SELECT_UNIQUE_HOLDER, (job.unique_key,)), *reads]
         )
         if not holder.rows:  # nobody holds the key: the conflict was on the id
             raise DuplicateJobId(f"a job with id {job.id!r} is already queued")
-        return str(holder.rows[0]["id"])
+        return str(holder.rows[0]["id"]), read
 
-    async def push_many(self, jobs: Sequence[QueuedJob]) -> list[tuple[str, bool]]:
-        """Store many jobs in one db.batch (one transaction: all or none);
-        returns (id, deduplicated) per job, in order. Rows are packed ten to a
-        statement, D1's 100-bound-parameter limit."""
-        rows = []
-        for job in jobs:
-            job.validate()
-            now = self.clock()
-            job.id = job.id or new_id(now)
-            job.available_at = job.available_at or now
-            job.created_at = job.created_at or now
-            rows.append(job)
+    async def _push_many(
+        self, jobs: Sequence[QueuedJob], reads: Sequence[Statement]
+    ) -> tuple[list[tuple[str, bool]], list[Result]]:
+        rows = [self._stamp(job) for job in jobs]
         statements: list[Statement] = []
         plain = [j for j in rows if j.unique_key is None]
         keyed = [j for j in rows if j.unique_key is not None]
@@ -281,26 +307,26 @@ class D1Queue:
         for i in range(0, len(keys), 100):
             chunk_keys = keys[i : i + 100]
             statements.append((sql.select_unique_holders(len(chunk_keys)), chunk_keys))
-        selects = (len(keys) + 99) // 100  # the holder SELECTs come last
+        # The reads after the inserts: the holder SELECTs, then `reads`.
+        tail = (len(keys) + 99) // 100 + len(reads)
+        statements.extend(reads)
         try:
             results = await self.binding.batch(statements)
         except Exception as exc:
             # A re-send after a lost reply meets the ids its first send stored
             # (the batch is one transaction: all of them, or none). The keys'
-            # holders are then read on their own.
+            # holders and the reads are then read on their own.
             if not (plain and was_resent(exc) and await self._all_queued(plain)):
                 raise
-            results = await self.binding.batch(statements[len(statements) - selects :])
-        holders = {
-            r["unique_key"]: str(r["id"])
-            for res in results[len(results) - selects :]
-            for r in res.rows
-        }
+            results = await self.binding.batch(statements[len(statements) - tail :])
+        read = results[len(results) - len(reads) :] if reads else []
+        selects = results[len(results) - tail : len(results) - len(reads)]
+        holders = {r["unique_key"]: str(r["id"]) for res in selects for r in res.rows}
         out = []
         for job in rows:
             holder = holders.get(job.unique_key, job.id) if job.unique_key else job.id
             out.append((holder, holder != job.id))
-        return out
+        return out, read
 
     async def _all_queued(self, jobs: Sequence[QueuedJob]) -> bool:
         for i in range(0, len(jobs), 100):

@@ -222,7 +222,7 @@ class Service:
 
     async def _dispatch(self, job: QueuedJob) -> dict[str, Any]:
         shard = shard_of_id(job.id)
-        job_id, paused = await self.admin.push_reading_paused(lambda q: q.push(job), shard)
+        job_id, paused = await self.shards.queue(shard).push_noting_paused(job)
         await self._pushed(job.queue, shard)
         return {
             "id": job_id,
@@ -244,9 +244,7 @@ class Service:
                     "(their partition keys differ): a batch is one transaction on one D1 "
                     "database, so push them in separate batches"
                 )
-        results, paused = await self.admin.push_reading_paused(
-            lambda q: q.push_many(parsed), shards[0]
-        )
+        results, paused = await self.shards.queue(shards[0]).push_many_noting_paused(parsed)
         await self._pushed(queue, shards[0])
         return {
             "ids": [i for i, _ in results],

@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from .binding import MAX_IN_FLIGHT
+from .binding import MAX_IN_FLIGHT, Result, Statement
 from .job import QueuedJob, new_id
 from .limits import Meter
 from .queue import D1Queue
@@ -97,16 +97,18 @@ class ShardQueue(D1Queue):
         job.id = mark_id(job.id, self.shards.routing.shard_of(job.queue, partition))
         return await self.push(job)
 
-    async def push(self, job: QueuedJob) -> str:
-        """D1Queue.push on the shard the job's id names (an id is made for
-        its queue's shard when it has none; an id without a marker is
-        shard 0's)."""
+    async def _push(self, job: QueuedJob, reads: Sequence[Statement]) -> tuple[str, list[Result]]:
+        """Every push of one job lands on the shard its id names (an id is
+        made for its queue's shard when it has none; an id without a marker
+        is shard 0's)."""
         target = self.sibling(self.place(job))
         if target is not self:
-            return await target.push(job)
-        return await super().push(job)
+            return await target._push(job, reads)
+        return await super()._push(job, reads)
 
-    async def push_many(self, jobs: Sequence[QueuedJob]) -> list[tuple[str, bool]]:
+    async def _push_many(
+        self, jobs: Sequence[QueuedJob], reads: Sequence[Statement]
+    ) -> tuple[list[tuple[str, bool]], list[Result]]:
         """One transaction on one shard: every job must route to the same one."""
         shards = {self.place(job) for job in jobs}
         if len(shards) > 1:
@@ -116,8 +118,8 @@ class ShardQueue(D1Queue):
             )
         target = self.sibling(shards.pop()) if shards else self
         if target is not self:
-            return await target.push_many(jobs)
-        return await super().push_many(jobs)
+            return await target._push_many(jobs, reads)
+        return await super()._push_many(jobs, reads)
 
 
 class ShardSet:
