@@ -14,7 +14,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from . import sql
 from .binding import Binding, Result, Statement, was_resent
@@ -222,14 +222,21 @@ class D1Queue:
     def reservation_ms(self) -> int:
         return round(self.reservation_s * 1000)
 
-    def metered(self, meter: Meter) -> D1Queue:
-        """This queue, its D1 calls counted into `meter` (a job's budget)."""
+    def derive(self, **changes: Any) -> Self:
+        """This queue with some of its attributes replaced (`binding`,
+        `reservation_s`, `registry`): the one way a queue is made from
+        another. The class is kept (a shard's queue keeps routing), and so is
+        what the twins share (the binding's usage, the claim batches)."""
         # Not copy.copy: its generic protocol is slow in Pyodide, and every
-        # job of a drain gets one of these.
-        twin = object.__new__(D1Queue)
+        # job of a drain gets a metered twin.
+        twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
-        twin.binding = self.binding.metered(meter)
+        twin.__dict__.update(changes)
         return twin
+
+    def metered(self, meter: Meter) -> Self:
+        """This queue, its D1 calls counted into `meter` (a job's budget)."""
+        return self.derive(binding=self.binding.metered(meter))
 
     # -- pushing ---------------------------------------------------------
 

@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 
 from .binding import MAX_IN_FLIGHT, Result, Statement
 from .job import QueuedJob, new_id
-from .limits import Meter
 from .queue import D1Queue
 from .shards import Routing, mark_id, shard_of_id
 
@@ -45,13 +44,6 @@ class ShardQueue(D1Queue):
         twin = object.__new__(cls)
         twin.__dict__.update(queue.__dict__)
         twin.shard, twin.shards = shard, shards
-        return twin
-
-    def metered(self, meter: Meter) -> ShardQueue:
-        """D1Queue.metered, keeping the class (and so the routing)."""
-        twin = object.__new__(type(self))
-        twin.__dict__.update(self.__dict__)
-        twin.binding = self.binding.metered(meter)
         return twin
 
     def place(self, job: QueuedJob, partition: str | None = None) -> int:

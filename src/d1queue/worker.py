@@ -19,7 +19,6 @@ claiming, and whatever D1 refused every time is reported as unsettled.
 from __future__ import annotations
 
 import asyncio
-import copy
 import sys
 import time
 import traceback
@@ -265,8 +264,7 @@ async def drain(
             settings["queues"] = (q,) if isinstance(q, str) else tuple(q)
         config = replace(config, **settings)
     if config.reservation_s is not None and config.reservation_s != queue.reservation_s:
-        queue = copy.copy(queue)  # the configured lease, for every claim of this drain
-        queue.reservation_s = config.reservation_s
+        queue = queue.derive(reservation_s=config.reservation_s)  # every claim's lease
     longest = registry.max_timeout_s()
     outbound = config.outbound  # what handlers' fetch may reach
     if queue.reservation_s < longest + SETTLE_MARGIN_S:
@@ -276,8 +274,7 @@ async def drain(
             "running could be reclaimed and run twice"
         )
     if queue.registry is None:
-        queue = copy.copy(queue)  # handlers' ctx.queue.dispatch applies job defaults
-        queue.registry = registry
+        queue = queue.derive(registry=registry)  # ctx.queue.dispatch applies job defaults
     meter = meter or queue.binding.meter or Meter.for_plan(PLANS[config.plan])
     queue = queue.metered(meter)
     usage = queue.binding.usage
