@@ -261,3 +261,24 @@ def test_cpu_grows_linearly_up_to_the_body_limit(name: str) -> None:
     assert per_byte_growth(shape, KIB, 64 * KIB) < RATIO
     assert MAX_BODY_BYTES == 1024 * KIB
     assert per_byte_growth(shape, 16 * KIB, MAX_BODY_BYTES) < RATIO
+
+
+async def test_every_name_check_raises_the_one_error_type() -> None:
+    import pytest
+
+    from d1queue import D1Queue, Registry
+    from d1queue.bounds import InvalidName, check_name, is_name
+    from d1queue.testing import database
+
+    assert check_name("queue", "mail.out-1") == "mail.out-1" and is_name("a:b")
+    for bad in ("", "a b", "x" * 65, None, 7, "é"):
+        assert not is_name(bad)
+        with pytest.raises(InvalidName):
+            check_name("queue", bad)
+    with pytest.raises(InvalidName):
+        Registry().register("bad name", lambda p: None)  # type: ignore[arg-type, return-value]
+    queue = D1Queue(database())
+    with pytest.raises(InvalidName):
+        await queue.size("bad queue")
+    with pytest.raises(InvalidName):
+        await queue.dispatch("x", None, queue="bad queue")

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from . import sql
-from .bounds import MAX_SAFE_INT
-from .job import QueuedJob, check_name, row_to_job
+from .bounds import MAX_SAFE_INT, check_name
+from .job import QueuedJob, row_to_job
 from .queue import D1Queue, FailedJob
 
 

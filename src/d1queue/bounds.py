@@ -13,11 +13,35 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 NAME_RULE = "[A-Za-z0-9._:-]{1,64}"
 """Queue names and job names: short, URL-safe, no surprises in logs or SQL."""
 NAME_PATTERN = re.compile(NAME_RULE)
+
+
+class InvalidName(ValueError):
+    """A queue name, job name or schedule id not of NAME_RULE's shape: the
+    one error of the one name check, which each interface turns into its own
+    answer (a 400, a 422, a refused setting)."""
+
+    def __init__(self, kind: str, value: object) -> None:
+        super().__init__(f"{kind} must match {NAME_RULE}, got {value!r}")
+        self.kind, self.value = kind, value
+
+
+def is_name(value: object) -> TypeGuard[str]:
+    """Whether `value` is a string of NAME_RULE's shape."""
+    return isinstance(value, str) and NAME_PATTERN.fullmatch(value) is not None
+
+
+def check_name(kind: str, value: object) -> str:
+    """`value`, if it is a well-formed `kind` (a queue, a job name); else
+    InvalidName."""
+    if not is_name(value):
+        raise InvalidName(kind, value)
+    return value
+
 
 MAX_UNIQUE_KEY = 255
 """Characters of a unique_key."""

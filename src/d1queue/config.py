@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from .bounds import MAX_OLDER_THAN_S
-from .job import check_name
+from .bounds import MAX_OLDER_THAN_S, check_name
 from .limits import PLANS
 from .outbound import HostRules, Outbound, parse_services
 from .shards import Routing, check, parse_shard_map, parse_shards

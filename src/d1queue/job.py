@@ -16,8 +16,7 @@ from .bounds import (
     MAX_JSON_DEPTH,
     MAX_SAFE_INT,
     MAX_UNIQUE_KEY,
-    NAME_PATTERN,
-    NAME_RULE,
+    check_name,
     json_depth,
     value_depth,
 )
@@ -46,13 +45,6 @@ def new_id(at_ms: int | None = None) -> str:
         ms, rand = _last_id[0], _last_id[1] + 1
     _last_id = (ms, rand)
     return f"{ms:012x}{rand:020x}"
-
-
-def check_name(kind: str, value: object) -> str:
-    """Raise ValueError unless `value` is a well-formed queue or job name."""
-    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
-        raise ValueError(f"{kind} must match {NAME_RULE}, got {value!r}")
-    return value
 
 
 @dataclass

@@ -18,8 +18,8 @@ from typing import Any, Literal, Self
 
 from . import sql
 from .binding import Binding, Result, Statement, was_resent
-from .bounds import MAX_SAFE_INT, clamp_delay_s
-from .job import QueuedJob, check_name, new_id, now_ms, row_to_job, values_to_job
+from .bounds import MAX_SAFE_INT, check_name, clamp_delay_s
+from .job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
 from .limits import Meter, SubrequestLimitExceeded
 from .log import event, get
 from .registry import JobSpec, Registry

@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bounds import MAX_JSON_DEPTH, MAX_UNIQUE_KEY, PRIORITY_RANGE, value_depth
+from .bounds import MAX_JSON_DEPTH, MAX_UNIQUE_KEY, PRIORITY_RANGE, check_name, value_depth
 from .context import JobContext
-from .job import QueuedJob, check_name
+from .job import QueuedJob
 from .limits import PLANS
 from .schedules import ScheduleDef
 

@@ -52,8 +52,8 @@ from .bounds import (
     MAX_JSON_DEPTH,
     MAX_PAYLOAD_BYTES,
     MAX_SAFE_INT,
-    NAME_PATTERN,
     NAME_RULE,
+    is_name,
     value_depth,
 )
 from .job import new_id
@@ -283,13 +283,11 @@ class ScheduleDef:
 
     def __post_init__(self) -> None:
         """Validated on construction: ScheduleError naming the field."""
-        if not isinstance(self.id, str) or not NAME_PATTERN.fullmatch(self.id):
+        if not is_name(self.id):
             raise ScheduleError("id", f"schedule id must match {NAME_RULE}, got {self.id!r}")
-        if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
+        if not is_name(self.name):
             raise ScheduleError("name", f"name must match {NAME_RULE}, got {self.name!r}")
-        if self.queue is not None and (
-            not isinstance(self.queue, str) or not NAME_PATTERN.fullmatch(self.queue)
-        ):
+        if self.queue is not None and (not is_name(self.queue)):
             raise ScheduleError("queue", f"queue must match {NAME_RULE}, got {self.queue!r}")
         if self.catch_up not in CATCH_UP_POLICIES:
             raise ScheduleError(

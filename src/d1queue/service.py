@@ -25,9 +25,9 @@ from .bounds import (
     MAX_PARTITION,
     MAX_PAYLOAD_BYTES,
     MAX_UNIQUE_KEY,
-    NAME_PATTERN,
     NAME_RULE,
     PRIORITY_RANGE,
+    is_name,
     value_depth,
 )
 from .config import Config
@@ -68,9 +68,10 @@ def too_deep(what: str) -> ApiError:
 
 
 def check_queue(name: Any) -> str:
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+    """A queue name in a path or an argument: 400 invalid_queue otherwise."""
+    if not is_name(name):
         raise ApiError(400, "invalid_queue", f"queue names match {NAME_RULE}")
-    return name
+    return str(name)
 
 
 def check_id(id: Any) -> str:
@@ -136,10 +137,10 @@ class Service:
             raise invalid(f"{where}unknown field(s): {', '.join(unknown)}")
         if queue is None and "queue" in obj:
             queue = obj["queue"]
-            if not isinstance(queue, str) or not NAME_PATTERN.fullmatch(queue):
+            if not is_name(queue):
                 raise invalid(f"{where}queue must match {NAME_RULE}")
         name = obj.get("name")
-        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        if not is_name(name):
             raise invalid(f"{where}name must match {NAME_RULE}")
         if name not in self.registry:
             raise invalid(f"{where}no job is registered under the name {name!r}")
@@ -365,7 +366,7 @@ class Service:
             if key not in obj:
                 raise invalid(f"{key} is required")
         name = obj["name"]
-        if isinstance(name, str) and NAME_PATTERN.fullmatch(name) and name not in self.registry:
+        if is_name(name) and name not in self.registry:
             raise ApiError(
                 422, "unknown_job", f"name: no job is registered under the name {name!r}"
             )
@@ -405,9 +406,7 @@ class Service:
     async def schedules(self, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise ApiError(400, "invalid_limit", f"limit must be an integer from 1 to {MAX_PAGE}")
-        if cursor is not None and (
-            not isinstance(cursor, str) or not NAME_PATTERN.fullmatch(cursor)
-        ):
+        if cursor is not None and not is_name(cursor):
             raise ApiError(400, "invalid_cursor", f"cursor is a schedule id ({NAME_RULE})")
         rows, next_cursor = await self.schedule_store.page(limit, cursor)
         return {

@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .bounds import NAME_PATTERN
+from .bounds import is_name
 from .config import Config
 from .crons import combine
 from .limits import Meter, SubrequestLimitExceeded
@@ -113,7 +113,7 @@ def parse_wake(body: Any, shards: int = 1) -> tuple[int, str] | None:
     if not isinstance(body, dict):
         return None
     queue, shard = body.get("queue"), body.get("shard")
-    if not isinstance(queue, str) or not NAME_PATTERN.fullmatch(queue):
+    if not is_name(queue):
         return None
     if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards:
         return None

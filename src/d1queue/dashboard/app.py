@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, quote, unquote, urlparse
 
 from .. import stats as counters
-from ..bounds import ID_PATTERN, NAME_PATTERN, NAME_RULE
+from ..bounds import ID_PATTERN, NAME_RULE, is_name
 from ..guard import RETRY_AFTER_S, Guard
 from ..service import ApiError, Service
 from . import html as h
@@ -166,7 +166,7 @@ def _with_notice(path: str, notice: str, n: int | None = None) -> str:
 
 
 def _check_name(kind: str, value: str) -> str:
-    if not NAME_PATTERN.fullmatch(value):
+    if not is_name(value):
         raise Refused(400, f"{kind} names match {NAME_RULE}; {value!r} does not")
     return value
 
