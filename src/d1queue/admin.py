@@ -28,21 +28,28 @@ class QueueStats:
     paused: bool = False
 
 
-CURSOR_RULE = r"[0-9]{1,15}:[^:]{0,200}"
-"""A page cursor is a position, `<failed_at>:<id>`, not an opaque token: any
-value of this shape is a valid place to continue from, newest first."""
+FAILED_CURSOR_RULE = r"[0-9]{1,15}:[A-Za-z0-9._:-]{0,128}"
+"""A page cursor of failed jobs is a position, `<failed_at>:<id>` (ids are
+of ID_RULE's shape, colons included), not an opaque token: any value of
+this shape is a valid place to continue from, newest first. The API, the
+dashboard and the OpenAPI document read it from here."""
+CURSOR_RULE = FAILED_CURSOR_RULE
+"""FAILED_CURSOR_RULE by its earlier name."""
+_FAILED_CURSOR = re.compile(r"([0-9]{1,15}):([A-Za-z0-9._:-]{0,128})")
 
 
-def encode_cursor(job: FailedJob) -> str:
-    return f"{job.failed_at}:{job.id}"
+def encode_cursor(failed_at: int, id: str) -> str:
+    """The cursor after a failed job at `failed_at` with `id`."""
+    return f"{failed_at}:{id}"
 
 
 def decode_cursor(cursor: str) -> tuple[int, str]:
-    """ValueError for anything not of CURSOR_RULE's shape."""
-    if not re.fullmatch(CURSOR_RULE, cursor):
+    """(failed_at, id) of a cursor; ValueError for anything not of
+    FAILED_CURSOR_RULE's shape."""
+    m = _FAILED_CURSOR.fullmatch(cursor)
+    if m is None:
         raise ValueError(f"a cursor is <failed_at>:<id>, as next_cursor gives it: {cursor!r}")
-    at, id = cursor.split(":", 1)
-    return int(at), id
+    return int(m.group(1)), m.group(2)
 
 
 T = TypeVar("T")
@@ -124,7 +131,7 @@ class Admin:
         jobs = [FailedJob(**r) for r in result.rows]
         more = len(jobs) > limit
         jobs = jobs[:limit]
-        return jobs, (encode_cursor(jobs[-1]) if more and jobs else None)
+        return jobs, (encode_cursor(jobs[-1].failed_at, jobs[-1].id) if more and jobs else None)
 
     async def delete_failed(self, id: str) -> bool:
         return (await self.binding.run(sql.DELETE_FAILED, id)).changes == 1

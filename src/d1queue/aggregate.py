@@ -92,7 +92,7 @@ class ShardedAdmin:
         jobs = sorted((j for page, _ in pages for j in page), key=_failed_key, reverse=True)
         more = len(jobs) > limit or any(nxt is not None for _, nxt in pages)
         jobs = jobs[:limit]
-        return jobs, (encode_cursor(jobs[-1]) if more and jobs else None)
+        return jobs, (encode_cursor(jobs[-1].failed_at, jobs[-1].id) if more and jobs else None)
 
     async def delete_failed(self, id: str) -> bool:
         admin = self._by_id(id)

@@ -20,7 +20,7 @@ from functools import cached_property
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlparse
 
-from .admin import CURSOR_RULE
+from .admin import FAILED_CURSOR_RULE
 from .bounds import (
     ID_PATTERN,
     ID_RULE,
@@ -349,7 +349,7 @@ ROUTES: tuple[Route, ...] = (
         query=(
             QueryParam("queue", "string", pattern=NAME_RULE),
             QueryParam("limit", "integer", minimum=1, maximum=MAX_PAGE, default=50),
-            QueryParam("cursor", "string", pattern=CURSOR_RULE),
+            QueryParam("cursor", "string", pattern=FAILED_CURSOR_RULE),
         ),
     ),
     Route(

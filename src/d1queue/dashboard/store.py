@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from .. import sql
 from .. import stats as counters
-from ..admin import Admin
+from ..admin import Admin, decode_cursor, encode_cursor
 from ..bounds import ID_RULE, MAX_SAFE_INT, PRIORITY_RANGE, SIGNOUT_PRUNE
 from ..log import event, get
 from ..queue import D1Queue, FailedJob
@@ -29,7 +29,6 @@ PAGE = 50
 statements a job, so 50 fit one batch (one subrequest) with room to spare."""
 
 _JOB_CURSOR = re.compile(r"(-?[0-9]{1,5}):([0-9]{1,15}):(" + ID_RULE + ")")
-_FAILED_CURSOR = re.compile(r"([0-9]{1,15}):(" + ID_RULE + ")")
 
 log = get(__name__)
 
@@ -46,8 +45,8 @@ def claim_cursor(row: dict[str, Any]) -> str:
 
 
 def failed_cursor(row: dict[str, Any]) -> str:
-    """The cursor after a failed job's row, newest first (_FAILED_CURSOR)."""
-    return f"{row['failed_at']}:{row['id']}"
+    """The cursor after a failed job's row, newest first (admin.encode_cursor)."""
+    return encode_cursor(row["failed_at"], row["id"])
 
 
 def first_page(
@@ -101,11 +100,9 @@ class ShardStore:
         (case-insensitive). ValueError for a malformed cursor."""
         at, after = before_ms, ""
         if cursor:
-            m = _FAILED_CURSOR.fullmatch(cursor)
-            if m is None:
-                raise ValueError("the page cursor is not one this dashboard made")
-            at, after = min(at, int(m.group(1))), m.group(2)
-            if int(m.group(1)) > before_ms:
+            failed_at, id = decode_cursor(cursor)
+            at, after = min(at, failed_at), id
+            if failed_at > before_ms:
                 after = ""
         args: list[Any] = [at, after, since_ms, name, error, PAGE + 1]
         statement = sql.LIST_FAILED_FILTERED
