@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .conftest import Host, start_host
+from .conftest import TOKEN, Host, start_host
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def post(host: Host, path: str, body: str) -> tuple[int, str]:
         "POST",
         path,
         body=body,
-        headers={"authorization": "Bearer runtime-test-token", "content-type": "application/json"},
+        headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
     )
     return reply.status, reply.json()["error"]["code"] if reply.status >= 400 else reply.text
 

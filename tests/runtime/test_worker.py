@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ..http_server import Server
-from .conftest import Host, RpcError, start_host
+from .conftest import TOKEN, Host, RpcError, start_host
 
 
 def echo_runs(host: Host, since: int) -> Counter[int]:
@@ -173,7 +173,7 @@ def test_api_over_http_errors_and_nothing_written(clean_host: Host) -> None:
         "POST",
         "/v1/queues/q/jobs",
         body="{nope",
-        headers={"authorization": "Bearer runtime-test-token"},
+        headers={"authorization": f"Bearer {TOKEN}"},
     )
     assert bad.status == 400 and bad.json()["error"]["code"] == "malformed_json"
     assert h.api("POST", "/v1/queues/q/jobs", {"name": "nope"}).status == 422
@@ -187,7 +187,7 @@ def test_api_over_http_errors_and_nothing_written(clean_host: Host) -> None:
         "POST",
         "/v1/queues/q/jobs",
         body=" " * (1024 * 1024 + 1),
-        headers={"authorization": "Bearer runtime-test-token"},
+        headers={"authorization": f"Bearer {TOKEN}"},
     )
     assert big.status == 413
     assert (
