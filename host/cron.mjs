@@ -1,4 +1,5 @@
-// Minute-level cron matching for `--crons` (UTC, as Cloudflare runs them).
+// Minute-level cron matching for `--crons` (UTC, as Cloudflare runs them),
+// and the timer that runs the config's crons each minute.
 // Five fields: minute hour day-of-month month day-of-week; each a list of
 // `*`, `N`, `A-B`, with an optional `/STEP`; month and weekday names
 // (JAN, MON…); weekday 7 is Sunday. As in standard cron, when both
@@ -51,4 +52,30 @@ export function parseCron(expr) {
     if (dom.any || dow.any) return domOk && dowOk;
     return domOk || dowOk;
   };
+}
+
+/** The config's cron expressions, each {expr, match} or {expr, error}. */
+export function parseCrons(exprs) {
+  return exprs.map((expr) => {
+    try { return { expr, match: parseCron(expr) }; } catch (e) { return { expr, error: e.message }; }
+  });
+}
+
+/** --crons: at the start of each minute (5 ms past it, so the minute has
+ * turned on this clock), `run(expr, minuteMs)` for each cron that matches
+ * it; an expression that does not parse is reported once and skipped.
+ * Returns a function that stops the timer. */
+export function startCrons(crons, run) {
+  for (const c of crons) if (c.error) process.stderr.write(`d1queue host: ignoring cron '${c.expr}': ${c.error}\n`);
+  let timer = null;
+  const tick = () => {
+    const now = new Date();
+    const minute = new Date(Math.floor(now.getTime() / 60000) * 60000);
+    for (const c of crons) {
+      if (c.match?.(minute)) run(c.expr, minute.getTime());
+    }
+    timer = setTimeout(tick, 60000 - (Date.now() % 60000) + 5);
+  };
+  timer = setTimeout(tick, 60000 - (Date.now() % 60000) + 5);
+  return () => clearTimeout(timer);
 }

@@ -27,7 +27,7 @@
 //   outside its try), so the limit error reaches the caller unwrapped.
 // - CPU: free 10 ms, paid 30 s, measured as the CPU time of the thread the
 //   Worker runs on (see cpuNow) while the Worker's own code runs: the call that
-//   starts a handler and every step of Pyodide's event loop (host.mjs routes
+//   starts a handler and every step of Pyodide's event loop (worker.mjs routes
 //   its scheduleCallback through timed()), and the parsing of each D1 answer
 //   with the promise reactions that hand it to Python (d1()), charged to the
 //   invocation they belong to, waitUntil work included. The host's own work

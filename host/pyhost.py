@@ -1,4 +1,4 @@
-"""The Python half of host/host.mjs; runs inside Pyodide next to the Worker.
+"""The Python half of host/worker.mjs; runs inside Pyodide next to the Worker.
 
 What workerd does around a Python Worker, done the same way here:
 

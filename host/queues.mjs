@@ -98,3 +98,26 @@ export class QueueController {
     return this.messages.map((m) => m._decision ?? this._all ?? fallback);
   }
 }
+
+/** Queue sends made to fail, as a Queues send can (POST /__test/queue-faults). */
+export class QueueSendFaults {
+  constructor() {
+    this.failSends = 0; // the next N sends fail
+    this.sends = 0;
+    this.failed = 0;
+  }
+
+  /** Throws for a send that is to fail; counts every send. */
+  check() {
+    this.sends++;
+    if (this.failSends > 0) {
+      this.failSends--;
+      this.failed++;
+      throw new Error('Queue send failed: injected by the host (POST /__test/queue-faults)');
+    }
+  }
+
+  totals() {
+    return { sends: this.sends, failed: this.failed, fail_sends: this.failSends };
+  }
+}
