@@ -51,8 +51,15 @@ async def test_a_wrong_token_pauses_and_the_limit_answers_429(queue: D1Queue) ->
         "GET", "https://q/v1/queues", client | {"authorization": f"Bearer {TOKEN}"}, b""
     )
     assert right.status == 200 and len(pauses) == 5, "a right token is neither paused nor counted"
-    other = await a.handle("GET", "https://q/v1/queues", {"cf-connecting-ip": "198.51.100.1"}, b"")
+    other = await a.handle(
+        "GET",
+        "https://q/v1/queues",
+        {"cf-connecting-ip": "198.51.100.1", "authorization": "x"},
+        b"",
+    )
     assert other.status == 401, "another client has its own count"
+    bare = await a.handle("GET", "https://q/v1/queues", client, b"")
+    assert bare.status == 401 and len(pauses) == 6, "no token at all guesses nothing: no pause"
 
 
 async def test_a_failing_limiter_locks_no_one_out(queue: D1Queue) -> None:

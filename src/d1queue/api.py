@@ -240,7 +240,9 @@ class Api:
                 raise ApiError(405, "method_not_allowed", f"{path} accepts {', '.join(allowed)}")
             raise ApiError(404, "not_found", f"no route {method} {path}")
         except ApiError as exc:
-            if exc.status == 401 and await self.guard.failed(headers):
+            # A wrong token is a guess and pays for it; no token at all is not.
+            guessed = exc.status == 401 and bool(headers.get("authorization", "").strip())
+            if guessed and await self.guard.failed(headers):
                 exc = ApiError(429, "too_many_attempts", "too many wrong tokens: wait, then retry")
                 return _error(exc, {"retry-after": str(RETRY_AFTER_S)})
             extra = {"www-authenticate": "Bearer"} if exc.status == 401 else {}

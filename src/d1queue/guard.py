@@ -11,7 +11,8 @@ A wrong bearer token or a wrong sign-in costs its sender:
   strict limit is a WAF rate-limiting rule in front of the Worker.
 
 Only failures are counted, so a busy producer with the right token is
-never slowed, and nothing is written to D1: an attacker cannot make the
+never slowed; a request with no token at all is refused at once (it guesses
+nothing), and nothing is written to D1: an attacker cannot make the
 Worker store anything by guessing. The token itself is at least
 config.MIN_TOKEN_CHARS characters, beyond guessing at any rate.
 """

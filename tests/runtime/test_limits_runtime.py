@@ -102,6 +102,7 @@ def test_a_handler_fetching_past_its_declaration_is_retried_with_the_budget_erro
         from d1queue import Config, D1Queue, Registry, drain
         from d1queue.binding import Binding
         from d1queue.limits import PLANS, Meter
+        from d1queue.outbound import HostRules
         import entry
 
         async def main(env):
@@ -115,7 +116,8 @@ def test_a_handler_fetching_past_its_declaration_is_retried_with_the_budget_erro
             meter = Meter.for_plan(PLANS["free"])
             queue = D1Queue(Binding(env.DB, meter=meter))
             await queue.dispatch("greedy", None)
-            report = await drain(queue, reg, Config(), env=env, fetch=entry._fetch)
+            local = Config(http_allow=HostRules.parse("public,loopback"))  # the test's server
+            report = await drain(queue, reg, local, env=env, fetch=entry._fetch)
             row = await queue.binding.run("SELECT last_error FROM d1queue_jobs")
             return {{"retried": report.retried, "error": row.rows[0]["last_error"]}}
         """
