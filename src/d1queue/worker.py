@@ -2,14 +2,37 @@
 budget is spent. A claim takes over a job whose lease lapsed (its worker died
 or overran) when it meets one, so there is no separate reclaim step.
 
-A round costs two D1 queries whatever its size: the previous round's settle
-statements travel in one batch with this round's candidate SELECT, then the
-claim batch; the last round's settle goes alone. Before each round the drain
-checks that the round and the settle it will owe fit in what is left of the
-invocation's subrequests (its handlers' declared ones included), so it never
-claims jobs it could not settle; it claims no more jobs than can finish inside
-their lease (`D1Queue.reservation_s`), waiting for a handler slot included,
-so no job runs past its lease; and it starts no round after the time budget.
+`drain` is a loop over the steps of a `Drain` (its state): `survey` the
+queues, then for each round `plan` it within the budgets (`Budget.plan`),
+`claim` it (sending the last round's settle with the claims, and recording
+it), `run` its jobs; then `settle` the last round and `close` the report.
+
+What it sends, one line a D1 round trip:
+
+    survey    the paused queues (with "*", and the queues holding jobs)
+    round 1   the candidate SELECT (one a queue, in one batch if several)
+              batch[claims, the next round's candidate SELECTs]
+    round n   batch[round n-1's settle, claims, the next round's SELECTs]
+    last      batch[the last round's settle]
+              the UPSERT of the run's counts (if it counted any)
+
+So a round after the first is one round trip when the previous claim batch
+read its candidates ahead. It is two (the settle travels with a fresh
+SELECT) when it did not: the previous round claimed nothing, or this round
+serves other queues. A round that takes the run to its job cap reads nothing
+ahead. Re-sends after a lost reply, and settles D1 refused, cost more
+(`D1Queue.settle_and_claim`, `D1Queue.settle_outcomes`).
+
+Before each round the drain checks that its worst case fits in what is left
+of the invocation's subrequests, the run's counters kept back: the candidates
+read on their own, the claims and the settle the round will owe, its
+handlers' declared subrequests included (`round_cost`, one formula for the
+plan and for each job admitted), so it claims no job it could not settle
+(with batches counted per statement, `Budget.admit` says where a job's
+declared subrequests can take the room kept for a read-ahead). It claims no
+more jobs than can finish inside their lease (`D1Queue.reservation_s`),
+waiting for a handler slot included, so no job runs past its lease; and it
+starts no round after the time budget.
 
 Settling never depends on claiming: if the batch carrying a round's outcomes
 fails, they are settled on their own (one by one if need be), the run stops
@@ -82,18 +105,6 @@ class DrainReport:
     def succeeded(self) -> int:
         """`completed` by its earlier public name, kept for callers that read it."""
         return self.completed
-
-
-def round_cost(k: int, owed: int, batch_counts_as: str, queues: int = 1) -> int:
-    """Worst-case budget a round claiming `k` jobs needs, with `owed` settle
-    statements of the previous round still to send: the batch carrying them
-    and a SELECT for each of the round's `queues` (sent on its own when the
-    round has no candidates read ahead), the claim batch (k UPDATEs and the
-    next round's SELECTs), and the settle this round will owe (up to 2
-    statements a job, when every job fails)."""
-    if batch_counts_as == "query":
-        return 3
-    return (owed + queues) + (k + queues) + 2 * k
 
 
 def _describe(exc: BaseException) -> str:
@@ -233,6 +244,486 @@ SETTLE_MARGIN_S = 2.0
 the invocation's window, for the settle that records its outcome."""
 
 
+def round_cost(
+    k: int, owed: int = 0, selects: int = 0, ahead: int = 0, *, per_statement: bool = False
+) -> int:
+    """The most subrequests a round claiming `k` jobs costs, the settle it
+    will owe included:
+
+    - a batch of the `owed` settle statements of the previous round and the
+      round's `selects` candidate SELECTs (one per queue), sent before the
+      claims; it is sent only with SELECTs in it (with none, the owed
+      statements travel in the claim batch);
+    - the claim batch: `k` UPDATEs and `ahead` SELECTs reading the next
+      round's candidates;
+    - the settle this round will owe: at most 2 statements a job (a failure
+      is copied to the failed table, then deleted).
+
+    A batch costs one subrequest, or with `per_statement` (D1QUEUE_BATCH_COUNTS_AS
+    = "statements") as many as it has statements."""
+    if per_statement:
+        return owed + selects + (k + ahead) + 2 * k
+    return (1 if selects else 0) + 1 + 1
+
+
+LEAST_ROUND = round_cost(1, selects=1)
+"""What the cheapest round that runs a job costs (3): its SELECT, its claim
+and its settle, a batch counting as one query. A job's handler is never given
+more than a drain's budget less this (`Budget.most`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One round, as planned before it is claimed."""
+
+    k: int
+    """The most jobs it claims."""
+    queues: list[str]
+    """The queues it reads candidates from, in turn."""
+    share: int
+    """The most candidates each queue offers: an equal share of `k`, rounded up."""
+    read_ahead: bool
+    """Whether its claim batch reads the next round's candidates."""
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """What one drain may spend, fixed when it starts. `plan` and `admit` are
+    the decisions taken from it and what is left; each depends only on its
+    arguments, so each can be tested alone."""
+
+    subrequests: int
+    """D1QUEUE_QUERY_BUDGET: the drain's subrequests, its handlers' included."""
+    jobs: int
+    """D1QUEUE_MAX_JOBS: the jobs one run claims, its CPU bound."""
+    time_s: float
+    """D1QUEUE_TIME_BUDGET_S: no round starts after this."""
+    batch_size: int
+    concurrency: int
+    lease_s: float
+    """Every claim's lease: a job must finish inside it, or another drain may
+    take it over and run it a second time."""
+    window_s: float | None = None
+    """How long the invocation may still run (None: no limit but the others)."""
+    per_statement: bool = False
+    """A batch costs its statements (D1QUEUE_BATCH_COUNTS_AS = "statements")."""
+    reserve: int = 0
+    """Subrequests kept back for the run's counters, sent after the last settle."""
+    most: int = field(init=False)
+    """The most subrequests a job's handler can be given: what a fresh drain
+    has once the cheapest round is paid for. A job declaring more fails."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "most", self.subrequests - LEAST_ROUND)
+
+    @classmethod
+    def of(cls, config: Config, lease_s: float, window_s: float | None = None) -> Budget:
+        return cls(
+            subrequests=config.budget,
+            jobs=config.job_cap,
+            time_s=config.time_budget_s,
+            batch_size=config.batch_size,
+            concurrency=config.concurrency,
+            lease_s=lease_s,
+            window_s=window_s,
+            per_statement=config.batch_counts_as == "statements",
+            reserve=config.stats_reserve,
+        )
+
+    def plan(
+        self, active: list[str], turn: int, claimed: int, owed: int, room: int, elapsed: float
+    ) -> Plan | str:
+        """The next round, or why there is none ("empty", "time_budget",
+        "max_jobs", "query_budget"). `active` are the queues that may still
+        hold jobs, `turn` the first of them this round serves, `claimed` the
+        jobs claimed so far, `owed` the settle statements of the last round
+        not yet sent, `room` the subrequests left, `elapsed` the seconds since
+        the drain started. The round takes as many jobs as its batch size and
+        the job cap allow, fewer while its worst case (`round_cost`: the
+        candidates read on their own, not ahead) does not fit in `room`; it
+        reads from as many queues as it has jobs to claim, in turn."""
+        if not active:
+            return "empty"
+        if elapsed >= self.time_s:
+            return "time_budget"
+        if claimed >= self.jobs:
+            return "max_jobs"
+        k = min(self.batch_size, self.jobs - claimed)
+        m = min(len(active), k)
+        per_statement = self.per_statement
+        while k > 0 and round_cost(k, owed, m, m, per_statement=per_statement) > room:
+            k -= 1
+            m = min(m, k)
+        if k == 0:
+            return "query_budget"
+        n = len(active)
+        # No read-ahead for a round that takes the run to its job cap (a
+        # free-plan consumer's only round, say): nothing would use it.
+        return Plan(
+            k, [active[(turn + i) % n] for i in range(m)], -(-k // m), claimed + k < self.jobs
+        )
+
+    def admit(
+        self, candidates: list[QueuedJob], registry: Registry, room: int, elapsed: float
+    ) -> tuple[list[QueuedJob], str]:
+        """The candidates a round claims, in order, and why it left the rest
+        ("" if none was left):
+
+        - "query_budget": stop at the first whose claim, settle (the claims
+          and settle of `round_cost` with nothing else) and declared
+          subrequests, with those chosen before it, do not fit in `room`, so
+          a large job is not starved by small ones behind it;
+        - "lease": stop at the first that could not finish inside its lease,
+          held from the claim until the earliest handler slot frees and it
+          has run its whole timeout, with SETTLE_MARGIN_S to settle it (the
+          rest wait for the next round);
+        - "window": skip those that could not finish inside the window
+          (`elapsed` is how much of it is gone): the cron runs them.
+
+        With the candidates read ahead, the owed settle and the read-ahead
+        SELECTs travel in the claim batch too; `plan` reserved room for them
+        with the round's `k`, but with per-statement counting a job's
+        declared subrequests can take that room here."""
+        most = self.most
+        per_statement = self.per_statement
+        window_s = self.window_s
+        lease = self.lease_s
+        stop = ""
+        chosen: list[QueuedJob] = []
+        # When each handler slot frees at the latest, the chosen jobs started
+        # in order and each running its whole timeout: a candidate is held
+        # from the claim until the earliest slot frees and it has run too.
+        # (A heap: its first is the earliest; which of equal ones is taken
+        # makes no difference.)
+        slots = [0.0] * self.concurrency
+        declared = 0
+        for job in candidates:
+            spec = registry.get(job.name)
+            need = spec.subrequests if spec and spec.subrequests <= most else 0
+            held_for = slots[0] + (spec.timeout_s if spec else 0.0)
+            if window_s is not None and elapsed + held_for + SETTLE_MARGIN_S > window_s:
+                stop = stop or "window"
+                continue  # too long for this invocation: the cron runs it
+            if held_for + SETTLE_MARGIN_S > lease:
+                stop = stop or "lease"  # it would wait for a slot past its lease
+                break
+            if round_cost(len(chosen) + 1, per_statement=per_statement) + declared + need > room:
+                stop = "query_budget"
+                break
+            chosen.append(job)
+            declared += need
+            heapreplace(slots, held_for)
+        return chosen, stop
+
+
+class Drain:
+    """One drain's state, from its survey to its report: the steps `plan`,
+    `claim`, `run`, `settle` and `close` move it on; see `drain`."""
+
+    __slots__ = (
+        "active",
+        "ahead",
+        "base",
+        "budget",
+        "counts",
+        "env",
+        "fetch",
+        "lost",
+        "meter",
+        "monotonic",
+        "outbound",
+        "pending",
+        "queue",
+        "registry",
+        "report",
+        "slots",
+        "start",
+        "stats",
+        "stop",
+        "turn",
+        "usage",
+        "used0",
+        "windowed",
+    )
+
+    def __init__(
+        self,
+        queue: D1Queue,
+        registry: Registry,
+        budget: Budget,
+        meter: Meter,
+        *,
+        env: Any = None,
+        fetch: Fetch | None = None,
+        outbound: Any = None,
+        stats: bool = False,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.queue = queue.metered(meter)
+        self.registry = registry
+        self.budget = budget
+        self.meter = meter
+        self.env = env
+        self.fetch = fetch
+        self.outbound = outbound  # what handlers' fetch may reach
+        self.stats = stats
+        self.monotonic = monotonic
+        self.usage = usage = self.queue.binding.usage
+        self.base = (usage.queries, usage.statements, usage.rows_read, usage.rows_written)
+        self.used0 = meter.used
+        self.start = monotonic()
+        self.report = DrainReport()
+        self.slots = Slots(budget.concurrency)
+        self.active: list[str] = []
+        """The queues that may still hold jobs, in the order rounds serve them."""
+        self.turn = 0
+        """The index in `active` of the queue the next round serves first."""
+        self.lost = 0
+        """Rounds in a row whose every candidate another drain took."""
+        self.pending: list[Outcome] = []
+        """The last round's outcomes, settled by the next claim batch."""
+        self.ahead: dict[str, list[QueuedJob]] = {}
+        """The next round's candidates per queue, read by the last claim
+        batch: a round that has them for its queues is one round trip."""
+        self.counts = RunCounts()  # for the per-minute counters (stats.py)
+        self.stop = ""
+        """Why the current round's admission left candidates ("" if none)."""
+        self.windowed = False
+        """Some job was left for the cron: too long for the window."""
+
+    def left(self) -> int:
+        """Subrequests this drain may still plan: its budget less what the
+        invocation has spent since it started (handlers included), within the
+        invocation's caps, less the counters' reserve. With batches counted
+        per statement, a batch costs its statements."""
+        usage, base, budget = self.usage, self.base, self.budget
+        spent = self.meter.used - self.used0
+        if budget.per_statement:
+            spent += (usage.statements - base[1]) - (usage.queries - base[0])
+        return min(budget.subrequests - spent, self.meter.left()) - budget.reserve
+
+    async def survey(self, listed: list[str], every_queue: bool) -> bool:
+        """Read the paused queues (and with `every_queue` the queues holding
+        jobs) in one round trip, and order the queues to drain: the `listed`
+        ones first, in their order, then every other queue found, by name.
+        False if D1 failed (the report says so): nothing is held yet."""
+        report = self.report
+        try:
+            paused, found = await self.queue.survey(every_queue=every_queue)
+        except Exception as exc:
+            report.stopped, report.error = "d1_error", _describe(exc)
+            return False
+        names = listed + [q for q in found if q not in listed]
+        self.active = [q for q in names if q not in paused]
+        report.paused = sorted(paused & set(names))
+        return True
+
+    def plan(self) -> Plan | None:
+        """The next round within the budgets (Budget.plan), or None with the
+        reason in the report."""
+        pending = self.pending
+        owed = len(pending) + [o.action for o in pending].count("fail")
+        plan = self.budget.plan(
+            self.active,
+            self.turn,
+            self.report.claimed,
+            owed,
+            self.left(),
+            self.monotonic() - self.start,
+        )
+        if isinstance(plan, str):
+            self.report.stopped = plan
+            return None
+        return plan
+
+    def admit(self, candidates: list[QueuedJob]) -> list[QueuedJob]:
+        """Budget.admit with what is left when the candidates are in hand
+        (after the SELECT, when they were not read ahead)."""
+        chosen, self.stop = self.budget.admit(
+            candidates, self.registry, self.left(), self.monotonic() - self.start
+        )
+        return chosen
+
+    async def claim(self, plan: Plan) -> list[QueuedJob] | None:
+        """Send the last round's settle and this round's claims
+        (`D1Queue.settle_and_claim`: one round trip with the candidates read
+        ahead, else two), record the settle, and drop the queues found empty.
+        The jobs won; [] for a round that won none but leaves the drain going
+        (no candidates, all too long for the window, all lost to another
+        drain); None when the drain ends (the reason in the report)."""
+        report, active, queue = self.report, self.active, self.queue
+        turns = plan.queues
+        self.stop = ""
+        done = await queue.settle_and_claim(
+            self.pending,
+            {q: plan.share for q in turns},
+            plan.k,
+            admit=self.admit,
+            ahead=self.ahead,
+            read_ahead=plan.read_ahead,
+        )
+        jobs = done.jobs
+        self.ahead = done.ahead or {}
+        self.record(self.pending, done.marks)
+        report.reclaimed += done.reclaimed
+        self.pending = []
+        report.rounds += 1
+        if done.error is not None:
+            # D1 failed past its retries: what was held is settled; claim no
+            # more this run.
+            report.stopped, report.error = "d1_error", _describe(done.error)
+            return None
+        for name in turns:
+            if not done.found.get(name):
+                active.remove(name)  # nothing ready on this queue
+        if not done.candidates:
+            return []
+        stop = self.stop
+        if stop == "query_budget" and not jobs:
+            report.stopped = "query_budget"
+            return None
+        self.windowed = self.windowed or stop == "window"
+        if stop == "window" and not jobs:
+            for name in turns:  # what is ready there is the cron's to run
+                if name in active:
+                    active.remove(name)
+            return []
+        if not jobs:
+            # Every candidate went to another drain running at the same time;
+            # the queues are not empty. Try again, a bounded number of times,
+            # so contention cannot spin.
+            self.lost += 1
+            return None if self.lost >= queue.max_claim_attempts else []
+        self.lost = 0
+        if not stop:
+            # A queue with nothing left after this round's claims is done: the
+            # SELECT that read ahead found nothing there, or (without one) it
+            # offered fewer jobs than its share. Jobs pushed from now on wait
+            # for the next run (or start a drain of their own).
+            ahead = done.ahead
+            for name in turns:
+                if name in active and (
+                    not ahead.get(name)
+                    if ahead is not None
+                    else done.found.get(name, 0) < plan.share
+                ):
+                    active.remove(name)
+        if active:
+            self.turn = (self.turn + len(turns)) % len(active)
+        report.claimed += len(jobs)
+        if stop == "query_budget":
+            report.stopped = "query_budget"  # the next round could not be paid for
+        return jobs
+
+    async def run(self, jobs: list[QueuedJob]) -> list[Outcome]:
+        """Run a round's jobs, at most `concurrency` at once, and return their
+        outcomes in order. Eager tasks, awaited only if still running: no
+        event-loop callback for a job that never waits (see _eager)."""
+        run_job = self.run_job
+        tasks = [_eager(run_job(job)) for job in jobs]
+        running = [t for t in tasks if not t.done()]
+        if running:
+            await asyncio.wait(running)
+        return [t.result() for t in tasks]
+
+    async def run_job(self, job: QueuedJob) -> Outcome:
+        """One claimed job's outcome, its handler run in a slot. Never raises
+        for anything the job did."""
+        spec = self.registry.get(job.name)
+        if spec is not None and spec.subrequests > self.budget.most and not job.exhausted:
+            return Outcome(
+                job,
+                "fail",
+                error=f"job {job.name!r} declares {spec.subrequests} subrequests per attempt, "
+                f"but a drain on this configuration can give a job at most {self.budget.most} "
+                "(D1QUEUE_PLAN, D1QUEUE_QUERY_BUDGET)",
+            )
+        # A handler that takes no ctx gets none: nothing can reach its budget.
+        # For one that does, the budget and the metered queue and env are made
+        # only if it reaches for them (DrainContext).
+        ctx = (
+            DrainContext(
+                job,
+                parent=self.meter,
+                declared=spec.subrequests,
+                queue=self.queue,
+                env=self.env,
+                http=self.fetch,
+                outbound=self.outbound,
+            )
+            if spec is not None and spec.wants_context
+            else None
+        )
+        slots = self.slots
+        if not slots.take_now():
+            await slots.take()
+        try:
+            outcome = _decided(job, spec)
+            if outcome is None and spec is not None:
+                outcome = await _call(job, spec, ctx)
+        finally:
+            slots.give()
+        outcome = cast("Outcome", outcome)
+        if ctx is not None and ctx.refused is not None and outcome.action == "complete":
+            # The handler caught the refusal and returned: its work is not
+            # whole, and this attempt must not count as done.
+            outcome = retry_or_fail_outcome(job, spec, _describe(ctx.refused))
+        return outcome
+
+    def record(self, outcomes: list[Outcome], marks: list[Mark]) -> None:
+        """Count settled outcomes into the report and the run's counters."""
+        report = self.report
+        add = self.counts.add
+        for outcome, mark in zip(outcomes, marks, strict=True):
+            action = outcome.action
+            if mark == "written":
+                add(outcome.job.queue, action)
+            elif mark == "resent":
+                add(outcome.job.queue, action)
+                report.resent += 1
+            elif mark == "stale":
+                report.stale += 1
+                continue
+            else:  # unsettled
+                report.unsettled.append(outcome.job.id)
+                continue
+            if action == "complete":
+                report.completed += 1
+            elif action == "retry":
+                report.retried += 1
+            else:
+                report.failed += 1
+
+    async def settle(self) -> None:
+        """Settle the last round's outcomes in a batch of their own (every
+        plan reserved room for it), and record them."""
+        pending = self.pending
+        if pending:
+            self.record(pending, await self.queue.settle_outcomes(pending))
+            self.pending = []
+
+    async def close(self) -> DrainReport:
+        """Send the run's counters (one statement, at most one row written;
+        `left` kept room for it) and complete the report."""
+        report, queue = self.report, self.queue
+        if report.stopped == "empty" and self.windowed:
+            report.stopped = "window"
+        if self.stats and not self.counts.empty:
+            await record_counts(queue.binding, self.counts, queue.clock())
+        return self.finish()
+
+    def finish(self) -> DrainReport:
+        """The report with what the drain sent and how long it took."""
+        report, usage, base = self.report, self.usage, self.base
+        report.queries = usage.queries - base[0]
+        report.statements = usage.statements - base[1]
+        report.rows_read = usage.rows_read - base[2]
+        report.rows_written = usage.rows_written - base[3]
+        report.subrequests = self.meter.used - self.used0
+        report.elapsed_s = round(self.monotonic() - self.start, 3)
+        return report
+
+
 async def drain(
     queue: D1Queue,
     registry: Registry,
@@ -257,16 +748,52 @@ async def drain(
     finish inside it are claimed, the cron takes the rest. Keyword
     `settings` override `config`'s fields (`drain(q, reg, queues=["mail"],
     batch_size=10)`) and are validated as Config's are."""
+    config = _configured(config, settings)
+    queue = _leased(queue, registry, config)
+    state = Drain(
+        queue,
+        registry,
+        Budget.of(config, queue.reservation_s, window_s),
+        meter or queue.binding.meter or Meter.for_plan(PLANS[config.plan]),
+        env=env,
+        fetch=fetch,
+        outbound=config.outbound,
+        stats=config.stats,
+        monotonic=monotonic,
+    )
+    if not await state.survey(list(config.listed_queues), config.queues[-1] == ALL_QUEUES):
+        return state.finish()
+    while (plan := state.plan()) is not None:
+        jobs = await state.claim(plan)
+        if jobs is None:
+            break
+        if jobs:
+            state.pending = await state.run(jobs)  # settled by the next claim batch
+            if state.report.stopped:  # the next round could not be paid for
+                break
+    await state.settle()
+    return await state.close()
+
+
+def _configured(config: Config | None, settings: dict[str, Any]) -> Config:
+    """`config` (default Config()) with keyword `settings` over its fields."""
     config = config or Config()
     if settings:
         if "queues" in settings:  # a list, a tuple, or one name
             q = settings["queues"]
             settings["queues"] = (q,) if isinstance(q, str) else tuple(q)
         config = replace(config, **settings)
+    return config
+
+
+def _leased(queue: D1Queue, registry: Registry, config: Config) -> D1Queue:
+    """The queue the drain claims through: with the configured lease, which
+    must cover the longest job's timeout and the settle after it (or a job
+    still running could be reclaimed and run twice), and the registry (so
+    ctx.queue.dispatch applies job defaults)."""
     if config.reservation_s is not None and config.reservation_s != queue.reservation_s:
         queue = queue.derive(reservation_s=config.reservation_s)  # every claim's lease
     longest = registry.max_timeout_s()
-    outbound = config.outbound  # what handlers' fetch may reach
     if queue.reservation_s < longest + SETTLE_MARGIN_S:
         raise ConfigError(
             f"the lease ({queue.reservation_s:g}s) must cover the longest job timeout "
@@ -274,265 +801,17 @@ async def drain(
             "running could be reclaimed and run twice"
         )
     if queue.registry is None:
-        queue = queue.derive(registry=registry)  # ctx.queue.dispatch applies job defaults
-    meter = meter or queue.binding.meter or Meter.for_plan(PLANS[config.plan])
-    queue = queue.metered(meter)
-    usage = queue.binding.usage
-    base = (usage.queries, usage.statements, usage.rows_read, usage.rows_written)
-    used0 = meter.used
-    per_statement = config.batch_counts_as == "statements"
-
-    def left() -> int:
-        """Subrequests this drain may still plan: its budget less what the
-        invocation has spent since it started (handlers included), within the
-        invocation's caps. With batches counted per statement, a batch costs
-        its statements."""
-        spent = meter.used - used0
-        if per_statement:
-            spent += (usage.statements - base[1]) - (usage.queries - base[0])
-        # Kept back for the run's counters, sent after the last settle.
-        return min(config.budget - spent, meter.left()) - config.stats_reserve
-
-    def claim_and_settle(n: int) -> int:
-        """The claim batch of `n` jobs and the settle it will owe (every job
-        failing: two statements each)."""
-        return 1 + 1 if not per_statement else n + 2 * n
-
-    most = config.budget - 3  # a fresh drain's room for one job's handler
-
-    start = monotonic()
-    report = DrainReport()
-
-    def finish() -> DrainReport:
-        report.queries = usage.queries - base[0]
-        report.statements = usage.statements - base[1]
-        report.rows_read = usage.rows_read - base[2]
-        report.rows_written = usage.rows_written - base[3]
-        report.subrequests = meter.used - used0
-        report.elapsed_s = round(monotonic() - start, 3)
-        return report
-
-    slots = Slots(config.concurrency)
-
-    async def run(job: QueuedJob) -> Outcome:
-        spec = registry.get(job.name)
-        if spec is not None and spec.subrequests > most and not job.exhausted:
-            return Outcome(
-                job,
-                "fail",
-                error=f"job {job.name!r} declares {spec.subrequests} subrequests per attempt, "
-                f"but a drain on this configuration can give a job at most {most} "
-                "(D1QUEUE_PLAN, D1QUEUE_QUERY_BUDGET)",
-            )
-        # A handler that takes no ctx gets none: nothing can reach its budget.
-        # For one that does, the budget and the metered queue and env are made
-        # only if it reaches for them (DrainContext).
-        ctx = (
-            DrainContext(
-                job,
-                parent=meter,
-                declared=spec.subrequests,
-                queue=queue,
-                env=env,
-                http=fetch,
-                outbound=outbound,
-            )
-            if spec is not None and spec.wants_context
-            else None
-        )
-        if not slots.take_now():
-            await slots.take()
-        try:
-            outcome = _decided(job, spec)
-            if outcome is None and spec is not None:
-                outcome = await _call(job, spec, ctx)
-        finally:
-            slots.give()
-        outcome = cast("Outcome", outcome)
-        if ctx is not None and ctx.refused is not None and outcome.action == "complete":
-            # The handler caught the refusal and returned: its work is not
-            # whole, and this attempt must not count as done.
-            outcome = retry_or_fail_outcome(job, spec, _describe(ctx.refused))
-        return outcome
-
-    stop = ""  # why admit() refused the rest of a round's candidates
-    windowed = False  # some job was left for the cron: too long for the window
-
-    def admit(candidates: list[QueuedJob]) -> list[QueuedJob]:
-        """The candidates this round may claim, in order: those whose declared
-        subrequests fit in what the invocation has left (stopping at the first
-        that does not, so a large job is not starved by small ones behind it);
-        as many as can finish inside the lease, each held from the claim until
-        it has waited for a slot and run its whole timeout, with time left to
-        settle (the rest wait for the next round); and, with a window, only
-        those that can finish inside it too."""
-        nonlocal stop
-        room = left()
-        elapsed = monotonic() - start
-        lease = queue.reservation_s
-        chosen: list[QueuedJob] = []
-        # When each handler slot frees at the latest, the chosen jobs started
-        # in order and each running its whole timeout: a candidate is held
-        # from the claim until the earliest slot frees and it has run too.
-        # (A heap: its first is the earliest; which of equal ones is taken
-        # makes no difference.)
-        slots = [0.0] * config.concurrency
-        declared = 0
-        for job in candidates:
-            spec = registry.get(job.name)
-            need = spec.subrequests if spec and spec.subrequests <= most else 0
-            held_for = slots[0] + (spec.timeout_s if spec else 0.0)
-            if window_s is not None and elapsed + held_for + SETTLE_MARGIN_S > window_s:
-                stop = stop or "window"
-                continue  # too long for this invocation: the cron runs it
-            if held_for + SETTLE_MARGIN_S > lease:
-                stop = stop or "lease"  # it would wait for a slot past its lease
-                break
-            if claim_and_settle(len(chosen) + 1) + declared + need > room:
-                stop = "query_budget"
-                break
-            chosen.append(job)
-            declared += need
-            heapreplace(slots, held_for)
-        return chosen
-
-    listed = list(config.listed_queues)
-    try:
-        paused, found = await queue.survey(every_queue=config.queues[-1] == ALL_QUEUES)
-    except Exception as exc:  # D1 is failing: nothing is held yet
-        report.stopped, report.error = "d1_error", _describe(exc)
-        return finish()
-    # The listed queues first, in their order, then (with "*") every other
-    # queue holding jobs, by name. Each round offers each queue an equal share.
-    names = listed + [q for q in found if q not in listed]
-    active = [q for q in names if q not in paused]
-    report.paused = sorted(paused & set(names))
-    lost = 0
-    turn = 0
-    pending: list[Outcome] = []  # the last round's outcomes, not yet settled
-    # The next round's candidates per queue, read by the last claim batch:
-    # a round that has them for its queues is one round trip.
-    ahead: dict[str, list[QueuedJob]] = {}
-    counts = RunCounts()  # for the per-minute counters (stats.py)
-
-    def record(outcomes: list[Outcome], marks: list[Mark]) -> None:
-        add = counts.add
-        for outcome, mark in zip(outcomes, marks, strict=True):
-            action = outcome.action
-            if mark == "written":
-                add(outcome.job.queue, action)
-            elif mark == "resent":
-                add(outcome.job.queue, action)
-                report.resent += 1
-            elif mark == "stale":
-                report.stale += 1
-                continue
-            else:  # unsettled
-                report.unsettled.append(outcome.job.id)
-                continue
-            if action == "complete":
-                report.completed += 1
-            elif action == "retry":
-                report.retried += 1
-            else:
-                report.failed += 1
-
-    while True:
-        if not active:
-            report.stopped = "empty"
-            break
-        if monotonic() - start >= config.time_budget_s:
-            report.stopped = "time_budget"
-            break
-        if report.claimed >= config.job_cap:
-            report.stopped = "max_jobs"
-            break
-        room = left()
-        owed = len(pending) + [o.action for o in pending].count("fail")
-        k = min(config.batch_size, config.job_cap - report.claimed)
-        # The round's queues: as many as it has jobs to claim, in turn.
-        m = min(len(active), k)
-        while k > 0 and round_cost(k, owed, config.batch_counts_as, m) > room:
-            k -= 1
-            m = min(m, k)
-        if k == 0:
-            report.stopped = "query_budget"
-            break
-        turns = [active[(turn + i) % len(active)] for i in range(m)]
-        share = -(-k // m)  # an equal share, rounded up: k is the round's cap
-        stop = ""
-        # No read-ahead for a round that takes the run to its job cap (a
-        # free-plan consumer's only round, say): nothing would use it.
-        more = report.claimed + k < config.job_cap
-        done = await queue.settle_and_claim(
-            pending, {q: share for q in turns}, k, admit=admit, ahead=ahead, read_ahead=more
-        )
-        jobs, candidates = done.jobs, done.candidates
-        ahead = done.ahead or {}
-        record(pending, done.marks)
-        report.reclaimed += done.reclaimed
-        pending = []
-        report.rounds += 1
-        if done.error is not None:
-            # D1 failed past its retries: what was held is settled; claim no
-            # more this run.
-            report.stopped, report.error = "d1_error", _describe(done.error)
-            break
-        for name in turns:
-            if not done.found.get(name):
-                active.remove(name)  # nothing ready on this queue
-        if not candidates:
-            continue
-        if stop == "query_budget" and not jobs:
-            report.stopped = "query_budget"
-            break
-        windowed = windowed or stop == "window"
-        if stop == "window" and not jobs:
-            for name in turns:  # what is ready there is the cron's to run
-                if name in active:
-                    active.remove(name)
-            continue
-        if not jobs:
-            # Every candidate went to another drain running at the same time;
-            # the queues are not empty. Try again, a bounded number of times.
-            lost += 1
-            if lost >= queue.max_claim_attempts:
-                break
-            continue
-        lost = 0
-        if not stop:
-            # A queue with nothing left after this round's claims is done: the
-            # SELECT that read ahead found nothing there, or (without one) it
-            # offered fewer jobs than its share. Jobs pushed from now on wait
-            # for the next run (or start a drain of their own).
-            for name in turns:
-                if name in active and (
-                    not ahead.get(name)
-                    if done.ahead is not None
-                    else done.found.get(name, 0) < share
-                ):
-                    active.remove(name)
-        if active:
-            turn = (turn + m) % len(active)
-        report.claimed += len(jobs)
-        # Eager tasks, awaited only if still running: no event-loop callback
-        # for a job that never waits (see _eager).
-        tasks = [_eager(run(job)) for job in jobs]
-        running = [t for t in tasks if not t.done()]
-        if running:
-            await asyncio.wait(running)
-        pending = [t.result() for t in tasks]
-        if stop == "query_budget":
-            report.stopped = "query_budget"  # the next round could not be paid for
-            break
-    if pending:  # every budget check reserved room for this
-        record(pending, await queue.settle_outcomes(pending))
-    if report.stopped == "empty" and windowed:
-        report.stopped = "window"
-    if config.stats and not counts.empty:
-        # One statement, at most one row written; left() kept room for it.
-        await record_counts(queue.binding, counts, queue.clock())
-    return finish()
+        queue = queue.derive(registry=registry)
+    return queue
 
 
-__all__ = ["DrainReport", "drain", "outcome_of", "round_cost"]
+__all__ = [
+    "LEAST_ROUND",
+    "Budget",
+    "Drain",
+    "DrainReport",
+    "Plan",
+    "drain",
+    "outcome_of",
+    "round_cost",
+]
