@@ -289,11 +289,6 @@ async def test_a_drain_sends_what_its_docstring_says(
     assert report.queries == len(trips) and report.rounds == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="admit prices a job's claim and settle but not the read-ahead SELECT the claim "
-    "batch carries, so declared subrequests can take that room (Budget.admit)",
-)
 async def test_a_drain_counting_statements_stays_inside_its_budget(
     queue: D1Queue, db: SqliteD1
 ) -> None:

@@ -405,7 +405,7 @@ class D1Queue:
         outcomes: Sequence[Outcome],
         queue: str | Mapping[str, int],
         n: int,
-        admit: Callable[[list[QueuedJob]], list[QueuedJob]] | None = None,
+        admit: Callable[[list[QueuedJob], int], list[QueuedJob]] | None = None,
         ahead: Mapping[str, list[QueuedJob]] | None = None,
         read_ahead: bool = False,
     ) -> Round:
@@ -413,9 +413,11 @@ class D1Queue:
         `queue` may map several queues to their shares of the round: one
         SELECT each, and the candidates taken in turns, one from each queue,
         so a queue with one job is not kept waiting behind another with
-        thousands. `admit` picks which candidates to claim, in order (the
-        drain's budget and window: it knows their names and so their
-        handlers' needs only now).
+        thousands. `admit(candidates, carried)` picks which candidates to
+        claim, in order (the drain's budget and window: it knows their names
+        and so their handlers' needs only now); `carried` is how many other
+        statements ride in the claim batch (the owed settle, the read-ahead
+        SELECTs), which a budget counting statements must price too.
 
         With `read_ahead`, the claim batch also reads the next round's
         candidates (a SELECT per queue after the claims, which see them
@@ -457,7 +459,8 @@ class D1Queue:
         offered = dict(zip(shares, (len(h) for h in heads), strict=True))
         candidates = interleave(heads)[:n]
         until = now + self.reservation_ms
-        chosen = (candidates if admit is None else admit(candidates)) if candidates else []
+        riding = len(statements) + (len(selects) if read_ahead else 0)
+        chosen = (candidates if admit is None else admit(candidates, riding)) if candidates else []
         # One token for the batch: its jobs on a queue then share their held
         # key's prefix and token, one range (sql.DELETE_HELD_BATCH).
         token = _token()

@@ -364,7 +364,12 @@ class Budget:
         )
 
     def admit(
-        self, candidates: list[QueuedJob], registry: Registry, room: int, elapsed: float
+        self,
+        candidates: list[QueuedJob],
+        registry: Registry,
+        room: int,
+        elapsed: float,
+        carried: int = 0,
     ) -> tuple[list[QueuedJob], str]:
         """The candidates a round claims, in order, and why it left the rest
         ("" if none was left):
@@ -380,10 +385,10 @@ class Budget:
         - "window": skip those that could not finish inside the window
           (`elapsed` is how much of it is gone): the cron runs them.
 
-        With the candidates read ahead, the owed settle and the read-ahead
-        SELECTs travel in the claim batch too; `plan` reserved room for them
-        with the round's `k`, but with per-statement counting a job's
-        declared subrequests can take that room here."""
+        `carried` statements ride in the claim batch besides the claims (the
+        owed settle when the candidates were read ahead, the next round's
+        SELECTs): with per-statement counting they are priced with the
+        first job, so declared subrequests never take their room."""
         most = self.most
         per_statement = self.per_statement
         window_s = self.window_s
@@ -407,7 +412,8 @@ class Budget:
             if held_for + SETTLE_MARGIN_S > lease:
                 stop = stop or "lease"  # it would wait for a slot past its lease
                 break
-            if round_cost(len(chosen) + 1, per_statement=per_statement) + declared + need > room:
+            cost = round_cost(len(chosen) + 1, owed=carried, per_statement=per_statement)
+            if cost + declared + need > room:
                 stop = "query_budget"
                 break
             chosen.append(job)
@@ -536,11 +542,12 @@ class Drain:
             return None
         return plan
 
-    def admit(self, candidates: list[QueuedJob]) -> list[QueuedJob]:
+    def admit(self, candidates: list[QueuedJob], carried: int = 0) -> list[QueuedJob]:
         """Budget.admit with what is left when the candidates are in hand
-        (after the SELECT, when they were not read ahead)."""
+        (after the SELECT, when they were not read ahead), `carried`
+        statements riding in the claim batch with them."""
         chosen, self.stop = self.budget.admit(
-            candidates, self.registry, self.left(), self.monotonic() - self.start
+            candidates, self.registry, self.left(), self.monotonic() - self.start, carried
         )
         return chosen
 
