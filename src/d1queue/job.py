@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .binding import json_loads
 from .bounds import (
     MAX_DELAY_S,
     MAX_JSON_DEPTH,
@@ -18,9 +17,30 @@ from .bounds import (
     MAX_UNIQUE_KEY,
     check_name,
     json_depth,
+    json_loads,
     value_depth,
 )
-from .sql import JOB_COLUMN_NAMES
+
+JOB_COLUMN_NAMES = (
+    "id",
+    "queue",
+    "name",
+    "payload",
+    "attempts",
+    "max_attempts",
+    "priority",
+    "available_at",
+    "reserved_at",
+    "locked_until",
+    "reservation",
+    "created_at",
+    "unique_key",
+    "last_error",
+    "band",
+)
+"""The columns of a d1queue_jobs row as a QueuedJob is read from it, in the
+order `values_to_job` unpacks them: sql.JOB_COLUMNS selects them in this
+order, so the decoder and the SELECT cannot disagree on a position."""
 
 
 def now_ms() -> int:
@@ -224,7 +244,7 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
 
 def values_to_job(values: Sequence[Any]) -> QueuedJob:
     """row_to_job for a row read `positional`ly: its values in the order of
-    sql.JOB_COLUMNS (what SELECT_CANDIDATES returns). The usual row takes
+    JOB_COLUMN_NAMES (what sql.SELECT_CANDIDATES returns). The usual row takes
     row_to_job's fast path, without a dict to build and read; anything else
     goes the general way, by name."""
     (
