@@ -24,7 +24,7 @@ from .bounds import (
     NAME_RULE,
     PRIORITY_RANGE,
 )
-from .schedules import CATCH_UP_POLICIES, MAX_CATCH_UP, MAX_CRON, TZ_RULE
+from .schedule import CATCH_UP_POLICIES, MAX_CATCH_UP, MAX_CRON, TZ_RULE
 
 NAME_SCHEMA = {"type": "string", "pattern": f"^{NAME_RULE}$"}
 

@@ -15,7 +15,7 @@ from .bounds import MAX_JSON_DEPTH, MAX_UNIQUE_KEY, PRIORITY_RANGE, check_name, 
 from .context import JobContext
 from .job import QueuedJob
 from .limits import PLANS
-from .schedules import ScheduleDef
+from .schedule import ScheduleDef
 
 MAX_JOB_SUBREQUESTS = PLANS["paid"].subrequests
 """No attempt can make more subrequests than a whole paid invocation."""

@@ -34,7 +34,7 @@ from .config import Config
 from .job import QueuedJob, new_id
 from .queue import D1Queue, FailedJob
 from .registry import Registry
-from .schedules import ScheduleDef, ScheduleError
+from .schedule import ScheduleDef, ScheduleError
 from .shards import mark_id, shard_of_id
 from .shardset import ShardSet
 
