@@ -25,7 +25,7 @@ from typing import Literal, TypeVar
 from .admin import Admin, QueueStats, decode_cursor, encode_cursor
 from .job import QueuedJob
 from .queue import FailedJob
-from .registry import Registry
+from .registry import Registry, spec_for
 from .schedules import Schedule, ScheduleDef, Schedules
 from .shardset import ShardQueue, ShardSet
 
@@ -127,9 +127,7 @@ class ShardedSchedules:
         self.stores = [schedules_on(q, registry) for q in shards.queues]
 
     def shard_of(self, d: ScheduleDef) -> int:
-        spec = self.registry.get(d.name)
-        queue = d.queue or (spec.queue if spec is not None else "default")
-        return self.shards.routing.shard_of(queue)
+        return self.shards.routing.shard_of(schedule_queue(self.registry, d))
 
     async def _each(self, call: Callable[[Schedules], Awaitable[T]]) -> list[T]:
         return await self.shards.each(lambda q: call(self.stores[q.shard]))
@@ -168,16 +166,18 @@ class ShardedSchedules:
         return next((r for r in rows if r is not None), None)
 
 
+def schedule_queue(registry: Registry, d: ScheduleDef) -> str:
+    """The queue schedule `d`'s jobs go to: its own, else its job's."""
+    return spec_for(registry, d.name).stored(queue=d.queue).queue
+
+
 def schedules_on(queue: ShardQueue, registry: Registry) -> Schedules:
     """The schedules stored on `queue`'s shard: the code-declared ones whose
     queue maps there are synced there, and slot jobs get ids of the shard."""
     shards = queue.shards
 
     def here(d: ScheduleDef) -> bool:
-        spec = registry.get(d.name)
-        return shards.routing.shard_of(d.queue or (spec.queue if spec else "default")) == (
-            queue.shard
-        )
+        return shards.routing.shard_of(schedule_queue(registry, d)) == queue.shard
 
     return Schedules(queue, registry, shard=queue.shard, declared=here)
 

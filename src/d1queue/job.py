@@ -1,5 +1,5 @@
-"""The queued job: the row as Python sees it, its id and name rules, and how a
-stored row becomes a QueuedJob."""
+"""The queued job: the row as Python sees it, its id and name rules, the
+library's job defaults, and how a stored row becomes a QueuedJob."""
 
 from __future__ import annotations
 
@@ -20,6 +20,24 @@ from .bounds import (
     json_loads,
     value_depth,
 )
+
+DEFAULT_QUEUE = "default"
+"""The queue of a job whose dispatch and registration name none."""
+DEFAULT_MAX_ATTEMPTS = 3
+"""Attempts before a job is failed, when neither its dispatch nor its
+registration says."""
+DEFAULT_PRIORITY = 0
+"""A job's priority (higher runs first), when neither its dispatch nor its
+registration says."""
+DEFAULT_TIMEOUT_S = 30.0
+"""How long one attempt may run, when its registration does not say."""
+DEFAULT_SUBREQUESTS = 0
+"""Subrequests one attempt makes through its ctx, when its registration does
+not say: none, so the drain plans nothing for it."""
+DEFAULT_UNIQUE = False
+"""No unique_key is derived for a job whose registration declares no unique
+policy."""
+
 
 JOB_COLUMN_NAMES = (
     "id",
@@ -74,11 +92,11 @@ class QueuedJob:
 
     name: str
     payload: Any = None
-    queue: str = "default"
+    queue: str = DEFAULT_QUEUE
     id: str = ""
     attempts: int = 0
-    max_attempts: int = 3
-    priority: int = 0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    priority: int = DEFAULT_PRIORITY
     available_at: int = 0
     created_at: int = 0
     unique_key: str | None = None
@@ -103,10 +121,10 @@ class QueuedJob:
         name: str,
         payload: Any = None,
         *,
-        queue: str = "default",
+        queue: str = DEFAULT_QUEUE,
         delay_s: float = 0,
-        max_attempts: int = 3,
-        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        priority: int = DEFAULT_PRIORITY,
         unique_key: str | None = None,
         at_ms: int | None = None,
     ) -> QueuedJob:

@@ -32,11 +32,16 @@ from .bounds import (
     value_depth,
 )
 
+DEFAULT_TZ = "UTC"
+"""The zone a schedule's cron is read in when it names none."""
+
 CatchUp = Literal["none", "latest", "all"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("none", "latest", "all")
 """What a schedule does with slots missed while no cron run came (an outage):
 `none` enqueues none of them, only an on-time slot; `latest` the most recent
 missed one; `all` every one, at most MAX_CATCH_UP."""
+DEFAULT_CATCH_UP: CatchUp = "none"
+"""A schedule's catch-up policy when it names none."""
 
 MAX_CATCH_UP = 100
 """Slots `catch_up="all"` enqueues for one schedule after an outage: the most
@@ -93,7 +98,7 @@ class Cron:
     zone: tzinfo
 
     @classmethod
-    def parse(cls, expr: Any, tz: Any = "UTC") -> Cron:
+    def parse(cls, expr: Any, tz: Any = DEFAULT_TZ) -> Cron:
         """ScheduleError("cron" | "tz") for anything that is not a standard
         5-field expression (ranges, steps, lists, month and day names, and
         cronsim's L, W and # extras) or a nickname, or an unknown zone."""
@@ -230,8 +235,8 @@ class ScheduleDef:
     name: str
     payload: Any = None
     queue: str | None = None
-    tz: str = "UTC"
-    catch_up: str = "none"
+    tz: str = DEFAULT_TZ
+    catch_up: str = DEFAULT_CATCH_UP
 
     def __post_init__(self) -> None:
         """Validated on construction: ScheduleError naming the field."""
@@ -303,6 +308,8 @@ EMPTY_SET = declared_hash([])
 
 __all__ = [
     "CATCH_UP_POLICIES",
+    "DEFAULT_CATCH_UP",
+    "DEFAULT_TZ",
     "MAX_CATCH_UP",
     "Cron",
     "ScheduleDef",

@@ -43,11 +43,13 @@ from .binding import Result, Statement
 from .job import new_id
 from .log import event, get
 from .queue import D1Queue
-from .registry import Registry
+from .registry import Registry, spec_for
 from .schedule import (  # the pure rules, importable from here as before
     ALIASES,
     CATCH_UP_POLICIES,
+    DEFAULT_CATCH_UP,
     DEFAULT_GRACE_MS,
+    DEFAULT_TZ,
     EMPTY_SET,
     MAX_CATCH_UP,
     MAX_CRON,
@@ -111,8 +113,7 @@ class Schedule:
         registered queue when the schedule names none), `payload` decoded,
         `next_run_at` null when no slot is left."""
         out = asdict(self)
-        spec = registry.get(self.name) if registry is not None else None
-        out["queue"] = self.queue or (spec.queue if spec is not None else "default")
+        out["queue"] = spec_for(registry, self.name).stored(queue=self.queue or None).queue
         with contextlib.suppress(ValueError):  # else written by something else: as stored
             out["payload"] = json.loads(self.payload)
         out["next_run_at"] = None if self.next_run_at >= NEVER else self.next_run_at
@@ -285,12 +286,10 @@ class Schedules:
             return
         plan = plan_slots(cron, str(row["catch_up"]), int(row["next_run_at"]), now, grace_ms)
         report.skipped += plan.skipped
-        spec = self.registry.get(str(row["name"]))
-        # A name this Worker does not know is still enqueued (another Worker
-        # on the same D1 may run it; else the drain fails it, visibly).
-        queue = row["queue"] or (spec.queue if spec is not None else "default")
-        attempts = spec.max_attempts if spec is not None else 3
-        priority = spec.priority if spec is not None else 0
+        # A name this Worker does not know is still enqueued, with the
+        # library's defaults (registry.spec_for).
+        spec = spec_for(self.registry, str(row["name"]))
+        queue, attempts, priority = spec.stored(queue=row["queue"] or None)
         for slot in plan.slots:
             run.slots.append(
                 [*read, mark_id(new_id(now), self.shard), slot, queue, attempts, priority]
@@ -377,7 +376,9 @@ __all__ = [
     "ALIASES",
     "CATCH_UP_POLICIES",
     "CODE_META_KEY",
+    "DEFAULT_CATCH_UP",
     "DEFAULT_GRACE_MS",
+    "DEFAULT_TZ",
     "DUE_LIMIT",
     "DUE_LIMITS",
     "EMPTY_SET",
