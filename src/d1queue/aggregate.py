@@ -27,6 +27,7 @@ from .job import QueuedJob
 from .queue import FailedJob
 from .registry import Registry, spec_for
 from .schedules import Schedule, ScheduleDef, Schedules
+from .shards import merge_pages
 from .shardset import ShardQueue, ShardSet
 
 T = TypeVar("T")
@@ -89,9 +90,7 @@ class ShardedAdmin:
         if cursor is not None:
             decode_cursor(cursor)  # ValueError before any query
         pages = await self._each(lambda a: a.failed_page(queue, limit, cursor))
-        jobs = sorted((j for page, _ in pages for j in page), key=_failed_key, reverse=True)
-        more = len(jobs) > limit or any(nxt is not None for _, nxt in pages)
-        jobs = jobs[:limit]
+        jobs, more = merge_pages(_has_more(pages), _failed_key, limit, reverse=True)
         return jobs, (encode_cursor(jobs[-1].failed_at, jobs[-1].id) if more and jobs else None)
 
     async def delete_failed(self, id: str) -> bool:
@@ -112,6 +111,15 @@ class ShardedAdmin:
 
 def _failed_key(job: FailedJob) -> tuple[int, str]:
     return (job.failed_at, job.id)
+
+
+def _schedule_key(schedule: Schedule) -> str:
+    return schedule.id
+
+
+def _has_more(pages: list[tuple[list[T], str | None]]) -> list[tuple[list[T], bool]]:
+    """Each shard's (rows, next cursor) as merge_pages reads it."""
+    return [(rows, nxt is not None) for rows, nxt in pages]
 
 
 class ShardedSchedules:
@@ -149,9 +157,7 @@ class ShardedSchedules:
     async def page(self, limit: int, cursor: str | None) -> tuple[list[Schedule], str | None]:
         """Schedules by id over every shard, `limit` at a time after `cursor`."""
         pages = await self._each(lambda s: s.page(limit, cursor))
-        rows = sorted((r for page, _ in pages for r in page), key=lambda r: r.id)
-        more = len(rows) > limit or any(nxt is not None for _, nxt in pages)
-        rows = rows[:limit]
+        rows, more = merge_pages(_has_more(pages), _schedule_key, limit)
         return rows, (rows[-1].id if more and rows else None)
 
     async def delete(self, id: str) -> Literal["deleted", "missing", "code"]:
