@@ -44,7 +44,7 @@ from .job import new_id
 from .log import event, get
 from .queue import D1Queue
 from .registry import Registry, spec_for
-from .schedule import (  # the pure rules, importable from here as before
+from .schedule import (  # the rules, also importable from this module
     ALIASES,
     CATCH_UP_POLICIES,
     DEFAULT_CATCH_UP,
