@@ -197,3 +197,64 @@ async def test_without_a_registry_the_built_in_defaults_apply(queue: D1Queue) ->
     job = await queue.job(await queue.dispatch("anything", None))
     assert job is not None
     assert (job.queue, job.max_attempts, job.priority, job.unique_key) == ("default", 3, 0, None)
+
+
+def test_the_library_defaults_are_stated_once_and_read_everywhere() -> None:
+    """job.DEFAULT_* are what an unregistered name, a registration that
+    declares nothing, a bare QueuedJob and the OpenAPI document say."""
+    from dataclasses import replace
+
+    from d1queue import QueuedJob
+    from d1queue.job import (
+        DEFAULT_MAX_ATTEMPTS,
+        DEFAULT_PRIORITY,
+        DEFAULT_QUEUE,
+        DEFAULT_SUBREQUESTS,
+        DEFAULT_TIMEOUT_S,
+        DEFAULT_UNIQUE,
+    )
+    from d1queue.registry import spec_for
+
+    stand_in = spec_for(None, "anything")
+    assert stand_in.stored() == (DEFAULT_QUEUE, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY)
+    assert (stand_in.timeout_s, stand_in.subrequests, stand_in.unique) == (
+        DEFAULT_TIMEOUT_S,
+        DEFAULT_SUBREQUESTS,
+        DEFAULT_UNIQUE,
+    )
+    assert spec_for(Registry(), "anything") == stand_in
+
+    async def handler(payload: Any) -> None: ...
+
+    registered = Registry().register("anything", handler)
+    assert registered == replace(stand_in, handler=handler, wants_context=False)
+    job = QueuedJob("anything")
+    assert (job.queue, job.max_attempts, job.priority) == stand_in.stored()
+    by_name = SPEC["components"]["schemas"]["JobByName"]["properties"]
+    assert f"({DEFAULT_MAX_ATTEMPTS} if it declares none)" in by_name["max_attempts"]["description"]
+    assert f"({DEFAULT_PRIORITY} if it declares none)" in by_name["priority"]["description"]
+    assert f"({DEFAULT_QUEUE!r} if it declares none)" in by_name["queue"]["description"]
+
+
+async def test_a_slot_of_an_unknown_job_is_stored_with_the_library_defaults(
+    db: SqliteD1, queue: D1Queue, clock: Clock
+) -> None:
+    """A schedule whose job this Worker does not know (another Worker on the
+    same D1 may run it) enqueues with the same defaults a dispatch gets."""
+    from d1queue.schedules import ScheduleDef, Schedules
+
+    reg = registry()
+    store = Schedules(queue, reg)
+    await store.put(ScheduleDef("other", "* * * * *", "digest"))
+    db.query("UPDATE d1queue_schedules SET name = 'elsewhere.job', next_run_at = ?", clock())
+    report = await store.run(now=clock())
+    assert report.enqueued == 1, report
+    (row,) = db.query("SELECT name, queue, max_attempts, priority FROM d1queue_jobs")
+    dispatched = await queue.job(await queue.dispatch("elsewhere.job"))
+    assert dispatched is not None
+    assert dict(row) == {
+        "name": "elsewhere.job",
+        "queue": dispatched.queue,
+        "max_attempts": dispatched.max_attempts,
+        "priority": dispatched.priority,
+    }

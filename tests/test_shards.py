@@ -22,7 +22,15 @@ from d1queue.dashboard.store import Store
 from d1queue.job import new_id
 from d1queue.openapi import SPEC
 from d1queue.service import Service
-from d1queue.shards import Routing, hash_shard, mark_id, rotation, shard_of_id, split
+from d1queue.shards import (
+    Routing,
+    hash_shard,
+    mark_id,
+    merge_pages,
+    rotation,
+    shard_of_id,
+    split,
+)
 from d1queue.shardset import ShardError, ShardQueue, ShardSet
 from d1queue.testing import SqliteD1
 from d1queue.wake import Waker, consume, parse_wake, wake_body
@@ -628,3 +636,22 @@ async def test_the_dashboard_shows_and_acts_on_every_shard(two: Sharded) -> None
     assert signouts == [1, 0], "sign-outs live on the home shard"
     browser.cookie = copied
     assert (await browser.get("/ui")).status == 303
+
+
+@pytest.mark.parametrize(
+    ("pages", "reverse", "expected"),
+    [
+        # Rows interleaved across shards come out in the list's order.
+        ([([1, 4], False), ([2, 3], False)], False, ([1, 2, 3], True)),
+        ([([4, 1], False), ([3, 2], False)], True, ([4, 3, 2], True)),
+        # Together no more than the limit, and no shard has more: the end.
+        ([([1], False), ([2, 3], False)], False, ([1, 2, 3], False)),
+        # One shard has more, though the merged rows fit: the list goes on.
+        ([([1], True), ([], False)], False, ([1], True)),
+        ([], False, ([], False)),
+    ],
+)
+def test_merge_pages_keeps_the_list_order_and_says_whether_it_goes_on(
+    pages: list[tuple[list[int], bool]], reverse: bool, expected: tuple[list[int], bool]
+) -> None:
+    assert merge_pages(pages, lambda n: n, 3, reverse) == expected

@@ -25,8 +25,9 @@ from typing import Literal, TypeVar
 from .admin import Admin, QueueStats, decode_cursor, encode_cursor
 from .job import QueuedJob
 from .queue import FailedJob
-from .registry import Registry
+from .registry import Registry, spec_for
 from .schedules import Schedule, ScheduleDef, Schedules
+from .shards import merge_pages
 from .shardset import ShardQueue, ShardSet
 
 T = TypeVar("T")
@@ -89,9 +90,7 @@ class ShardedAdmin:
         if cursor is not None:
             decode_cursor(cursor)  # ValueError before any query
         pages = await self._each(lambda a: a.failed_page(queue, limit, cursor))
-        jobs = sorted((j for page, _ in pages for j in page), key=_failed_key, reverse=True)
-        more = len(jobs) > limit or any(nxt is not None for _, nxt in pages)
-        jobs = jobs[:limit]
+        jobs, more = merge_pages(_has_more(pages), _failed_key, limit, reverse=True)
         return jobs, (encode_cursor(jobs[-1].failed_at, jobs[-1].id) if more and jobs else None)
 
     async def delete_failed(self, id: str) -> bool:
@@ -114,6 +113,15 @@ def _failed_key(job: FailedJob) -> tuple[int, str]:
     return (job.failed_at, job.id)
 
 
+def _schedule_key(schedule: Schedule) -> str:
+    return schedule.id
+
+
+def _has_more(pages: list[tuple[list[T], str | None]]) -> list[tuple[list[T], bool]]:
+    """Each shard's (rows, next cursor) as merge_pages reads it."""
+    return [(rows, nxt is not None) for rows, nxt in pages]
+
+
 class ShardedSchedules:
     """The schedules' API over shards. A schedule lives on the shard its
     queue maps to (its job's registered queue when it names none), so the
@@ -127,9 +135,7 @@ class ShardedSchedules:
         self.stores = [schedules_on(q, registry) for q in shards.queues]
 
     def shard_of(self, d: ScheduleDef) -> int:
-        spec = self.registry.get(d.name)
-        queue = d.queue or (spec.queue if spec is not None else "default")
-        return self.shards.routing.shard_of(queue)
+        return self.shards.routing.shard_of(schedule_queue(self.registry, d))
 
     async def _each(self, call: Callable[[Schedules], Awaitable[T]]) -> list[T]:
         return await self.shards.each(lambda q: call(self.stores[q.shard]))
@@ -151,9 +157,7 @@ class ShardedSchedules:
     async def page(self, limit: int, cursor: str | None) -> tuple[list[Schedule], str | None]:
         """Schedules by id over every shard, `limit` at a time after `cursor`."""
         pages = await self._each(lambda s: s.page(limit, cursor))
-        rows = sorted((r for page, _ in pages for r in page), key=lambda r: r.id)
-        more = len(rows) > limit or any(nxt is not None for _, nxt in pages)
-        rows = rows[:limit]
+        rows, more = merge_pages(_has_more(pages), _schedule_key, limit)
         return rows, (rows[-1].id if more and rows else None)
 
     async def delete(self, id: str) -> Literal["deleted", "missing", "code"]:
@@ -168,16 +172,18 @@ class ShardedSchedules:
         return next((r for r in rows if r is not None), None)
 
 
+def schedule_queue(registry: Registry, d: ScheduleDef) -> str:
+    """The queue schedule `d`'s jobs go to: its own, else its job's."""
+    return spec_for(registry, d.name).stored(queue=d.queue).queue
+
+
 def schedules_on(queue: ShardQueue, registry: Registry) -> Schedules:
     """The schedules stored on `queue`'s shard: the code-declared ones whose
     queue maps there are synced there, and slot jobs get ids of the shard."""
     shards = queue.shards
 
     def here(d: ScheduleDef) -> bool:
-        spec = registry.get(d.name)
-        return shards.routing.shard_of(d.queue or (spec.queue if spec else "default")) == (
-            queue.shard
-        )
+        return shards.routing.shard_of(schedule_queue(registry, d)) == queue.shard
 
     return Schedules(queue, registry, shard=queue.shard, declared=here)
 

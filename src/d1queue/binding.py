@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from .bounds import MAX_SAFE_INT
+from .bounds import MAX_SAFE_INT, json_loads
 from .limits import Meter, Slots
 
 Statement = tuple[str, Sequence[Any]]
@@ -158,24 +158,6 @@ def _null_to_none(row: dict[str, Any]) -> dict[str, Any]:
     if null is None:
         return row
     return {k: (None if v is null else v) for k, v in row.items()}
-
-
-_scan: Any = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
-def json_loads(text: str) -> Any:
-    """`json.loads(text)`, for compact JSON without the Python-level wrappers
-    (three calls and two whitespace matches, most of the time of a small
-    text in Pyodide): the decoder's own scanner when it reads the whole
-    text; anything else (whitespace around it, trailing data, a syntax
-    error) goes to json.loads, which says what is wrong."""
-    try:
-        value, end = _scan(text, 0)
-    except (StopIteration, TypeError, ValueError):
-        return json.loads(text)
-    if end != len(text):
-        return json.loads(text)
-    return value
 
 
 _WRITE_VERBS = ("INSERT", "UPDATE", "DELETE", "REPLACE")

@@ -1,5 +1,5 @@
-"""The queued job: the row as Python sees it, its id and name rules, and how a
-stored row becomes a QueuedJob."""
+"""The queued job: the row as Python sees it, its id and name rules, the
+library's job defaults, and how a stored row becomes a QueuedJob."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .binding import json_loads
 from .bounds import (
     MAX_DELAY_S,
     MAX_JSON_DEPTH,
@@ -18,9 +17,48 @@ from .bounds import (
     MAX_UNIQUE_KEY,
     check_name,
     json_depth,
+    json_loads,
     value_depth,
 )
-from .sql import JOB_COLUMN_NAMES
+
+DEFAULT_QUEUE = "default"
+"""The queue of a job whose dispatch and registration name none."""
+DEFAULT_MAX_ATTEMPTS = 3
+"""Attempts before a job is failed, when neither its dispatch nor its
+registration says."""
+DEFAULT_PRIORITY = 0
+"""A job's priority (higher runs first), when neither its dispatch nor its
+registration says."""
+DEFAULT_TIMEOUT_S = 30.0
+"""How long one attempt may run, when its registration does not say."""
+DEFAULT_SUBREQUESTS = 0
+"""Subrequests one attempt makes through its ctx, when its registration does
+not say: none, so the drain plans nothing for it."""
+DEFAULT_UNIQUE = False
+"""No unique_key is derived for a job whose registration declares no unique
+policy."""
+
+
+JOB_COLUMN_NAMES = (
+    "id",
+    "queue",
+    "name",
+    "payload",
+    "attempts",
+    "max_attempts",
+    "priority",
+    "available_at",
+    "reserved_at",
+    "locked_until",
+    "reservation",
+    "created_at",
+    "unique_key",
+    "last_error",
+    "band",
+)
+"""The columns of a d1queue_jobs row as a QueuedJob is read from it, in the
+order `values_to_job` unpacks them: sql.JOB_COLUMNS selects them in this
+order, so the decoder and the SELECT cannot disagree on a position."""
 
 
 def now_ms() -> int:
@@ -54,11 +92,11 @@ class QueuedJob:
 
     name: str
     payload: Any = None
-    queue: str = "default"
+    queue: str = DEFAULT_QUEUE
     id: str = ""
     attempts: int = 0
-    max_attempts: int = 3
-    priority: int = 0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    priority: int = DEFAULT_PRIORITY
     available_at: int = 0
     created_at: int = 0
     unique_key: str | None = None
@@ -83,10 +121,10 @@ class QueuedJob:
         name: str,
         payload: Any = None,
         *,
-        queue: str = "default",
+        queue: str = DEFAULT_QUEUE,
         delay_s: float = 0,
-        max_attempts: int = 3,
-        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        priority: int = DEFAULT_PRIORITY,
         unique_key: str | None = None,
         at_ms: int | None = None,
     ) -> QueuedJob:
@@ -224,7 +262,7 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
 
 def values_to_job(values: Sequence[Any]) -> QueuedJob:
     """row_to_job for a row read `positional`ly: its values in the order of
-    sql.JOB_COLUMNS (what SELECT_CANDIDATES returns). The usual row takes
+    JOB_COLUMN_NAMES (what sql.SELECT_CANDIDATES returns). The usual row takes
     row_to_job's fast path, without a dict to build and read; anything else
     goes the general way, by name."""
     (

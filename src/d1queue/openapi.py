@@ -24,7 +24,15 @@ from .bounds import (
     NAME_RULE,
     PRIORITY_RANGE,
 )
-from .schedules import CATCH_UP_POLICIES, MAX_CATCH_UP, MAX_CRON, TZ_RULE
+from .job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
+from .schedule import (
+    CATCH_UP_POLICIES,
+    DEFAULT_CATCH_UP,
+    DEFAULT_TZ,
+    MAX_CATCH_UP,
+    MAX_CRON,
+    TZ_RULE,
+)
 
 NAME_SCHEMA = {"type": "string", "pattern": f"^{NAME_RULE}$"}
 
@@ -64,12 +72,19 @@ JOB_IN: dict[str, Any] = {
             f"{MAX_JSON_DEPTH} levels deep (a request nested deeper is refused: 422 too_deep)"
         },
         "delay_s": {"type": "number", "minimum": 0, "maximum": MAX_DELAY_S},
-        "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS},
+        "max_attempts": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_ATTEMPTS,
+            "description": "attempts before the job is failed; without it, the job's "
+            f"registered max_attempts ({DEFAULT_MAX_ATTEMPTS} if it declares none)",
+        },
         "priority": {
             "type": "integer",
             "minimum": PRIORITY_RANGE[0],
             "maximum": PRIORITY_RANGE[1],
-            "description": "higher runs first",
+            "description": "higher runs first; without it, the job's registered priority "
+            f"({DEFAULT_PRIORITY} if it declares none)",
         },
         "unique_key": {
             "type": ["string", "null"],
@@ -137,7 +152,10 @@ JOB_BY_NAME = JOB_IN | {
     "properties": JOB_IN["properties"]
     | {
         "queue": NAME_SCHEMA
-        | {"description": "the queue to push to; without it, the queue the job is registered with"}
+        | {
+            "description": "the queue to push to; without it, the queue the job is "
+            f"registered with ({DEFAULT_QUEUE!r} if it declares none)"
+        }
     }
 }
 NOTES = {
@@ -197,14 +215,14 @@ SCHEDULE_IN: dict[str, Any] = {
         | {"description": "the queue each slot's job goes to (default: the job's own)"},
         "tz": {
             "type": "string",
-            "default": "UTC",
+            "default": DEFAULT_TZ,
             "pattern": f"^{TZ_RULE}$",
             "description": "IANA time zone the cron is read in; an unknown one is 422 "
             "unknown_timezone",
         },
         "catch_up": {
             "enum": list(CATCH_UP_POLICIES),
-            "default": "none",
+            "default": DEFAULT_CATCH_UP,
             "description": "slots missed in an outage: none (skip them), latest (the most "
             f"recent one), all (every one, at most {MAX_CATCH_UP})",
         },

@@ -14,7 +14,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, Unpack
 
 from . import sql
 from .binding import Binding, Result, Statement, was_resent
@@ -22,7 +22,7 @@ from .bounds import MAX_SAFE_INT, check_name, clamp_delay_s
 from .job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
 from .limits import Meter, SubrequestLimitExceeded
 from .log import event, get
-from .registry import JobSpec, Registry
+from .registry import Overrides, Registry, spec_for
 
 log = get(__name__)
 
@@ -148,10 +148,6 @@ def _insert_params(job: QueuedJob) -> tuple[Any, ...]:
         job.created_at,
         job.unique_key,
     )
-
-
-async def _unregistered(payload: Any) -> None:
-    raise AssertionError("a stand-in spec, never run")
 
 
 _TOKENS: list[str] = []
@@ -343,48 +339,19 @@ class D1Queue:
                 return False
         return True
 
-    async def dispatch(
-        self,
-        name: str,
-        payload: Any = None,
-        *,
-        queue: str | None = None,
-        delay_s: float = 0,
-        max_attempts: int | None = None,
-        priority: int | None = None,
-        unique_key: str | None = None,
-    ) -> str:
+    async def dispatch(self, name: str, payload: Any = None, **overrides: Unpack[Overrides]) -> str:
         """Queue job `name` with `payload`; returns the new job's id, or the id
-        of the queued job already holding `unique_key`. With a registry (given
-        to the D1Queue, or by the drain to its handlers' `ctx.queue`), the
-        job's registered queue, max_attempts and priority apply unless given
-        here; without one, or for a name it does not know: "default", 3, 0."""
-        return await self.push(
-            self.new_job(name, payload, queue, delay_s, max_attempts, priority, unique_key)
-        )
+        of the queued job already holding `unique_key`. `overrides` (queue,
+        delay_s, max_attempts, priority, unique_key) win over the job's
+        declared defaults: with a registry (given to the D1Queue, or by the
+        drain to its handlers' `ctx.queue`), those it was registered with;
+        without one, or for a name it does not know, the library's."""
+        return await self.push(self.new_job(name, payload, **overrides))
 
-    def new_job(
-        self,
-        name: str,
-        payload: Any,
-        queue: str | None,
-        delay_s: float,
-        max_attempts: int | None,
-        priority: int | None,
-        unique_key: str | None,
-    ) -> QueuedJob:
-        """The job `dispatch` pushes: the registered defaults of `name`
-        (JobSpec.new), made now."""
-        spec = self.registry.get(name) if self.registry is not None else None
-        return (spec or JobSpec(name, _unregistered)).new(
-            payload,
-            queue=queue,
-            delay_s=delay_s,
-            max_attempts=max_attempts,
-            priority=priority,
-            unique_key=unique_key,
-            at_ms=self.clock(),
-        )
+    def new_job(self, name: str, payload: Any = None, **overrides: Unpack[Overrides]) -> QueuedJob:
+        """The job `dispatch` pushes, made now: JobSpec.new of `name`'s spec
+        (registry.spec_for)."""
+        return spec_for(self.registry, name).new(payload, at_ms=self.clock(), **overrides)
 
     # -- claiming --------------------------------------------------------
 

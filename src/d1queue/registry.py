@@ -9,13 +9,21 @@ import json
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 from .bounds import MAX_JSON_DEPTH, MAX_UNIQUE_KEY, PRIORITY_RANGE, check_name, value_depth
 from .context import JobContext
-from .job import QueuedJob
+from .job import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    DEFAULT_SUBREQUESTS,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_UNIQUE,
+    QueuedJob,
+)
 from .limits import PLANS
-from .schedules import ScheduleDef
+from .schedule import DEFAULT_CATCH_UP, DEFAULT_TZ, ScheduleDef
 
 MAX_JOB_SUBREQUESTS = PLANS["paid"].subrequests
 """No attempt can make more subrequests than a whole paid invocation."""
@@ -89,23 +97,60 @@ def derive_unique_key(name: str, unique: UniquePolicy, payload: Any) -> str | No
     return key
 
 
+class Overrides(TypedDict, total=False):
+    """What one dispatch may set over a job's declared defaults (JobSpec.new's
+    keywords): `dispatch(name, payload, **overrides)` on every push path."""
+
+    queue: str | None
+    delay_s: float
+    max_attempts: int | None
+    priority: int | None
+    unique_key: str | None
+
+
+class Stored(NamedTuple):
+    """A job's queue, max_attempts and priority as its row holds them."""
+
+    queue: str
+    max_attempts: int
+    priority: int
+
+
 @dataclass(frozen=True)
 class JobSpec:
-    """A registered handler and its defaults."""
+    """A registered handler and its defaults. A field not declared at
+    registration holds the library's default (job.DEFAULT_*), so a spec is
+    all a job needs: `spec_for` gives one for a name never registered."""
 
     name: str
     handler: Handler
-    max_attempts: int = 3
-    timeout_s: float = 30.0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    timeout_s: float = DEFAULT_TIMEOUT_S
     backoff: Backoff = field(default_factory=Backoff)
-    queue: str = "default"
+    queue: str = DEFAULT_QUEUE
     wants_context: bool = True
-    subrequests: int = 0
+    subrequests: int = DEFAULT_SUBREQUESTS
     """Subrequests one attempt may make (D1 calls, fetches, binding calls
     through its ctx): the drain plans each invocation with it."""
-    priority: int = 0
-    unique: UniquePolicy = False
+    priority: int = DEFAULT_PRIORITY
+    unique: UniquePolicy = DEFAULT_UNIQUE
     """Derives the unique_key of a dispatch that gives none (UniquePolicy)."""
+
+    def stored(
+        self,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        priority: int | None = None,
+    ) -> Stored:
+        """The queue, max_attempts and priority a job of this kind is stored
+        with: a value given here, else the one declared at registration
+        (which is the library's when none was). The cron's slot jobs, written
+        by SQL from the schedule's row, take theirs from here too."""
+        return Stored(
+            self.queue if queue is None else queue,
+            self.max_attempts if max_attempts is None else max_attempts,
+            self.priority if priority is None else priority,
+        )
 
     def new(
         self,
@@ -118,20 +163,22 @@ class JobSpec:
         unique_key: str | None = None,
         at_ms: int | None = None,
     ) -> QueuedJob:
-        """A job of this kind, ready to push: the one place a job's registered
+        """A job of this kind, ready to push: the one place a job's declared
         defaults (queue, max_attempts, priority, unique policy) are applied,
-        whichever way it is dispatched (Python, HTTP, RPC); a value given here
-        overrides them. (timeout_s, backoff and subrequests apply when the job
-        runs, looked up by name.) ValueError for anything unstorable."""
+        whichever way it is dispatched (Python, a handler's ctx.queue, HTTP,
+        RPC, a shard's queue); a value given here overrides them. (timeout_s,
+        backoff and subrequests apply when the job runs, looked up by name.)
+        ValueError for anything unstorable."""
         if unique_key is None:
             unique_key = derive_unique_key(self.name, self.unique, payload)
+        queue, max_attempts, priority = self.stored(queue, max_attempts, priority)
         return QueuedJob.new(
             self.name,
             payload,
-            queue=self.queue if queue is None else queue,
+            queue=queue,
             delay_s=delay_s,
-            max_attempts=self.max_attempts if max_attempts is None else max_attempts,
-            priority=self.priority if priority is None else priority,
+            max_attempts=max_attempts,
+            priority=priority,
             unique_key=unique_key,
             at_ms=at_ms,
         )
@@ -140,6 +187,31 @@ class JobSpec:
         if self.wants_context:
             return await self.handler(payload, ctx)
         return await self.handler(payload)
+
+
+class JobOptions(TypedDict, total=False):
+    """`Registry.register`'s options, which `Registry.job` passes on."""
+
+    max_attempts: int
+    timeout_s: float
+    backoff: Backoff | None
+    queue: str
+    subrequests: int
+    priority: int
+    unique: UniquePolicy
+
+
+async def _unregistered(payload: Any) -> None:
+    raise AssertionError("a stand-in spec, never run")
+
+
+def spec_for(registry: Registry | None, name: str) -> JobSpec:
+    """Job `name`'s spec in `registry`; for a name it does not know (or no
+    registry), a stand-in holding the library's defaults. Such a job is
+    still pushed: another Worker on the same D1 may run it, else the drain
+    fails it, visibly."""
+    spec = registry.get(name) if registry is not None else None
+    return spec if spec is not None else JobSpec(name, _unregistered)
 
 
 class Registry:
@@ -155,39 +227,25 @@ class Registry:
         self,
         name: str | None = None,
         *,
-        max_attempts: int = 3,
-        timeout_s: float = 30.0,
-        backoff: Backoff | None = None,
-        queue: str = "default",
-        subrequests: int = 0,
-        priority: int = 0,
-        unique: UniquePolicy = False,
         schedule: str | None = None,
-        tz: str = "UTC",
-        catch_up: str = "none",
+        tz: str = DEFAULT_TZ,
+        catch_up: str = DEFAULT_CATCH_UP,
+        **options: Unpack[JobOptions],
     ) -> Callable[[Handler], Handler]:
         """Decorator: register `async def handler(payload[, ctx])` under `name`
-        (default: the function's name). `subrequests` is how many D1 calls,
-        fetches and binding calls one attempt makes through its ctx. `unique`
-        derives a unique_key when a dispatch gives none (UniquePolicy):
-        `unique=True` keeps one queued job per payload, `unique=lambda p:
-        p["user"]` one per user. `schedule` (a cron expression, read in `tz`)
-        also declares a schedule with the job's name as its id and a null
-        payload (see `schedule` for more)."""
+        (default: the function's name), with `register`'s options
+        (max_attempts, timeout_s, backoff, queue, subrequests, priority,
+        unique). `subrequests` is how many D1 calls, fetches and binding calls
+        one attempt makes through its ctx. `unique` derives a unique_key when
+        a dispatch gives none (UniquePolicy): `unique=True` keeps one queued
+        job per payload, `unique=lambda p: p["user"]` one per user.
+        `schedule` (a cron expression, read in `tz`) also declares a schedule
+        with the job's name as its id and a null payload (see `schedule` for
+        more)."""
 
         def register(fn: Handler) -> Handler:
             job_name = name or fn.__name__
-            self.register(
-                job_name,
-                fn,
-                max_attempts=max_attempts,
-                timeout_s=timeout_s,
-                backoff=backoff,
-                queue=queue,
-                subrequests=subrequests,
-                priority=priority,
-                unique=unique,
-            )
+            self.register(job_name, fn, **options)
             if schedule is not None:
                 self.schedule(job_name, schedule, job_name, tz=tz, catch_up=catch_up)
             return fn
@@ -202,8 +260,8 @@ class Registry:
         *,
         payload: Any = None,
         queue: str | None = None,
-        tz: str = "UTC",
-        catch_up: str = "none",
+        tz: str = DEFAULT_TZ,
+        catch_up: str = DEFAULT_CATCH_UP,
     ) -> ScheduleDef:
         """Declare a recurring schedule in code: job `name` (registered
         first) with `payload` at each slot of `cron` (5 fields or @hourly,
@@ -230,13 +288,13 @@ class Registry:
         name: str,
         handler: Handler,
         *,
-        max_attempts: int = 3,
-        timeout_s: float = 30.0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         backoff: Backoff | None = None,
-        queue: str = "default",
-        subrequests: int = 0,
-        priority: int = 0,
-        unique: UniquePolicy = False,
+        queue: str = DEFAULT_QUEUE,
+        subrequests: int = DEFAULT_SUBREQUESTS,
+        priority: int = DEFAULT_PRIORITY,
+        unique: UniquePolicy = DEFAULT_UNIQUE,
     ) -> JobSpec:
         check_name("job name", name)
         check_name("queue", queue)

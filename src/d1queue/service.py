@@ -33,8 +33,8 @@ from .bounds import (
 from .config import Config
 from .job import QueuedJob, new_id
 from .queue import D1Queue, FailedJob
-from .registry import Registry
-from .schedules import ScheduleDef, ScheduleError
+from .registry import Registry, spec_for
+from .schedule import DEFAULT_CATCH_UP, DEFAULT_TZ, ScheduleDef, ScheduleError
 from .shards import mark_id, shard_of_id
 from .shardset import ShardSet
 
@@ -82,8 +82,12 @@ def check_id(id: Any) -> str:
     return id
 
 
-def _int(obj: dict[str, Any], key: str, default: int, lo: int, hi: int) -> int:
-    value = obj.get(key, default)
+def _int(obj: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+    """`obj[key]` checked as an integer from lo to hi; None when absent, so
+    the job's declared default applies (JobSpec.new). A null is refused."""
+    if key not in obj:
+        return None
+    value = obj[key]
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # JSON Schema's integer: 120.0 is one
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
@@ -151,10 +155,8 @@ class Service:
             or not (0 <= delay <= MAX_DELAY_S)
         ):
             raise invalid(f"{where}delay_s must be a number from 0 to {MAX_DELAY_S}")
-        spec = self.registry.get(name)
-        assert spec is not None
-        max_attempts = _int(obj, "max_attempts", spec.max_attempts, 1, MAX_ATTEMPTS)
-        priority = _int(obj, "priority", spec.priority, *PRIORITY_RANGE)
+        max_attempts = _int(obj, "max_attempts", 1, MAX_ATTEMPTS)
+        priority = _int(obj, "priority", *PRIORITY_RANGE)
         key = obj.get("unique_key")
         if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY):
             raise invalid(f"{where}unique_key must be a string of 1 to {MAX_UNIQUE_KEY} characters")
@@ -164,7 +166,7 @@ class Service:
         ):
             raise invalid(f"{where}partition must be a string of 1 to {MAX_PARTITION} characters")
         try:
-            job = spec.new(
+            job = spec_for(self.registry, name).new(
                 obj.get("payload"),
                 queue=queue,
                 delay_s=delay,
@@ -384,8 +386,8 @@ class Service:
                 name=name,
                 payload=obj.get("payload"),
                 queue=obj.get("queue"),
-                tz=obj.get("tz", "UTC"),
-                catch_up=obj.get("catch_up", "none"),
+                tz=obj.get("tz", DEFAULT_TZ),
+                catch_up=obj.get("catch_up", DEFAULT_CATCH_UP),
             )
         except ScheduleError as exc:
             if exc.field == "payload" and "bytes" in str(exc):

@@ -28,8 +28,11 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 MAX_SHARDS = 100
 """D1 bindings one deployment may use as shards (ids carry up to 2 digits)."""
@@ -139,3 +142,22 @@ __all__ = [
     "shard_of_id",
     "split",
 ]
+
+
+def merge_pages(
+    pages: Sequence[tuple[Sequence[T], bool]],
+    key: Callable[[T], Any],
+    limit: int,
+    reverse: bool = False,
+) -> tuple[list[T], bool]:
+    """One page of a list kept on several shards, from each shard's page
+    (rows, whether that shard has more) read after the same cursor: a
+    position in the list's order, not a shard's. Returns the first `limit`
+    rows of them all in the list's order (`key`, `reverse`) and whether the
+    list goes on past them: some shard has more, or the shards' pages hold
+    more than `limit` rows together. The next page's cursor is the last row
+    returned, on every shard at once, so a page costs one query a shard and
+    no row is skipped or shown twice."""
+    rows = sorted((row for page, _ in pages for row in page), key=key, reverse=reverse)
+    more = len(rows) > limit or any(has_more for _, has_more in pages)
+    return rows[:limit], more

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from .binding import MAX_IN_FLIGHT, Result, Statement
 from .job import QueuedJob, new_id
 from .queue import D1Queue
+from .registry import Overrides
 from .shards import Routing, mark_id, shard_of_id
 
 T = TypeVar("T")
@@ -76,16 +77,12 @@ class ShardQueue(D1Queue):
         name: str,
         payload: Any = None,
         *,
-        queue: str | None = None,
-        delay_s: float = 0,
-        max_attempts: int | None = None,
-        priority: int | None = None,
-        unique_key: str | None = None,
         partition: str | None = None,
+        **overrides: Unpack[Overrides],
     ) -> str:
         """D1Queue.dispatch, to the shard the job's queue (or `partition`)
         routes to: a handler's follow-up job lands where its queue lives."""
-        job = self.new_job(name, payload, queue, delay_s, max_attempts, priority, unique_key)
+        job = self.new_job(name, payload, **overrides)
         job.id = mark_id(job.id, self.shards.routing.shard_of(job.queue, partition))
         return await self.push(job)
 

@@ -10,14 +10,11 @@ Each statement binds at most a handful of values, far below D1's limit of
 from __future__ import annotations
 
 from .bounds import PRIORITY_RANGE
+from .job import JOB_COLUMN_NAMES
 
-JOB_COLUMNS = (
-    "id, queue, name, payload, attempts, max_attempts, priority, available_at, "
-    "reserved_at, locked_until, reservation, created_at, unique_key, last_error, band"
-)
-
-JOB_COLUMN_NAMES = tuple(name.strip() for name in JOB_COLUMNS.split(","))
-"""JOB_COLUMNS one by one, in order: the positions of a job row's values."""
+JOB_COLUMNS = ", ".join(JOB_COLUMN_NAMES)
+"""A job row's columns as a SELECT lists them, in the order job.values_to_job
+reads their values (job.JOB_COLUMN_NAMES)."""
 
 FAILED_COLUMNS = (
     "id, queue, name, payload, error, attempts, max_attempts, priority, created_at, failed_at"

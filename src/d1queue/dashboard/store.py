@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from .. import sql
 from .. import stats as counters
@@ -21,6 +21,7 @@ from ..admin import Admin, decode_cursor, encode_cursor
 from ..bounds import ID_RULE, MAX_SAFE_INT, PRIORITY_RANGE, SIGNOUT_PRUNE
 from ..log import event, get
 from ..queue import D1Queue, FailedJob
+from ..shards import merge_pages
 from ..shardset import ShardSet
 
 STATES = ("ready", "delayed", "reserved")
@@ -57,6 +58,43 @@ def first_page(
     pages of every shard merged."""
     rows = rows[:PAGE]
     return Page(rows, cursor(rows[-1]) if more and rows else None)
+
+
+def merged(
+    pages: list[Page],
+    key: Callable[[dict[str, Any]], Any],
+    cursor: Callable[[dict[str, Any]], str],
+    reverse: bool = False,
+) -> Page:
+    """The shards' pages as one (shards.merge_pages), in the list's order;
+    one shard's page as it is."""
+    if len(pages) == 1:
+        return pages[0]
+    rows, more = merge_pages(
+        [(p.rows, p.next_cursor is not None) for p in pages], key, PAGE, reverse
+    )
+    return first_page(rows, more, cursor)
+
+
+def _claim_key(row: dict[str, Any]) -> tuple[int, int, str]:
+    """Claim order: band (highest first), then time, then id."""
+    return (-int(row["band"]), int(row["available_at"]), str(row["id"]))
+
+
+def _failed_key(row: dict[str, Any]) -> tuple[int, str]:
+    """Failed jobs' order, read reversed: newest first."""
+    return (int(row["failed_at"]), str(row["id"]))
+
+
+class FailedFilters(TypedDict, total=False):
+    """ShardStore.failed's keywords, which Store.failed passes to each shard."""
+
+    queue: str
+    name: str
+    error: str
+    since_ms: int
+    before_ms: int
+    cursor: str | None
 
 
 class ShardStore:
@@ -204,45 +242,13 @@ class Store:
         pages = await self.shards.each(
             lambda q: self.stores[q.shard].queue_jobs(queue, state=state, name=name, cursor=cursor)
         )
-        if len(pages) == 1:
-            return pages[0]
-        rows = sorted(
-            (r for p in pages for r in p.rows),
-            key=lambda r: (-int(r["band"]), int(r["available_at"]), str(r["id"])),
-        )
-        more = len(rows) > PAGE or any(p.next_cursor for p in pages)
-        return first_page(rows, more, claim_cursor)
+        return merged(pages, _claim_key, claim_cursor)
 
-    async def failed(
-        self,
-        *,
-        queue: str = "",
-        name: str = "",
-        error: str = "",
-        since_ms: int = 0,
-        before_ms: int = MAX_SAFE_INT,
-        cursor: str | None = None,
-    ) -> Page:
-        """A page of failed jobs over every shard, newest first."""
-        pages = await self.shards.each(
-            lambda q: self.stores[q.shard].failed(
-                queue=queue,
-                name=name,
-                error=error,
-                since_ms=since_ms,
-                before_ms=before_ms,
-                cursor=cursor,
-            )
-        )
-        if len(pages) == 1:
-            return pages[0]
-        rows = sorted(
-            (r for p in pages for r in p.rows),
-            key=lambda r: (int(r["failed_at"]), str(r["id"])),
-            reverse=True,
-        )
-        more = len(rows) > PAGE or any(p.next_cursor for p in pages)
-        return first_page(rows, more, failed_cursor)
+    async def failed(self, **filters: Unpack[FailedFilters]) -> Page:
+        """A page of failed jobs over every shard, newest first (the filters
+        are ShardStore.failed's)."""
+        pages = await self.shards.each(lambda q: self.stores[q.shard].failed(**filters))
+        return merged(pages, _failed_key, failed_cursor, reverse=True)
 
     async def run_now(self, id: str) -> Literal["done", "ready", "reserved", "missing"]:
         store = self._for(id)
