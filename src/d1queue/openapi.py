@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .api import MAX_BODY_BYTES, ROUTES, Route
+from .api import MAX_BODY_BYTES, ROUTES
 from .bounds import (
     ID_RULE,
     MAX_ATTEMPTS,
@@ -24,6 +24,7 @@ from .bounds import (
     NAME_RULE,
     PRIORITY_RANGE,
 )
+from .router import Route
 from .schedules import CATCH_UP_POLICIES, MAX_CATCH_UP, MAX_CRON, TZ_RULE
 
 NAME_SCHEMA = {"type": "string", "pattern": f"^{NAME_RULE}$"}
