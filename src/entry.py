@@ -188,8 +188,9 @@ async def _dashboard(
     headers = {k: str(request.headers.get(k) or "") for k in DASHBOARD_HEADERS}
     board = Dashboard(service, str(token) if token else None, guard)
     reply = await board.handle(method, url, headers, body, service.queue.clock())
-    text = reply.body if method != "HEAD" else ""
-    return Response(text, status=reply.status, headers=reply.headers)
+    # None for HEAD and 204: a 204 Response with any body, "" included, is
+    # refused by the runtime.
+    return Response(reply.body, status=reply.status, headers=reply.headers)
 
 
 class Default(WorkerEntrypoint):

@@ -2,7 +2,7 @@
 that route through it: a GET route answers HEAD without a body; OPTIONS on a
 served path is 204 with `allow`; a served path asked with another method is
 405 with the same `allow`; no route is 404. The API answers its errors in
-JSON around the status and `allow` the router decides."""
+JSON, the dashboard in HTML, around the same status and `allow`."""
 
 from __future__ import annotations
 
@@ -12,13 +12,19 @@ import pytest
 
 from d1queue import D1Queue
 from d1queue.api import ROUTES, Api
+from d1queue.dashboard import Dashboard
+from d1queue.dashboard.assets import CSS_PATH
 from d1queue.openapi import SPEC
 from d1queue.router import Reply, Route, Router
 from d1queue.service import Service
 
+from .conftest import Clock
 from .test_api import AUTH
 from .test_api import TOKEN as API_TOKEN
 from .test_api import registry as api_registry
+from .test_dashboard import TOKEN as BOARD_TOKEN
+from .test_dashboard import Browser
+from .test_dashboard import registry as board_registry
 
 
 async def _noop(*_: Any, **__: Any) -> None: ...
@@ -115,3 +121,68 @@ async def test_api_404_and_405_come_after_the_token(api: Api) -> None:
     assert (await _api(api, "PUT", "/v1/queues", {})).status == 401
     assert (await _api(api, "OPTIONS", "/v1/nope", {})).status == 401
     assert (await _api(api, "OPTIONS", "/v1/nope", AUTH)).status == 404
+
+
+# -- the dashboard ------------------------------------------------------------
+
+
+@pytest.fixture
+def board(queue: D1Queue) -> Dashboard:
+    return Dashboard(Service(queue, board_registry()), BOARD_TOKEN)
+
+
+async def test_dashboard_head_is_get_without_a_body(board: Dashboard, clock: Clock) -> None:
+    browser = Browser(board, clock)
+    await browser.sign_in()
+    for path in ["/ui", "/ui/failed", "/ui/nope", CSS_PATH]:
+        get = await browser.get(path)
+        head = await browser.request("HEAD", path)
+        assert get.body and head.body is None, path
+        assert (head.status, head.headers) == (get.status, get.headers), path
+    signed_out = await Browser(board, clock).request("HEAD", "/ui/failed")
+    assert signed_out.status == 303 and signed_out.body is None
+
+
+@pytest.mark.parametrize(
+    ("path", "allow"),
+    [
+        ("/ui", "OPTIONS, GET, HEAD"),
+        ("/ui/signin", "OPTIONS, GET, POST, HEAD"),
+        ("/ui/failed/bulk", "OPTIONS, POST"),
+        ("/ui/jobs/abc", "OPTIONS, GET, HEAD"),
+        ("/ui/jobs/abc/cancel", "OPTIONS, POST"),
+        (CSS_PATH, "OPTIONS, GET, HEAD"),
+    ],
+)
+async def test_dashboard_options_and_405_state_the_same_allow(
+    board: Dashboard, clock: Clock, path: str, allow: str
+) -> None:
+    browser = Browser(board, clock)  # signed out: asking needs no session
+    options = await browser.request("OPTIONS", path)
+    assert (options.status, options.body, options.headers["allow"]) == (204, None, allow)
+    assert "content-type" not in options.headers
+    assert options.headers["cache-control"] == "no-store"
+    refused = await browser.request("PUT", path)
+    assert refused.status == 405 and refused.headers["allow"] == allow
+    assert refused.headers["content-type"].startswith("text/html")
+    assert f"{path} accepts {allow.removeprefix('OPTIONS, ')}" in refused.body
+    if "HEAD" not in allow:
+        assert (await browser.request("HEAD", path)).status == 405
+
+
+async def test_dashboard_404_is_a_page(board: Dashboard, clock: Clock) -> None:
+    browser = Browser(board, clock)
+    for method in ("GET", "POST", "OPTIONS"):
+        reply = await browser.request(method, "/ui/nope")
+        assert reply.status == 404 and "There is no page at /ui/nope" in reply.body
+        assert "allow" not in reply.headers
+
+
+async def test_dashboard_not_configured(queue: D1Queue, clock: Clock) -> None:
+    browser = Browser(Dashboard(Service(queue, board_registry()), None), clock)
+    assert (await browser.get("/ui/signin")).status == 503
+    assert (await browser.get("/ui/nope")).status == 503
+    assert (await browser.request("PUT", "/ui")).status == 503
+    assert (await browser.get(CSS_PATH)).status == 200, "assets are public"
+    assert (await browser.request("POST", CSS_PATH)).status == 405
+    assert (await browser.request("OPTIONS", "/ui")).status == 204

@@ -3,7 +3,8 @@ status, headers and a JSON body out. entry.py adapts the Worker's Request and
 Response; tests drive it directly under CPython and through the real Worker.
 The route table (ROUTES) is the one statement of what is routed and which
 query parameters each route takes; openapi.py documents it from the same
-table.
+table. The router (router.py) decides HEAD, OPTIONS, 404 and 405 as it does
+for the dashboard; the API says them in JSON.
 """
 
 from __future__ import annotations
