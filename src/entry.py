@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlparse
 
+from pyodide import ffi
 from workers import Response, WorkerEntrypoint, fetch
 
 from d1queue import Config, ConfigError, D1Queue, __version__, drain
@@ -35,11 +36,17 @@ Cloudflare cuts 30 s after the response: it claims only jobs whose timeout
 fits in that window, and leaves the rest to the cron."""
 
 
+JS_NULL: Any = getattr(ffi, "jsnull", None)
+
+
 async def _read_stream(stream: Any, limit: int) -> tuple[bytes, bool]:
     """Up to `limit` bytes of a JS ReadableStream, and whether it held more:
     the rest is cancelled, never read nor held (a body may be any size; the
     isolate has 128 MB)."""
-    if stream is None:  # no body: GET, HEAD, 204, 304
+    # No body (GET, HEAD, 204, 304, or any request sent without one, such as
+    # a bare DELETE or the host's OPTIONS probe) is JS null, which Pyodide
+    # hands over as jsnull (None before jsnull existed), never as a stream.
+    if stream is None or stream is JS_NULL:
         return b"", False
     reader = stream.getReader()
     chunks: list[bytes] = []
@@ -181,8 +188,9 @@ async def _dashboard(
     headers = {k: str(request.headers.get(k) or "") for k in DASHBOARD_HEADERS}
     board = Dashboard(service, str(token) if token else None, guard)
     reply = await board.handle(method, url, headers, body, service.queue.clock())
-    text = reply.body if method != "HEAD" else ""
-    return Response(text, status=reply.status, headers=reply.headers)
+    # None for HEAD and 204: a 204 Response with any body, "" included, is
+    # refused by the runtime.
+    return Response(reply.body, status=reply.status, headers=reply.headers)
 
 
 class Default(WorkerEntrypoint):

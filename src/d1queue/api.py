@@ -3,7 +3,8 @@ status, headers and a JSON body out. entry.py adapts the Worker's Request and
 Response; tests drive it directly under CPython and through the real Worker.
 The route table (ROUTES) is the one statement of what is routed and which
 query parameters each route takes; openapi.py documents it from the same
-table.
+table. The router (router.py) decides HEAD, OPTIONS, 404 and 405 as it does
+for the dashboard; the API says them in JSON.
 """
 
 from __future__ import annotations
@@ -11,14 +12,10 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import math
-import re
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Literal
-from urllib.parse import parse_qs, unquote, urlparse
+from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 from .admin import FAILED_CURSOR_RULE
 from .bounds import (
@@ -32,6 +29,7 @@ from .bounds import (
 )
 from .guard import RETRY_AFTER_S, Guard
 from .log import event, get
+from .router import QueryParam, Reply, Route, Router, options_reply, without_body
 from .service import ApiError, Service, too_deep
 
 log = get(__name__)
@@ -40,135 +38,12 @@ MAX_BODY_BYTES = 1024 * 1024
 """A request body, batch included: 100 jobs of ~10 KB, or fewer larger ones."""
 
 
-@dataclass
-class ApiReply:
-    status: int
-    body: Any
-    headers: dict[str, str] = field(default_factory=dict)
-
+ApiReply = Reply
+"""What the API answers: `body` a JSON value, None for none (204, HEAD)."""
 
 Endpoint = Callable[..., Awaitable[tuple[int, Any]]]
 """What a route runs: `(api, *path_args, query=..., body=..., headers=...)`
 to `(status, body)`; `query` holds the route's own parameters, parsed."""
-
-_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,15})")
-
-
-@dataclass(frozen=True)
-class QueryParam:
-    """One query parameter a route accepts. Its type and bounds are both what
-    the API checks and what the OpenAPI document states (`schema`), so the two
-    cannot drift; the bounds themselves come from bounds.py."""
-
-    name: str
-    type: Literal["integer", "number", "string"]
-    minimum: int | None = None
-    maximum: int | None = None
-    pattern: str | None = None
-    """A string's shape, a regex matched in full (the document anchors it)."""
-    required: bool = False
-    default: Any = None
-    code: str = ""
-    """The error code of a bad value (default `invalid_<name>`)."""
-
-    def schema(self) -> dict[str, Any]:
-        """The parameter's JSON Schema, as the OpenAPI document states it."""
-        schema: dict[str, Any] = {"type": self.type}
-        if self.minimum is not None:
-            schema["minimum"] = self.minimum
-        if self.maximum is not None:
-            schema["maximum"] = self.maximum
-        if self.pattern is not None:
-            schema["pattern"] = f"^{self.pattern}$"
-        if self.default is not None:
-            schema["default"] = self.default
-        return schema
-
-    def rule(self) -> str:
-        """What a valid value is, in words, for the error message."""
-        kind = {"integer": "an integer", "number": "a number", "string": "a string"}[self.type]
-        if self.pattern is not None:
-            return f"{kind} matching {self.pattern}"
-        if self.minimum is not None and self.maximum is not None:
-            return f"{kind} from {self.minimum} to {self.maximum}"
-        return kind
-
-    def parse(self, raw: str) -> Any:
-        """The value of `?name=raw`, checked against the schema (ApiError 400
-        otherwise). Numbers are JSON numbers: no "inf", "nan", "1_0" or
-        spaces, which Python's int() and float() would take."""
-        value: Any = raw
-        if self.type == "integer" and _JSON_INTEGER.fullmatch(raw):
-            value = int(raw)
-        elif self.type == "number" and _JSON_NUMBER.fullmatch(raw):
-            value = float(raw)
-            value = value if math.isfinite(value) else None
-        elif self.type != "string":
-            value = None
-        ok = value is not None and (
-            (self.pattern is None or re.fullmatch(self.pattern, value) is not None)
-            if self.type == "string"
-            else (self.minimum is None or value >= self.minimum)
-            and (self.maximum is None or value <= self.maximum)
-        )
-        if not ok:
-            raise ApiError(
-                400, self.code or f"invalid_{self.name}", f"{self.name} must be {self.rule()}"
-            )
-        return value
-
-
-@dataclass(frozen=True)
-class Route:
-    """One operation: method, path (an OpenAPI path template such as
-    `/v1/jobs/{id}`), what it runs, and the query parameters it accepts. The
-    API routes and validates from this table and openapi.py documents it, so
-    a parameter is accepted exactly where the document says it is."""
-
-    method: str
-    path: str
-    endpoint: Endpoint
-    query: tuple[QueryParam, ...] = ()
-
-    @cached_property
-    def pattern(self) -> re.Pattern[str]:
-        """The path as a regex, one group per `{param}` segment."""
-        parts = re.split(r"\{[a-z_]+\}", self.path)
-        return re.compile("([^/]+)".join(re.escape(p) for p in parts) + "$")
-
-    @property
-    def path_params(self) -> list[str]:
-        return re.findall(r"\{([a-z_]+)\}", self.path)
-
-    def check_path(self, args: list[str]) -> None:
-        """An `{id}` must be of ID_RULE's shape (400 invalid_id), as the
-        document says; `{queue}` is checked by the operation (invalid_queue)."""
-        for name, value in zip(self.path_params, args, strict=True):
-            if name == "id" and not ID_PATTERN.fullmatch(value):
-                raise ApiError(400, "invalid_id", f"id must match {ID_RULE}")
-
-    def parse_query(self, query: Mapping[str, list[str]]) -> dict[str, Any]:
-        """The route's query parameters, parsed, defaults filled in; a name
-        the route does not declare is refused (a typo such as ?limt=10 must
-        not be silently ignored), and so is a missing required one."""
-        known = {p.name: p for p in self.query}
-        unknown = sorted(set(query) - set(known))
-        if unknown:
-            message = f"unknown query parameter(s): {', '.join(unknown)}"
-            raise ApiError(400, "invalid_query", message)
-        parsed: dict[str, Any] = {}
-        for name, param in known.items():
-            values = query.get(name)
-            if values:
-                parsed[name] = param.parse(values[-1])
-            elif param.required:
-                message = f"{name} is required: {param.rule()}"
-                raise ApiError(400, param.code or f"invalid_{name}", message)
-            else:
-                parsed[name] = param.default
-        return parsed
-
 
 NO_STORE = {"cache-control": "no-store"}
 """On every answer: queue contents and errors are for the token's holder,
@@ -190,7 +65,7 @@ class Api:
     ) -> None:
         self.service, self.token, self.version, self.openapi = service, token, version, openapi
         self.guard = guard if guard is not None else Guard()
-        self.routes = ROUTES
+        self.router = Router((HEALTH, *ROUTES))
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
         """Whether the request carries the API token: checked before its body
@@ -207,38 +82,36 @@ class Api:
     ) -> ApiReply:
         reply = await self._handle(method, url, headers, body)
         reply.headers.update(NO_STORE)
-        return reply
+        if reply.body is not None:
+            reply.headers["content-type"] = "application/json"
+        return without_body(method, reply)
 
     async def _handle(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes
     ) -> ApiReply:
         parsed = urlparse(url)
         path, query = parsed.path, parse_qs(parsed.query, keep_blank_values=True)
-        allowed = self._allowed(path)
-        if method == "OPTIONS" and allowed:
-            # What a path accepts (RFC 9110); no token needed to ask.
-            return ApiReply(204, None, {"allow": ", ".join(["OPTIONS", *allowed])})
-        if path == "/health":
-            if method not in ("GET", "HEAD"):
-                error = ApiError(405, "method_not_allowed", f"{path} accepts GET")
-                return _error(error, {"allow": "GET, HEAD, OPTIONS"})
-            return ApiReply(200, {"ok": True, "version": self.version})
+        found = self.router.resolve(method, path)
+        if found.status == 204:  # OPTIONS (RFC 9110): no token needed to ask
+            return options_reply(found)
         try:
-            self._authorize(headers)
-            for route in self.routes:
-                match = route.pattern.match(path)
-                # HEAD is GET without the body (RFC 9110): the host drops it.
-                if match and method in (route.method, "HEAD" if route.method == "GET" else ""):
-                    params = route.parse_query(query)
-                    args = [unquote(g) for g in match.groups()]
-                    route.check_path(args)
-                    status, result = await route.endpoint(
-                        self, *args, query=params, body=body, headers=headers
-                    )
-                    return ApiReply(status, result)
-            if allowed:
-                raise ApiError(405, "method_not_allowed", f"{path} accepts {', '.join(allowed)}")
-            raise ApiError(404, "not_found", f"no route {method} {path}")
+            # /health answers without the token and whatever its query (a
+            # probe's cache-buster must not fail it), and so does a 405 there.
+            if not found.public:
+                self._authorize(headers)
+            if found.status == 404:
+                raise ApiError(404, "not_found", f"no route {method} {path}")
+            if found.status == 405:
+                accepts = ", ".join(found.methods)
+                raise ApiError(405, "method_not_allowed", f"{path} accepts {accepts}")
+            assert found.route is not None
+            route, args = found.route, list(found.args)
+            params = {} if route.public else route.parse_query(query)
+            _check_path(route, args)
+            status, result = await route.handler(
+                self, *args, query=params, body=body, headers=headers
+            )
+            return ApiReply(status, result)
         except ApiError as exc:
             # A wrong token is a guess and pays for it; no token at all is not.
             guessed = exc.status == 401 and bool(headers.get("authorization", "").strip())
@@ -247,7 +120,7 @@ class Api:
                 return _error(exc, {"retry-after": str(RETRY_AFTER_S)})
             extra = {"www-authenticate": "Bearer"} if exc.status == 401 else {}
             if exc.status == 405:
-                extra["allow"] = ", ".join(["OPTIONS", *allowed])
+                extra["allow"] = found.allow
             return _error(exc, extra)
         except Exception as exc:  # a bug or D1 failing: say so, never a bare 500
             event(
@@ -258,13 +131,6 @@ class Api:
                 traceback=traceback.format_exc(),
             )
             return _error(ApiError(500, "internal", f"{type(exc).__name__}: {exc}"))
-
-    def _allowed(self, path: str) -> list[str]:
-        """The methods routed for `path` (empty: no such path)."""
-        if path == "/health":
-            return ["GET", "HEAD"]
-        methods = [r.method for r in self.routes if r.pattern.match(path)]
-        return [*methods, "HEAD"] if "GET" in methods else methods
 
     def _authorize(self, headers: Mapping[str, str]) -> None:
         if not self.token:
@@ -282,6 +148,9 @@ class Api:
             raise ApiError(401, "unauthorized", "missing or wrong bearer token")
 
     # -- endpoints: from HTTP to Service calls ------------------------------------
+
+    async def _health(self, **_: Any) -> tuple[int, Any]:
+        return 200, {"ok": True, "version": self.version}
 
     async def _openapi(self, **_: Any) -> tuple[int, Any]:
         return 200, self.openapi
@@ -381,8 +250,20 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/schedules/{id}/pause", _on_path(Service.pause_schedule)),
     Route("POST", "/v1/schedules/{id}/resume", _on_path(Service.resume_schedule)),
 )
-"""Every route but /health (answered before auth). Order matters only where
-two paths could match the same URL; none do."""
+"""Every route but /health, each documented by openapi.py. Order matters only
+where two paths could match the same URL; none do."""
+
+HEALTH = Route("GET", "/health", Api._health, public=True)
+"""Liveness: public, so answered before the token is checked (a load
+balancer's probe holds none) and with any query; documented by hand."""
+
+
+def _check_path(route: Route, args: list[str]) -> None:
+    """An `{id}` must be of ID_RULE's shape (400 invalid_id), as the document
+    says; `{queue}` is checked by the operation (invalid_queue)."""
+    for name, value in zip(route.path_params, args, strict=True):
+        if name == "id" and not ID_PATTERN.fullmatch(value):
+            raise ApiError(400, "invalid_id", f"id must match {ID_RULE}")
 
 
 def json_object(body: bytes) -> dict[str, Any]:

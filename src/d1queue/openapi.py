@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .api import MAX_BODY_BYTES, ROUTES, Route
+from .api import MAX_BODY_BYTES, ROUTES
 from .bounds import (
     ID_RULE,
     MAX_ATTEMPTS,
@@ -25,6 +25,7 @@ from .bounds import (
     PRIORITY_RANGE,
 )
 from .job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
+from .router import Route
 from .schedule import (
     CATCH_UP_POLICIES,
     DEFAULT_CATCH_UP,

@@ -86,3 +86,24 @@ def test_next_past_ascii_is_sent_percent_encoded(clean_host: Host) -> None:
     reply = send(clean_host, "POST", "/ui/signin", {"token": TOKEN, "next": target})
     assert reply.status == 303
     assert reply.headers["location"] == "/ui/failed?error=d%C3%A9j%C3%A0%E2%80%A8"
+
+
+def test_head_options_and_405_follow_the_routers_rule(clean_host: Host) -> None:
+    """Through the Worker: a 204 and a HEAD answer go out with no body (the
+    runtime refuses a 204 Response with any body), and the host's own 405
+    for a method no Request can carry takes `allow` from OPTIONS."""
+    options = send(clean_host, "OPTIONS", "/ui/signin")
+    assert options.status == 204 and options.body == b""
+    assert options.headers["allow"] == "OPTIONS, GET, POST, HEAD"
+    head = send(clean_host, "HEAD", "/ui/signin")
+    get = send(clean_host, "GET", "/ui/signin")
+    assert head.status == get.status == 200 and head.body == b""
+    assert head.headers["content-type"] == get.headers["content-type"]
+    refused = send(clean_host, "PUT", "/ui/signin")
+    assert refused.status == 405 and refused.headers["allow"] == options.headers["allow"]
+    assert "accepts GET, POST, HEAD" in refused.text
+    traced = send(clean_host, "TRACE", "/ui/failed")
+    assert traced.status == 405 and traced.headers["allow"] == "OPTIONS, GET, HEAD"
+    api = send(clean_host, "HEAD", "/health")
+    assert api.status == 200 and api.body == b""
+    assert api.headers["content-type"] == "application/json"

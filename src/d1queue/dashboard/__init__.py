@@ -1,8 +1,10 @@
-"""The dashboard served by the Worker at /ui: pages, sign-in sessions,
-sign-outs and CSRF (session.py), its queries (store.py), secrets masked in
-payloads (mask.py), its script and stylesheet (assets.py). entry.py hands it
-every /ui request."""
+"""The dashboard served by the Worker at /ui: its routes and request handling
+(app.py), sign-in, sessions and CSRF (auth.py, session.py), its pages and
+their actions (pages.py), its queries (store.py), secrets masked in payloads
+(mask.py), its script and stylesheet (assets.py). entry.py hands it every
+/ui request."""
 
-from .app import Dashboard, Reply
+from ..router import Reply
+from .app import Dashboard
 
 __all__ = ["Dashboard", "Reply"]

@@ -93,7 +93,7 @@ class Sessions:
     def verify(self, value: str | None, now_ms: int) -> Session | None:
         """The session a cookie value holds, or None: malformed, forged (made
         under another token), or expired. Whether it was signed out is D1's
-        to say (Dashboard._session), asked only of a session that passes."""
+        to say (auth.Auth.session), asked only of a session that passes."""
         if not value:
             return None
         m = _SHAPE.fullmatch(value)

@@ -1,0 +1,667 @@
+"""The dashboard's pages and the actions behind their forms: the overview,
+a queue, a job, the failed jobs, the schedules. Each handler gets a request
+the dashboard already admitted (auth.py): signed in, and for an action
+carrying the session's CSRF token. Input is checked before anything is
+written; a bad value is a 400 page that says what was wrong. Payloads are
+shown with their secrets masked (mask.py), error texts scrubbed of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from urllib.parse import parse_qs, urlparse
+
+from .. import stats as counters
+from ..bounds import ID_PATTERN, NAME_RULE, is_name
+from ..router import Reply
+from ..service import ApiError, Service
+from . import html as h
+from .auth import safe_back
+from .mask import mask, scrub
+from .request import Refused, Request, csrf_field, html_page, known, redirect
+from .store import PAGE, STATES, Store
+
+AGES: dict[str, tuple[str, int | None, int | None]] = {
+    "": ("Any age", None, None),
+    "1h": ("Failed in the last hour", 3600, None),
+    "1d": ("Failed in the last day", 86400, None),
+    "7d": ("Failed in the last 7 days", 7 * 86400, None),
+    "gt1d": ("Failed more than a day ago", None, 86400),
+    "gt7d": ("Failed more than 7 days ago", None, 7 * 86400),
+}
+"""The failed list's age filter: (label, newer than s, older than s)."""
+
+SCHEDULES_PAGE = 50
+"""Schedules listed a page."""
+
+NOTICES = {
+    "signed_in": "Signed in.",
+    "paused": "Queue paused: its jobs wait until it is resumed.",
+    "resumed": "Queue running again: the next cron run drains it.",
+    "schedule_paused": "Schedule paused: it enqueues nothing until resumed.",
+    "schedule_resumed": "Schedule running again, from its next slot.",
+    "cancelled": "Job cancelled.",
+    "run_now": "Job made due now: the next drain runs it.",
+    "already_ready": "The job was already due; nothing changed.",
+    "retried": "{n} failed job(s) put back on their queues.",
+    "removed": "{n} failed job(s) removed for good.",
+}
+"""The messages an action's redirect may ask a page to show (`?notice=`):
+fixed texts, so nothing from the URL is shown as a message."""
+
+
+def with_notice(path: str, code: str, n: int | None = None) -> str:
+    """`path` with `?notice=code` (and `n`), any earlier notice dropped."""
+    parsed = urlparse(path)
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items() if k not in ("notice", "n")}
+    query["notice"] = code
+    if n is not None:
+        query["n"] = str(n)
+    return parsed.path + h.qs(query)
+
+
+def check_name(kind: str, value: str) -> str:
+    if not is_name(value):
+        raise Refused(400, f"{kind} names match {NAME_RULE}; {value!r} does not")
+    return value
+
+
+def check_id(value: str) -> str:
+    if not ID_PATTERN.fullmatch(value):
+        raise Refused(400, f"{value!r} is not a job id")
+    return value
+
+
+def notice(request: Request) -> str:
+    """The message an action's redirect asked for (`?notice=`), if it is
+    one of NOTICES: nothing from the URL is shown as a message."""
+    code = request.param("notice")
+    text = NOTICES.get(code)
+    if text is None:
+        return ""
+    n = request.param("n")
+    text = text.format(n=int(n) if n.isdigit() else "Some")
+    return f'<p class="notice" role="status">{h.e(text)}</p>'
+
+
+class Pages:
+    """The pages and actions over one Service and its dashboard Store."""
+
+    def __init__(self, service: Service, store: Store) -> None:
+        self.service, self.store = service, store
+
+    # -- overview ---------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Reply:
+        known(request)
+        now = request.now_ms
+        queues = await self.service.admin.stats()
+        chart, done = await self.store.counters(now)
+        by_name = {s.queue: s for s in queues}
+        names = sorted(set(by_name) | set(done))
+        csrf = csrf_field(request)
+        rows = []
+        for name in names:
+            s = by_name.get(name)
+            d = done.get(name, counters.Done())
+            paused = bool(s and s.paused)
+            action = "resume" if paused else "pause"
+            button = (
+                f'<form method="post" action="/ui/queues/{h.q(name)}/{action}" class="inline">'
+                f"{csrf}{h.hidden('back', '/ui')}"
+                f'<button type="submit" title="{action.title()} queue {h.e(name)}">'
+                f"{action.title()}</button></form>"
+            )
+            state = (
+                '<span class="badge paused">Paused</span>'
+                if paused
+                else '<span class="badge running">Running</span>'
+            )
+            failed = s.failed if s else 0
+            failed_link = (
+                f'<a href="/ui/failed{h.qs({"queue": name})}">{failed}</a>' if failed else "0"
+            )
+            rows.append(
+                "<tr>"
+                f'<th scope="row"><a href="/ui/queues/{h.q(name)}">{h.e(name)}</a></th>'
+                f'<td class="num">{s.ready if s else 0}</td>'
+                f'<td class="num hide-narrow">{s.delayed if s else 0}</td>'
+                f'<td class="num hide-narrow">{s.reserved if s else 0}</td>'
+                f'<td class="num">{failed_link}</td>'
+                f'<td class="hide-narrow">{h.age(s.oldest_ready_age_s if s else None)}</td>'
+                f"<td>{state}</td>"
+                f'<td class="num">{d.hour}</td><td class="num hide-narrow">{d.day}</td>'
+                f"<td>{button}</td></tr>"
+            )
+        if rows:
+            table = (
+                '<div class="table-wrap"><table><caption class="visually-hidden">Queues</caption>'
+                '<thead><tr><th scope="col">Queue</th><th scope="col" class="num">Ready</th>'
+                '<th scope="col" class="num hide-narrow">Delayed</th>'
+                '<th scope="col" class="num hide-narrow">Reserved</th>'
+                '<th scope="col" class="num">Failed</th>'
+                '<th scope="col" class="hide-narrow">Oldest ready</th>'
+                '<th scope="col">State</th><th scope="col" class="num">Done 1 h</th>'
+                '<th scope="col" class="num hide-narrow">Done 24 h</th>'
+                '<th scope="col">Action</th></tr>'
+                f"</thead><tbody>{''.join(rows)}</tbody></table></div>"
+            )
+        else:
+            table = (
+                '<div class="empty"><p><strong>No queues yet.</strong> A queue appears here '
+                "when a job is pushed to it. Push one with the API, for example:</p>"
+                '<pre>curl -H "Authorization: Bearer $TOKEN" '
+                f"{h.e(_origin(request))}/v1/queues/default/jobs \\\n"
+                '     -d \'{"name": "example.echo", "payload": {"hello": "world"}}\'</pre></div>'
+            )
+        body = (
+            f"<h1>Overview</h1>{notice(request)}"
+            f'<section id="queues" data-live aria-labelledby="queues-h">'
+            f'<h2 id="queues-h">Queues</h2>{table}</section>'
+            f'<section id="activity" data-live aria-labelledby="activity-h">'
+            f'<h2 id="activity-h">Last hour</h2>{_chart(chart, now)}</section>'
+        )
+        return Reply(200, html_page(request, "Overview", body, current="/ui"))
+
+    # -- a queue ----------------------------------------------------------------
+
+    async def queue_page(self, request: Request, queue: str) -> Reply:
+        check_name("queue", queue)
+        known(request, "state", "name", "cursor")
+        state, name, cursor = request.param("state"), request.param("name"), request.param("cursor")
+        if state and state not in STATES:
+            raise Refused(400, f"state must be one of {', '.join(STATES)} (or empty for all).")
+        if name:
+            check_name("job", name)
+        (stats,) = await self.service.admin.stats(queue)
+        try:
+            page = await self.store.queue_jobs(queue, state=state, name=name, cursor=cursor or None)
+        except ValueError as exc:
+            raise Refused(400, str(exc)) from None
+        now = request.now_ms
+        here = f"/ui/queues/{h.q(queue)}" + h.qs({"state": state, "name": name, "cursor": cursor})
+        action = "resume" if stats.paused else "pause"
+        control = (
+            f'<form method="post" action="/ui/queues/{h.q(queue)}/{action}" class="inline">'
+            f"{csrf_field(request)}{h.hidden('back', here)}"
+            f'<button type="submit">{action.title()}</button></form>'
+        )
+        summary = (
+            '<ul class="stats">'
+            f'<li><span class="n">{stats.ready}</span>ready</li>'
+            f'<li><span class="n">{stats.delayed}</span>delayed</li>'
+            f'<li><span class="n">{stats.reserved}</span>reserved</li>'
+            f'<li><span class="n"><a href="/ui/failed{h.qs({"queue": queue})}">{stats.failed}'
+            "</a></span>failed</li>"
+            f'<li><span class="n">{h.age(stats.oldest_ready_age_s)}</span>oldest ready</li>'
+            f'<li><span class="n">{"Paused" if stats.paused else "Running"}</span>state</li></ul>'
+        )
+        filters = (
+            f'<form method="get" action="/ui/queues/{h.q(queue)}" class="filters" '
+            'role="search" aria-label="Filter jobs">'
+            '<div><label for="f-state">State</label><select id="f-state" name="state">'
+            + h.options([("", "All states"), *((s, s.title()) for s in STATES)], state)
+            + "</select></div>"
+            '<div><label for="f-name">Job name</label>'
+            f'<input type="search" id="f-name" name="name" value="{h.e(name)}" '
+            'placeholder="e.g. mail.send"></div>'
+            '<div><button type="submit">Filter</button> '
+            f'<a class="button" href="/ui/queues/{h.q(queue)}">Clear</a></div></form>'
+        )
+        rows = []
+        for r in page.rows:
+            rows.append(
+                "<tr>"
+                f'<td class="mono"><a href="/ui/jobs/{h.q(r["id"])}">{h.e(r["id"])}</a></td>'
+                f"<td>{h.e(r['name'])}</td>"
+                f'<td><span class="badge {h.e(r["state"])}">{h.e(r["state"])}</span></td>'
+                f'<td class="num">{r["attempts"]} / {r["max_attempts"]}</td>'
+                f'<td class="num hide-narrow">{r["priority"]}</td>'
+                f"<td>{h.when(r['available_at'], now)}</td>"
+                f'<td class="hide-narrow">{h.e(_short(scrub(r["last_error"], r["payload"])))}'
+                "</td></tr>"
+            )
+        if rows:
+            listing = (
+                '<div class="table-wrap"><table><caption class="visually-hidden">Jobs</caption>'
+                '<thead><tr><th scope="col">Job id</th><th scope="col">Name</th>'
+                '<th scope="col">State</th><th scope="col" class="num">Attempts</th>'
+                '<th scope="col" class="num hide-narrow">Priority</th>'
+                '<th scope="col">Available at</th><th scope="col" class="hide-narrow">'
+                f"Last error</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+            )
+        elif state or name or cursor:
+            listing = (
+                '<div class="empty"><p><strong>No jobs match this filter.</strong> '
+                f'<a href="/ui/queues/{h.q(queue)}">Clear the filter</a> to see every job '
+                "on the queue.</p></div>"
+            )
+        else:
+            listing = (
+                '<div class="empty"><p><strong>This queue holds no jobs.</strong> '
+                "Jobs that completed are gone; failed ones are under "
+                f'<a href="/ui/failed{h.qs({"queue": queue})}">Failed jobs</a>. '
+                f"Push one with <code>POST /v1/queues/{h.e(queue)}/jobs</code>.</p></div>"
+            )
+        pager = _pager(
+            f"/ui/queues/{h.q(queue)}",
+            {"state": state, "name": name},
+            cursor,
+            page.next_cursor,
+        )
+        body = (
+            f'<p><a href="/ui">Overview</a> › queue</p><h1>Queue {h.e(queue)}</h1>'
+            f"{notice(request)}"
+            f'<div id="queue-summary" data-live>{summary}'
+            f'<div class="actions">{control}</div></div>'
+            f'<h2 id="jobs-h">Jobs</h2>{filters}'
+            f'<section id="jobs" data-live aria-labelledby="jobs-h">{listing}{pager}</section>'
+        )
+        return Reply(200, html_page(request, f"Queue {queue}", body))
+
+    async def _set_paused(self, request: Request, queue: str, paused: bool) -> Reply:
+        check_name("queue", queue)
+        back = safe_back(request.field("back"), f"/ui/queues/{h.q(queue)}", "back")
+        await self.service.set_paused(queue, paused)
+        return redirect(with_notice(back, "paused" if paused else "resumed"))
+
+    async def pause(self, request: Request, queue: str) -> Reply:
+        return await self._set_paused(request, queue, True)
+
+    async def resume(self, request: Request, queue: str) -> Reply:
+        return await self._set_paused(request, queue, False)
+
+    # -- a job ------------------------------------------------------------------
+
+    async def job_page(self, request: Request, id: str) -> Reply:
+        check_id(id)
+        known(request)
+        try:
+            job = await self.service.job(id)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            body = (
+                f"<h1>Job {h.e(id)}</h1>"
+                '<div class="empty"><p><strong>This job is not queued and not failed:</strong> '
+                "it completed, was cancelled or removed, or never existed. "
+                '<a href="/ui">Back to the overview</a>.</p></div>'
+            )
+            return Reply(404, html_page(request, "Job not found", body))
+        now = request.now_ms
+        failed = job["state"] == "failed"
+        payload = job["payload"]
+        if failed:  # the failed table keeps the stored JSON text
+            with contextlib.suppress(ValueError):
+                payload = json.loads(payload)
+        payload = mask(payload)
+        pretty = (
+            json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)
+            if not isinstance(payload, str) or not failed
+            else payload
+        )
+        props = [
+            ("Id", f'<span class="mono">{h.e(job["id"])}</span>'),
+            ("Queue", f'<a href="/ui/queues/{h.q(job["queue"])}">{h.e(job["queue"])}</a>'),
+            ("Name", h.e(job["name"])),
+            ("State", f'<span class="badge {h.e(job["state"])}">{h.e(job["state"])}</span>'),
+            ("Attempts", f"{job['attempts']} of {job['max_attempts']}"),
+            ("Priority", h.e(job["priority"])),
+            ("Created", h.when(job.get("created_at"), now)),
+        ]
+        if failed:
+            props.append(("Failed at", h.when(job.get("failed_at"), now)))
+        else:
+            props.append(("Available at", h.when(job.get("available_at"), now)))
+            if job.get("reserved_until"):
+                props.append(("Lease ends", h.when(job["reserved_until"], now)))
+            if job.get("unique_key"):
+                props.append(("Unique key", f'<span class="mono">{h.e(job["unique_key"])}</span>'))
+        error = scrub(job.get("error") if failed else job.get("last_error"), job["payload"])
+        csrf = csrf_field(request)
+        here = f"/ui/jobs/{h.q(id)}"
+        if failed:
+            actions = (
+                '<form method="post" action="/ui/failed/bulk" class="inline">'
+                f"{csrf}{h.hidden('ids', id)}{h.hidden('action', 'retry')}"
+                f"{h.hidden('back', '/ui/failed')}"
+                '<button type="submit">Retry</button></form>'
+                '<form method="post" action="/ui/failed/bulk" class="inline">'
+                f"{csrf}{h.hidden('ids', id)}{h.hidden('action', 'delete')}"
+                f"{h.hidden('back', '/ui/failed')}"
+                '<button type="submit" class="danger">Delete</button></form>'
+            )
+        else:
+            held = job["state"] == "reserved"
+            waiting = job["state"] == "delayed"
+            why = ' title="A worker is running it now"' if held else ""
+            actions = (
+                f'<form method="post" action="{here}/run" class="inline">{csrf}'
+                f'<button type="submit"{" disabled" if not waiting else ""}'
+                f"{why if held else ''}>Run now</button></form>"
+                f'<form method="post" action="{here}/cancel" class="inline">{csrf}'
+                f'<button type="submit" class="danger"{" disabled" if held else ""}{why}>'
+                "Cancel job</button></form>"
+            )
+            if held:
+                actions += '<span class="muted">A worker holds this job: wait for it.</span>'
+            elif not waiting:
+                actions += '<span class="muted">It is due: the next drain runs it.</span>'
+        body = (
+            f'<p><a href="/ui/queues/{h.q(job["queue"])}">Queue {h.e(job["queue"])}</a> › job</p>'
+            f"<h1>Job {h.e(job['name'])}</h1>{notice(request)}"
+            f'<div id="job" data-live><dl class="props">'
+            + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in props)
+            + f'</dl><div class="actions">{actions}</div>'
+            f"<h2>{'Error' if failed else 'Last error'}</h2>"
+            + (f"<pre>{h.e(error)}</pre>" if error else '<p class="muted">None.</p>')
+            + f"<h2>Payload</h2><pre>{h.e(pretty)}</pre></div>"
+        )
+        return Reply(200, html_page(request, f"Job {id}", body))
+
+    async def cancel(self, request: Request, id: str) -> Reply:
+        check_id(id)
+        job = await self.service.job(id)  # 404 if gone
+        await self.service.cancel(id)  # 409 if a worker holds it
+        return redirect(with_notice(f"/ui/queues/{h.q(job['queue'])}", "cancelled"))
+
+    async def run_now(self, request: Request, id: str) -> Reply:
+        check_id(id)
+        outcome = await self.store.run_now(id)
+        if outcome == "missing":
+            raise Refused(404, f"Job {id} completed or never existed.")
+        if outcome == "reserved":
+            raise Refused(409, f"Job {id} is running now; it cannot be moved.")
+        code = "run_now" if outcome == "done" else "already_ready"
+        return redirect(with_notice(f"/ui/jobs/{h.q(id)}", code))
+
+    # -- failed jobs ------------------------------------------------------------
+
+    async def failed_page(self, request: Request) -> Reply:
+        known(request, "queue", "name", "error", "age", "cursor")
+        queue, name = request.param("queue"), request.param("name")
+        error, age, cursor = request.param("error"), request.param("age"), request.param("cursor")
+        if queue:
+            check_name("queue", queue)
+        if name:
+            check_name("job", name)
+        if len(error) > 200:
+            raise Refused(400, "The error text to look for is at most 200 characters.")
+        if age not in AGES:
+            raise Refused(400, f"age must be one of {', '.join(a for a in AGES if a)}.")
+        now = request.now_ms
+        _, newer, older = AGES[age]
+        since = now - newer * 1000 if newer else 0
+        before = now - older * 1000 if older else now + 1
+        try:
+            page = await self.store.failed(
+                queue=queue,
+                name=name,
+                error=error,
+                since_ms=since,
+                before_ms=before,
+                cursor=cursor or None,
+            )
+        except ValueError as exc:
+            raise Refused(400, str(exc)) from None
+        filters = {"queue": queue, "name": name, "error": error, "age": age}
+        here = "/ui/failed" + h.qs({**filters, "cursor": cursor})
+        form = (
+            '<form method="get" action="/ui/failed" class="filters" role="search" '
+            'aria-label="Filter failed jobs">'
+            '<div><label for="f-queue">Queue</label>'
+            f'<input type="search" id="f-queue" name="queue" value="{h.e(queue)}" '
+            'placeholder="any queue"></div>'
+            '<div><label for="f-name">Job name</label>'
+            f'<input type="search" id="f-name" name="name" value="{h.e(name)}" '
+            'placeholder="any name"></div>'
+            '<div><label for="f-error">Error contains</label>'
+            f'<input type="search" id="f-error" name="error" value="{h.e(error)}" '
+            'placeholder="e.g. timed out"></div>'
+            '<div><label for="f-age">Age</label><select id="f-age" name="age">'
+            + h.options(((k, v[0]) for k, v in AGES.items()), age)
+            + "</select></div>"
+            '<div><button type="submit">Filter</button> '
+            '<a class="button" href="/ui/failed">Clear</a></div></form>'
+        )
+        rows = []
+        for r in page.rows:
+            rid = r["id"]
+            rows.append(
+                "<tr>"
+                f'<td><input type="checkbox" name="ids" value="{h.e(rid)}" id="sel-{h.e(rid)}" '
+                f'data-select aria-label="Select job {h.e(rid)}"></td>'
+                f'<td class="mono"><a href="/ui/jobs/{h.q(rid)}">{h.e(rid)}</a></td>'
+                f'<td><a href="/ui/queues/{h.q(r["queue"])}">{h.e(r["queue"])}</a></td>'
+                f"<td>{h.e(r['name'])}</td>"
+                f"<td>{h.e(_short(scrub(r['error'], r['payload'])))}</td>"
+                f'<td class="num hide-narrow">{r["attempts"]} / {r["max_attempts"]}</td>'
+                f"<td>{h.when(r['failed_at'], now)}</td></tr>"
+            )
+        if rows:
+            listing = (
+                '<div class="table-wrap"><table><caption class="visually-hidden">Failed jobs'
+                '</caption><thead><tr><th scope="col"><input type="checkbox" id="select-all" '
+                'aria-label="Select every job on this page"></th>'
+                '<th scope="col">Job id</th><th scope="col">Queue</th><th scope="col">Name</th>'
+                '<th scope="col">Error</th><th scope="col" class="num hide-narrow">Attempts</th>'
+                '<th scope="col">Failed</th></tr></thead>'
+                f"<tbody>{''.join(rows)}</tbody></table></div>"
+            )
+        elif any(filters.values()) or cursor:
+            listing = (
+                '<div class="empty"><p><strong>No failed jobs match this filter.</strong> '
+                '<a href="/ui/failed">Clear the filter</a> to see them all.</p></div>'
+            )
+        else:
+            listing = (
+                '<div class="empty"><p><strong>No failed jobs.</strong> A job lands here when '
+                "its handler fails it or its attempts run out; nothing to do for now.</p></div>"
+            )
+        bulk = (
+            '<div class="actions"><span data-selected-count class="muted"></span>'
+            '<button type="submit" name="action" value="retry" data-needs-selection>Retry'
+            "</button>"
+            '<button type="submit" name="action" value="delete" class="danger" '
+            "data-needs-selection>Delete</button>"
+            '<span class="muted">the selected jobs (you will be asked to confirm)</span></div>'
+            if rows
+            else ""
+        )
+        pager = _pager("/ui/failed", filters, cursor, page.next_cursor)
+        body = (
+            f"<h1>Failed jobs</h1>{notice(request)}{form}"
+            f'<form method="post" action="/ui/failed/bulk" aria-label="Act on selected jobs">'
+            f"{csrf_field(request)}{h.hidden('back', here)}"
+            f'<section id="failed" data-live aria-label="Failed jobs list">{bulk}{listing}'
+            f"{pager}</section></form>"
+        )
+        return Reply(200, html_page(request, "Failed jobs", body, current="/ui/failed"))
+
+    async def bulk(self, request: Request) -> Reply:
+        """Retry or delete the selected failed jobs: first a confirmation page
+        giving the count, then (with `confirm=yes`) the action itself."""
+        action = request.field("action")
+        if action not in ("retry", "delete"):
+            raise Refused(400, "action must be retry or delete.")
+        ids = list(dict.fromkeys(request.form.get("ids", [])))
+        if not ids:
+            raise Refused(400, "Select at least one failed job first.")
+        if len(ids) > PAGE:
+            raise Refused(400, f"At most {PAGE} jobs at once (one page).")
+        for id in ids:
+            check_id(id)
+        back = safe_back(request.field("back"), "/ui/failed", "back")
+        n = len(ids)
+        jobs = f"{n} failed job{'s' if n != 1 else ''}"
+        if request.field("confirm") != "yes":
+            question = (
+                f"Put {jobs} back on {'their queues' if n != 1 else 'its queue'}, "
+                "each with one fresh attempt?"
+                if action == "retry"
+                else f"Remove {jobs} for good? This cannot be undone."
+            )
+            fields = "".join(h.hidden("ids", i) for i in ids)
+            verb = "Retry" if action == "retry" else "Delete"
+            listing = "".join(f'<li class="mono">{h.e(i)}</li>' for i in ids[:10])
+            more = f"<li>and {n - 10} more</li>" if n > 10 else ""
+            body = (
+                f"<h1>Confirm</h1><p>{h.e(question)}</p><ul>{listing}{more}</ul>"
+                f'<form method="post" action="/ui/failed/bulk">{csrf_field(request)}{fields}'
+                f"{h.hidden('action', action)}{h.hidden('back', back)}"
+                f'{h.hidden("confirm", "yes")}<div class="actions">'
+                f'<button type="submit" class="{"primary" if action == "retry" else "danger"}" '
+                f"autofocus>{verb} {n} job{'s' if n != 1 else ''}</button>"
+                f'<a class="button" href="{h.e(back)}">Go back</a></div></form>'
+            )
+            return Reply(200, html_page(request, "Confirm", body))
+        if action == "retry":
+            done = await self.store.retry_many(ids)
+            return redirect(with_notice(back, "retried", done))
+        done = await self.store.delete_many(ids)
+        return redirect(with_notice(back, "removed", done))
+
+    # -- schedules --------------------------------------------------------------
+
+    async def schedules_page(self, request: Request) -> Reply:
+        known(request, "cursor")
+        now = request.now_ms
+        cursor = request.param("cursor") or None
+        if cursor is not None:
+            check_name("schedule id", cursor)
+        page = await self.service.schedules(SCHEDULES_PAGE, cursor)
+        csrf = csrf_field(request)
+        rows = []
+        for sch in page["schedules"]:
+            paused = bool(sch["paused"])
+            action = "resume" if paused else "pause"
+            back = "/ui/schedules" + h.qs({"cursor": cursor} if cursor else {})
+            button = (
+                f'<form method="post" action="/ui/schedules/{h.q(sch["id"])}/{action}" '
+                f'class="inline">{csrf}{h.hidden("back", back)}'
+                f'<button type="submit" title="{action.title()} schedule {h.e(sch["id"])}">'
+                f"{action.title()}</button></form>"
+            )
+            state = (
+                '<span class="badge paused">Paused</span>'
+                if paused
+                else '<span class="badge running">Running</span>'
+            )
+            queue = sch.get("queue") or ""
+            rows.append(
+                "<tr>"
+                f'<th scope="row">{h.e(sch["id"])}</th>'
+                f"<td><code>{h.e(sch['cron'])}</code> "
+                f'<span class="muted">{h.e(sch["tz"])}</span></td>'
+                f"<td>{h.e(sch['name'])}</td>"
+                f'<td class="hide-narrow"><a href="/ui/queues/{h.q(queue)}">{h.e(queue)}</a></td>'
+                f"<td>{h.when(sch.get('next_run_at'), now)}</td>"
+                f'<td class="hide-narrow">{h.when(sch.get("last_run_at"), now)}</td>'
+                f"<td>{state}</td>"
+                f'<td class="hide-narrow">{h.e(sch.get("source", ""))}</td>'
+                f"<td>{button}</td></tr>"
+            )
+        if rows:
+            table = (
+                '<div class="table-wrap"><table><caption class="visually-hidden">Schedules'
+                '</caption><thead><tr><th scope="col">Schedule</th><th scope="col">Cron</th>'
+                '<th scope="col">Job</th><th scope="col" class="hide-narrow">Queue</th>'
+                '<th scope="col">Next run</th><th scope="col" class="hide-narrow">Last run</th>'
+                '<th scope="col">State</th><th scope="col" class="hide-narrow">Declared in</th>'
+                '<th scope="col">Action</th></tr>'
+                f"</thead><tbody>{''.join(rows)}</tbody></table></div>"
+                + _pager("/ui/schedules", {}, cursor or "", page.get("next_cursor"))
+            )
+        else:
+            table = (
+                '<div class="empty"><p><strong>No schedules yet.</strong> Declare one beside '
+                'its handler (<code>@registry.job("report.daily", schedule="0 6 * * *", '
+                'tz="Europe/Berlin")</code>) or create one with the API:</p>'
+                '<pre>curl -H "Authorization: Bearer $TOKEN" '
+                f"{h.e(_origin(request))}/v1/schedules \\\n"
+                '     -d \'{"cron": "*/5 * * * *", "name": "example.echo"}\'</pre></div>'
+            )
+        body = (
+            f"<h1>Schedules</h1>{notice(request)}"
+            f'<section id="schedules" data-live aria-label="Schedule list">{table}</section>'
+        )
+        return Reply(200, html_page(request, "Schedules", body, current="/ui/schedules"))
+
+    async def _set_schedule_paused(self, request: Request, id: str, paused: bool) -> Reply:
+        check_name("schedule id", id)
+        back = safe_back(request.field("back"), "/ui/schedules", "back")
+        if paused:
+            await self.service.pause_schedule(id)
+        else:
+            await self.service.resume_schedule(id)
+        return redirect(with_notice(back, "schedule_paused" if paused else "schedule_resumed"))
+
+    async def pause_schedule(self, request: Request, id: str) -> Reply:
+        return await self._set_schedule_paused(request, id, True)
+
+    async def resume_schedule(self, request: Request, id: str) -> Reply:
+        return await self._set_schedule_paused(request, id, False)
+
+
+def _origin(request: Request) -> str:
+    host = request.headers.get("host", "")
+    return f"{'https' if request.secure else 'http'}://{host}"
+
+
+def _short(text: str | None, n: int = 120) -> str:
+    if not text:
+        return ""
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _pager(base: str, filters: Mapping[str, str], cursor: str, next_cursor: str | None) -> str:
+    links = []
+    if cursor:
+        links.append(f'<a href="{h.e(base + h.qs(filters))}">« First page</a>')
+    if next_cursor:
+        links.append(
+            f'<a href="{h.e(base + h.qs({**filters, "cursor": next_cursor}))}">Next page »</a>'
+        )
+    return f'<nav class="pager" aria-label="Pages">{"".join(links)}</nav>' if links else ""
+
+
+def _chart(minutes: list[counters.Minute], now_ms: int) -> str:
+    """The last hour as an SVG bar chart (no script, no inline style: the
+    CSP allows neither), with its numbers in words for screen readers."""
+    series = counters.per_minute(minutes, now_ms)
+    completed = sum(m.completed for m in series)
+    retried = sum(m.retried for m in series)
+    failed = sum(m.failed for m in series)
+    summary = f"{completed} completed, {retried} retried, {failed} failed in the last hour"
+    if not completed and not retried and not failed:
+        return (
+            '<div class="empty"><p><strong>No jobs ran in the last hour.</strong> The chart '
+            "fills in as cron runs drain jobs (each run records its counts).</p></div>"
+        )
+    top = max(m.completed + m.retried + m.failed for m in series) or 1
+    width, height, bar = 600, 120, 10
+    bars = []
+    for i, m in enumerate(series):
+        x = i * bar
+        y = height
+        for cls, n in (("c", m.completed), ("r", m.retried), ("f", m.failed)):
+            if not n:
+                continue
+            tall = max(1, round(n / top * (height - 4)))
+            y -= tall
+            bars.append(
+                f'<rect class="{cls}" x="{x + 1}" y="{y}" width="{bar - 2}" height="{tall}"/>'
+            )
+    return (
+        f'<svg class="chart" viewBox="0 0 {width} {height + 1}" role="img" '
+        'aria-labelledby="chart-t"><title id="chart-t">'
+        f"{h.e(summary)} (peak {top} a minute)</title>"
+        f'<line class="axis" x1="0" y1="{height}" x2="{width}" y2="{height}"/>'
+        f"{''.join(bars)}</svg>"
+        '<ul class="legend"><li><span class="sw c"></span>completed</li>'
+        '<li><span class="sw r"></span>retried</li><li><span class="sw f"></span>failed</li>'
+        f"<li>{h.e(summary)}; peak {top} a minute; oldest minute on the left</li></ul>"
+    )
