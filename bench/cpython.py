@@ -26,7 +26,7 @@ PAYLOAD = {"to": "ada@example.com", "template": "welcome"}
 
 def _d1queue(n: int, directory: Path) -> tuple[float, float]:
     from d1queue import Config, D1Queue, Registry, drain
-    from d1queue.testing import SqliteD1
+    from d1queue.interfaces.testing import SqliteD1
 
     path = directory / "d1queue.sqlite"
     with sqlite3.connect(path) as conn:

@@ -27,7 +27,7 @@ from tests.runtime.conftest import start_host  # noqa: E402
 
 from bench import host as bench_host  # noqa: E402
 from bench import inside  # noqa: E402
-from d1queue.api import MAX_BODY_BYTES  # noqa: E402
+from d1queue.interfaces.api import MAX_BODY_BYTES  # noqa: E402
 
 Row = tuple[str, str, str, str, str, str]
 

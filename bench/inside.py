@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from d1queue import Config, D1Queue, Fail, Registry, drain
-from d1queue.binding import Binding, Result
-from d1queue.sql import CLAIM, DELAYED_BAND, LOCKED_BAND
+from d1queue.store.binding import Binding, Result
+from d1queue.store.sql import CLAIM, DELAYED_BAND, LOCKED_BAND
 
 from .seed_driver import FAILED, JOBS, SCHEMA, SeedQueue, seed_drain
 
@@ -540,7 +540,7 @@ async def schedule_cost(db: Any, schedules: int, due: int) -> dict[str, Any]:
     """`schedules` API schedules of a no-op job, `due` of them due now and the
     rest an hour off, then one evaluation as the cron runs it: its queries,
     rows read and rows written, and how many slots it enqueued."""
-    from d1queue.schedules import Schedules
+    from d1queue.store.schedules import Schedules
 
     b = Binding(db)
     await b.batch(
@@ -632,7 +632,7 @@ async def depth_check(db: Any, size: int, repeats: int = 5) -> dict[str, Any]:
     is the wall time of a call that does no I/O, on the Worker's one thread."""
     import json
 
-    from d1queue.bounds import json_depth
+    from d1queue.core.bounds import json_depth
 
     clock = getattr(time, "thread_time", time.perf_counter)
 

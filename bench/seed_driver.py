@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from d1queue.binding import Binding
+from d1queue.store.binding import Binding
 
 JOBS = "seed_jobs"
 FAILED = "seed_failed_jobs"

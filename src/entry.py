@@ -13,19 +13,19 @@ from pyodide import ffi
 from workers import Response, WorkerEntrypoint, fetch
 
 from d1queue import Config, ConfigError, D1Queue, __version__, drain
-from d1queue.api import MAX_BODY_BYTES, NO_STORE, Api, json_object
-from d1queue.binding import Binding
-from d1queue.crons import cron
-from d1queue.dashboard import Dashboard
-from d1queue.guard import AUTH_LIMITER_BINDING, CLIENT_HEADER, Guard
-from d1queue.http_job import register_http_job
-from d1queue.limits import PLANS, Meter
-from d1queue.log import event, install
-from d1queue.openapi import document
-from d1queue.schedules import DUE_LIMITS, trigger_grace_ms
-from d1queue.service import ApiError, Service
-from d1queue.shardset import ShardQueue, ShardSet
-from d1queue.wake import WAKE_BINDING, Waker, consume
+from d1queue.core.guard import AUTH_LIMITER_BINDING, CLIENT_HEADER, Guard
+from d1queue.core.limits import PLANS, Meter
+from d1queue.core.log import event, install
+from d1queue.features.cron import cron
+from d1queue.features.http_request import register_http_job
+from d1queue.features.wake import WAKE_BINDING, Waker, consume
+from d1queue.interfaces.api import MAX_BODY_BYTES, NO_STORE, Api, json_object
+from d1queue.interfaces.dashboard import Dashboard
+from d1queue.interfaces.openapi import document
+from d1queue.interfaces.service import ApiError, Service
+from d1queue.store.binding import Binding
+from d1queue.store.schedules import DUE_LIMITS, trigger_grace_ms
+from d1queue.store.shardset import ShardQueue, ShardSet
 from jobs import registry
 
 PUSH_DRAIN: dict[str, Any] = {"time_budget_s": 5.0, "query_budget": 10}

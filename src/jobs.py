@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from d1queue import Backoff, Fail, JobContext, Registry
-from d1queue.log import event, install
+from d1queue.core.log import event, install
 
 registry = Registry()
 

@@ -19,8 +19,8 @@ import sys
 from typing import Any
 
 from d1queue import Backoff, Config, D1Queue, JobContext, Registry, drain
-from d1queue.binding import Binding, RetryPolicy
-from d1queue.testing import SqliteD1
+from d1queue.interfaces.testing import SqliteD1
+from d1queue.store.binding import Binding, RetryPolicy
 
 RESERVATION_S = 12.0
 """Short, so the jobs of killed and cancelled drains come back quickly, yet

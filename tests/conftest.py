@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from d1queue import D1Queue, testing
-from d1queue.testing import SqliteD1
+from d1queue.interfaces.testing import SqliteD1
 
 from .contract import Clock
 from .http_server import Server, running_server

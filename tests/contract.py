@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 from d1queue import D1Queue, Fail, Outcome, QueuedJob, Registry, drain, sql
-from d1queue.config import Config
+from d1queue.core.config import Config
 
 
 class Clock:

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from d1queue import Config, D1Queue, Registry, drain
-from d1queue.admin import Admin
-from d1queue.api import MAX_BODY_BYTES, Api, ApiReply
-from d1queue.bounds import MAX_PAYLOAD_BYTES
-from d1queue.job import QueuedJob
-from d1queue.openapi import SPEC
-from d1queue.service import Service
-from d1queue.testing import SqliteD1
+from d1queue.core.bounds import MAX_PAYLOAD_BYTES
+from d1queue.core.job import QueuedJob
+from d1queue.interfaces.api import MAX_BODY_BYTES, Api, ApiReply
+from d1queue.interfaces.openapi import SPEC
+from d1queue.interfaces.service import Service
+from d1queue.interfaces.testing import SqliteD1
+from d1queue.store.admin import Admin
 
 from .conftest import Clock
 

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from d1queue.api import MAX_BODY_BYTES, json_object
-from d1queue.bounds import MAX_JSON_DEPTH, json_depth, value_depth
-from d1queue.service import ApiError
+from d1queue.core.bounds import MAX_JSON_DEPTH, json_depth, value_depth
+from d1queue.interfaces.api import MAX_BODY_BYTES, json_object
+from d1queue.interfaces.service import ApiError
 
 # --------------------------------------------------------------- references --
 
@@ -267,8 +267,8 @@ async def test_every_name_check_raises_the_one_error_type() -> None:
     import pytest
 
     from d1queue import D1Queue, Registry
-    from d1queue.bounds import InvalidName, check_name, is_name
-    from d1queue.testing import database
+    from d1queue.core.bounds import InvalidName, check_name, is_name
+    from d1queue.interfaces.testing import database
 
     assert check_name("queue", "mail.out-1") == "mail.out-1" and is_name("a:b")
     for bad in ("", "a b", "x" * 65, None, 7, "é"):

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from d1queue import D1Queue, QueuedJob
-from d1queue.testing import SqliteD1
+from d1queue.interfaces.testing import SqliteD1
 
 from .conftest import MIGRATIONS, ROOT
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from d1queue.testing import SqliteD1
+from d1queue.interfaces.testing import SqliteD1
 
 from .contract import CASES, Clock
 

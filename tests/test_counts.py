@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from bench import inside
 
-from d1queue.testing import SqliteD1
+from d1queue.interfaces.testing import SqliteD1
 
 BATCH = 25
 

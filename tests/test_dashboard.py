@@ -12,14 +12,14 @@ from urllib.parse import urlencode
 import pytest
 
 from d1queue import Config, D1Queue, Registry, drain, sql
-from d1queue.bounds import SIGNOUT_PRUNE
-from d1queue.dashboard import Dashboard
-from d1queue.dashboard.app import CSP
-from d1queue.dashboard.mask import MASK, SECRET_KEY, mask
-from d1queue.dashboard.session import SESSION_S, Sessions, set_cookie
-from d1queue.errors import Fail
-from d1queue.service import Service
-from d1queue.testing import SqliteD1
+from d1queue.core.bounds import SIGNOUT_PRUNE
+from d1queue.core.errors import Fail
+from d1queue.interfaces.dashboard import Dashboard
+from d1queue.interfaces.dashboard.app import CSP
+from d1queue.interfaces.dashboard.mask import MASK, SECRET_KEY, mask
+from d1queue.interfaces.dashboard.session import SESSION_S, Sessions, set_cookie
+from d1queue.interfaces.service import Service
+from d1queue.interfaces.testing import SqliteD1
 
 from .contract import Clock
 

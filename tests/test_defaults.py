@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from d1queue import Backoff, Config, D1Queue, JobContext, Registry, drain
-from d1queue.api import Api
-from d1queue.openapi import SPEC
-from d1queue.service import Service
-from d1queue.testing import SqliteD1
+from d1queue.interfaces.api import Api
+from d1queue.interfaces.openapi import SPEC
+from d1queue.interfaces.service import Service
+from d1queue.interfaces.testing import SqliteD1
 
 from .conftest import Clock
 from .test_api import AUTH, TOKEN
@@ -205,7 +205,7 @@ def test_the_library_defaults_are_stated_once_and_read_everywhere() -> None:
     from dataclasses import replace
 
     from d1queue import QueuedJob
-    from d1queue.job import (
+    from d1queue.core.job import (
         DEFAULT_MAX_ATTEMPTS,
         DEFAULT_PRIORITY,
         DEFAULT_QUEUE,
@@ -213,7 +213,7 @@ def test_the_library_defaults_are_stated_once_and_read_everywhere() -> None:
         DEFAULT_TIMEOUT_S,
         DEFAULT_UNIQUE,
     )
-    from d1queue.registry import spec_for
+    from d1queue.core.registry import spec_for
 
     stand_in = spec_for(None, "anything")
     assert stand_in.stored() == (DEFAULT_QUEUE, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY)
@@ -241,7 +241,7 @@ async def test_a_slot_of_an_unknown_job_is_stored_with_the_library_defaults(
 ) -> None:
     """A schedule whose job this Worker does not know (another Worker on the
     same D1 may run it) enqueues with the same defaults a dispatch gets."""
-    from d1queue.schedules import ScheduleDef, Schedules
+    from d1queue.store.schedules import ScheduleDef, Schedules
 
     reg = registry()
     store = Schedules(queue, reg)

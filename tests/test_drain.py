@@ -20,7 +20,7 @@ from d1queue import (
     Retry,
     drain,
 )
-from d1queue.testing import SqliteD1
+from d1queue.interfaces.testing import SqliteD1
 
 from .conftest import Clock
 

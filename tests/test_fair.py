@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from d1queue import Config, D1Queue, Registry, drain
-from d1queue.testing import SqliteD1
+from d1queue.interfaces.testing import SqliteD1
 
 from .contract import Clock
 
@@ -64,7 +64,7 @@ async def test_by_default_every_queue_with_jobs_is_drained(db: SqliteD1) -> None
 
 
 async def test_a_list_ending_in_star_drains_the_rest_and_skips_paused(db: SqliteD1) -> None:
-    from d1queue.admin import Admin
+    from d1queue.store.admin import Admin
 
     clock = Clock()
     queue = D1Queue(db, clock=clock)

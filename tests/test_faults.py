@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from d1queue import Config, D1Queue, QueuedJob, Registry, Retry, drain, sql
-from d1queue.api import Api
-from d1queue.binding import Binding, RetryPolicy
-from d1queue.bounds import MAX_DELAY_S, MAX_JSON_DEPTH, json_depth, value_depth
-from d1queue.http_job import register_http_job
-from d1queue.openapi import SPEC
-from d1queue.service import ApiError, Service
-from d1queue.testing import SqliteD1
+from d1queue.core.bounds import MAX_DELAY_S, MAX_JSON_DEPTH, json_depth, value_depth
+from d1queue.features.http_request import register_http_job
+from d1queue.interfaces.api import Api
+from d1queue.interfaces.openapi import SPEC
+from d1queue.interfaces.service import ApiError, Service
+from d1queue.interfaces.testing import SqliteD1
+from d1queue.store.binding import Binding, RetryPolicy
 
 from .conftest import Clock
 from .http_server import Server

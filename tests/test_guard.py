@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from d1queue import D1Queue, Registry
-from d1queue.api import Api
-from d1queue.guard import FAILED_AUTH_DELAY_S, Guard, client_key
-from d1queue.service import Service
+from d1queue.core.guard import FAILED_AUTH_DELAY_S, Guard, client_key
+from d1queue.interfaces.api import Api
+from d1queue.interfaces.service import Service
 
 TOKEN = "t" * 32
 
@@ -95,7 +95,7 @@ async def test_every_api_answer_says_no_store(queue: D1Queue) -> None:
 async def test_ids_are_checked_by_the_service_for_every_caller(queue: D1Queue) -> None:
     import pytest
 
-    from d1queue.service import ApiError
+    from d1queue.interfaces.service import ApiError
 
     service = Service(queue, Registry())
     for call in (
@@ -114,7 +114,7 @@ async def test_ids_are_checked_by_the_service_for_every_caller(queue: D1Queue) -
 
 
 async def test_wrong_sign_ins_are_paused_and_limited(db: Any, clock: Any) -> None:
-    from d1queue.dashboard import Dashboard
+    from d1queue.interfaces.dashboard import Dashboard
 
     from .test_dashboard import TOKEN as BOARD_TOKEN
     from .test_dashboard import Browser, registry

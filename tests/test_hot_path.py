@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from d1queue import Config, D1Queue, JobContext, Registry, drain, sql
-from d1queue.binding import json_loads, returns_no_rows
-from d1queue.limits import Meter
+from d1queue.core.limits import Meter
+from d1queue.store.binding import json_loads, returns_no_rows
 
 
 @pytest.mark.parametrize(
@@ -116,7 +116,7 @@ _ROW = {
     ],
 )
 def test_row_to_job_fast_path_makes_what_the_general_path_makes(changes: dict[str, Any]) -> None:
-    from d1queue.job import _row_to_job, row_to_job
+    from d1queue.core.job import _row_to_job, row_to_job
 
     row = {**_ROW, **changes}
     fast, general = row_to_job(row), _row_to_job(row)
@@ -145,7 +145,7 @@ def test_row_to_job_fast_path_makes_what_the_general_path_makes(changes: dict[st
     ],
 )
 def test_a_row_read_by_position_makes_the_job_its_dict_makes(changes: dict[str, Any]) -> None:
-    from d1queue.job import row_to_job, values_to_job
+    from d1queue.core.job import row_to_job, values_to_job
 
     row = {**_ROW, **changes}
     by_position = values_to_job([row[c] for c in sql.JOB_COLUMN_NAMES])
@@ -173,7 +173,7 @@ def test_a_row_read_by_position_makes_the_job_its_dict_makes(changes: dict[str, 
 def test_batches_skip_the_per_value_check_only_when_json_is_exact(
     params: tuple[Any, ...], fast: bool
 ) -> None:
-    from d1queue.binding import _dumps_strict, _has_long_number, _plain_runs
+    from d1queue.store.binding import _dumps_strict, _has_long_number, _plain_runs
 
     runs = _plain_runs([("SELECT ?", params), ("SELECT ?", params), ("SELECT 1", ())])
     if runs is None:
@@ -218,7 +218,7 @@ async def test_handlers_run_at_most_concurrency_at_once(queue: D1Queue) -> None:
 
 
 async def test_a_cancelled_wait_for_a_slot_loses_no_slot() -> None:
-    from d1queue.limits import Slots
+    from d1queue.core.limits import Slots
 
     slots = Slots(1)
     assert slots.take_now()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from d1queue import Config, D1Queue, Registry, drain
-from d1queue.http_job import register_http_job, retry_after_s
-from d1queue.outbound import HostRules
+from d1queue.core.outbound import HostRules
+from d1queue.features.http_request import register_http_job, retry_after_s
 
 from .conftest import Clock
 from .http_server import Server

@@ -1,5 +1,6 @@
-"""The library's modules import each other without a circle, and the domain
-(the job, its defaults, schedules' and shards' rules) imports no driver.
+"""The library's modules import each other without a circle; the folders are
+the layers (core, store, features, interfaces), and no module imports from
+a layer above its own; only the store speaks to D1.
 
 Every import counts, wherever it is written: at the top, inside a function,
 or under `if TYPE_CHECKING:` (a type-only import still ties the two modules
@@ -15,16 +16,17 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "d1queue"
 
-DRIVER = {"d1queue.binding", "d1queue.sql"}
+DRIVER = {"d1queue.store.binding", "d1queue.store.sql"}
 """The modules that speak to D1: statements and the binding."""
-DOMAIN = {
-    "d1queue.bounds",
-    "d1queue.job",
-    "d1queue.registry",
-    "d1queue.schedule",
-    "d1queue.shards",
-}
-"""Pure rules: what a job is, its defaults, schedules' and shards' rules."""
+LAYERS = ("core", "store", "features", "interfaces")
+"""The package's folders, lowest first: a module may import from its own
+layer and the ones below."""
+
+
+def layer(module: str) -> int | None:
+    """The layer of a module (None: the package itself, which re-exports)."""
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
 
 
 def module_names(root: Path = PACKAGE) -> dict[str, Path]:
@@ -151,12 +153,33 @@ def test_the_modules_import_each_other_without_a_circle() -> None:
     assert not found, f"import circles: {found}\nthe import graph's floors:\n{describe(graph)}"
 
 
-def test_the_domain_imports_no_driver() -> None:
+def test_the_core_reaches_no_driver() -> None:
     graph = import_graph()
-    assert set(graph) >= DOMAIN | DRIVER
-    wrong = {m: sorted(reach(graph, m) & DRIVER) for m in sorted(DOMAIN)}
+    assert set(graph) >= DRIVER
+    core = [m for m in graph if layer(m) == 0]
+    assert len(core) > 10, core
+    wrong = {m: sorted(reach(graph, m) & DRIVER) for m in sorted(core)}
     wrong = {m: found for m, found in wrong.items() if found}
-    assert not wrong, f"domain modules reaching the driver: {wrong}\n{describe(graph)}"
+    assert not wrong, f"core modules reaching the driver: {wrong}\n{describe(graph)}"
+
+
+def test_every_module_sits_in_a_layer_and_imports_none_above_it() -> None:
+    graph = import_graph()
+    loose = [m for m in graph if layer(m) is None and m not in ("d1queue", "d1queue._old_paths")]
+    assert not loose, f"modules outside the layers: {loose}"
+    upward = {
+        m: sorted(t for t in targets if (layer(t) or 0) > (layer(m) or 0))
+        for m, targets in graph.items()
+        if layer(m) is not None
+    }
+    upward = {m: t for m, t in upward.items() if t}
+    assert not upward, f"imports from a layer above: {upward}\n{describe(graph)}"
+
+
+def test_only_the_store_imports_the_driver() -> None:
+    graph = import_graph()
+    speaking = sorted(m for m, targets in graph.items() if targets & DRIVER)
+    assert all(layer(m) == 1 for m in speaking), speaking
 
 
 def test_the_graph_reads_every_kind_of_import(tmp_path: Path) -> None:
@@ -180,3 +203,23 @@ def test_the_graph_reads_every_kind_of_import(tmp_path: Path) -> None:
     assert graph["pkg.sub.d"] == {"pkg.a", "pkg.b"}
     assert circles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
     assert floors(graph) == [["[pkg.a pkg.b pkg.c]", "pkg", "pkg.sub"], ["pkg.sub.d"]]
+
+
+def test_the_paths_from_before_the_layers_still_import() -> None:
+    import importlib
+
+    from d1queue._old_paths import MOVED
+
+    for old, new in MOVED.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
+    from d1queue.dashboard import session  # a module inside a moved package
+
+    from d1queue.interfaces.dashboard import session as now
+
+    assert session is now
+    from d1queue.http_job import register_http_job
+    from d1queue.worker import DrainReport
+
+    from d1queue import testing
+
+    assert testing.MIGRATIONS.is_dir() and callable(register_http_job) and DrainReport

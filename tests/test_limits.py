@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from d1queue import Config, D1Queue, JobContext, QueuedJob, Registry, drain
-from d1queue.binding import Binding, RetryPolicy
-from d1queue.limits import PLANS, Meter, MeteredEnv, SubrequestLimitExceeded
-from d1queue.testing import SqliteD1
+from d1queue.core.limits import PLANS, Meter, MeteredEnv, SubrequestLimitExceeded
+from d1queue.interfaces.testing import SqliteD1
+from d1queue.store.binding import Binding, RetryPolicy
 from jobs import registry as worker_registry
 
 from .conftest import Clock

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from d1queue.log import JsonLines, event, get, install
+from d1queue.core.log import JsonLines, event, get, install
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from d1queue import sql
-from d1queue.queue import D1Queue
-from d1queue.testing import MIGRATIONS, SqliteD1
+from d1queue.interfaces.testing import MIGRATIONS, SqliteD1
+from d1queue.store.queue import D1Queue
 
 from .contract import Clock
 

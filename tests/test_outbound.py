@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 from d1queue import Config, ConfigError, D1Queue, Registry
-from d1queue.bounds import MAX_REDIRECTS, MAX_RESPONSE_BYTES
-from d1queue.http_job import register_http_job
-from d1queue.log import fields_of
-from d1queue.outbound import (
+from d1queue.core.bounds import MAX_REDIRECTS, MAX_RESPONSE_BYTES
+from d1queue.core.log import fields_of
+from d1queue.core.outbound import (
     HostRules,
     Outbound,
     OutboundRefused,
@@ -25,6 +24,7 @@ from d1queue.outbound import (
     send,
     strip_credentials,
 )
+from d1queue.features.http_request import register_http_job
 
 from .http_server import Server, running_server
 from .test_http_job import LOCAL, run

@@ -56,7 +56,7 @@ def test_the_wheel_is_the_library_alone(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("d1queue-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     modules = {n for n in names if not n.startswith("d1queue-")}
-    assert "d1queue/queue.py" in modules and "d1queue/testing.py" in modules
+    assert "d1queue/store/queue.py" in modules and "d1queue/interfaces/testing.py" in modules
     assert all(n.startswith("d1queue/") for n in modules), modules
 
 

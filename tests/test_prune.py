@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from d1queue import Config, ConfigError, D1Queue, Fail, Registry, drain
-from d1queue.config import KEEP_FAILED_S, PRUNE_FAILED
-from d1queue.crons import ShardRun, cron
-from d1queue.shardset import ShardQueue, ShardSet
-from d1queue.testing import SqliteD1
+from d1queue.core.config import KEEP_FAILED_S, PRUNE_FAILED
+from d1queue.features.cron import ShardRun, cron
+from d1queue.interfaces.testing import SqliteD1
+from d1queue.store.shardset import ShardQueue, ShardSet
 
 from .conftest import MIGRATIONS, Clock
 

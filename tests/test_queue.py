@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from d1queue import D1Queue, DuplicateJobId, QueuedJob
-from d1queue.testing import D1Error, SqliteD1
+from d1queue.interfaces.testing import D1Error, SqliteD1
 
 from .conftest import Clock
 

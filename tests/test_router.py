@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from d1queue import D1Queue
-from d1queue.api import ROUTES, Api
-from d1queue.dashboard import Dashboard
-from d1queue.dashboard.assets import CSS_PATH
-from d1queue.openapi import SPEC
-from d1queue.router import Reply, Route, Router
-from d1queue.service import Service
+from d1queue.interfaces.api import ROUTES, Api
+from d1queue.interfaces.dashboard import Dashboard
+from d1queue.interfaces.dashboard.assets import CSS_PATH
+from d1queue.interfaces.openapi import SPEC
+from d1queue.interfaces.router import Reply, Route, Router
+from d1queue.interfaces.service import Service
 
 from .conftest import Clock
 from .test_api import AUTH

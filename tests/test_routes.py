@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from d1queue import D1Queue, bounds
-from d1queue.api import ROUTES, Api, QueryParam, Route
-from d1queue.openapi import SPEC, document
-from d1queue.service import ApiError, Service
-from d1queue.testing import SqliteD1
+from d1queue.interfaces.api import ROUTES, Api, QueryParam, Route
+from d1queue.interfaces.openapi import SPEC, document
+from d1queue.interfaces.service import ApiError, Service
+from d1queue.interfaces.testing import SqliteD1
 
 from .test_api import TOKEN, Client, registry
 

@@ -16,11 +16,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from d1queue import D1Queue, Registry, drain
-from d1queue.api import Api
-from d1queue.binding import Binding, RetryPolicy
-from d1queue.limits import Meter
-from d1queue.openapi import document
-from d1queue.schedules import (
+from d1queue.core.limits import Meter
+from d1queue.interfaces.api import Api
+from d1queue.interfaces.openapi import document
+from d1queue.interfaces.service import Service
+from d1queue.interfaces.testing import SqliteD1, database
+from d1queue.store.binding import Binding, RetryPolicy
+from d1queue.store.schedules import (
     MAX_CATCH_UP,
     NEVER,
     Cron,
@@ -30,8 +32,6 @@ from d1queue.schedules import (
     plan_slots,
     trigger_grace_ms,
 )
-from d1queue.service import Service
-from d1queue.testing import SqliteD1, database
 
 from .contract import Clock
 from .test_api import TOKEN, Client

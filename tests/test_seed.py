@@ -8,7 +8,7 @@ by the statement text where the seed's point was the statement itself.
 from __future__ import annotations
 
 from d1queue import D1Queue, QueuedJob, sql
-from d1queue.testing import SqliteD1
+from d1queue.interfaces.testing import SqliteD1
 
 from .conftest import MIGRATIONS, Clock
 

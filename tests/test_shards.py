@@ -14,15 +14,10 @@ from typing import Any
 import pytest
 
 from d1queue import Config, D1Queue, Registry, drain
-from d1queue.api import Api, ApiReply
-from d1queue.bounds import ID_PATTERN, MAX_PARTITION
-from d1queue.config import ConfigError
-from d1queue.crons import combine, cron
-from d1queue.dashboard.store import Store
-from d1queue.job import new_id
-from d1queue.openapi import SPEC
-from d1queue.service import Service
-from d1queue.shards import (
+from d1queue.core.bounds import ID_PATTERN, MAX_PARTITION
+from d1queue.core.config import ConfigError
+from d1queue.core.job import new_id
+from d1queue.core.shards import (
     Routing,
     hash_shard,
     mark_id,
@@ -31,9 +26,14 @@ from d1queue.shards import (
     shard_of_id,
     split,
 )
-from d1queue.shardset import ShardError, ShardQueue, ShardSet
-from d1queue.testing import SqliteD1
-from d1queue.wake import Waker, consume, parse_wake, wake_body
+from d1queue.features.cron import combine, cron
+from d1queue.features.wake import Waker, consume, parse_wake, wake_body
+from d1queue.interfaces.api import Api, ApiReply
+from d1queue.interfaces.openapi import SPEC
+from d1queue.interfaces.service import Service
+from d1queue.interfaces.testing import SqliteD1
+from d1queue.store.dashboard import Store
+from d1queue.store.shardset import ShardError, ShardQueue, ShardSet
 
 from .conftest import MIGRATIONS, Clock
 from .test_api import AUTH, TOKEN
@@ -341,7 +341,7 @@ async def test_a_handler_dispatch_routes_to_the_queues_shard(two: Sharded) -> No
     # A library push of an id naming a shard this set lacks is refused.
     job = two.shards.home
     with pytest.raises(ShardError, match="names shard 4"):
-        from d1queue.job import QueuedJob
+        from d1queue.core.job import QueuedJob
 
         await job.push(QueuedJob(name="t.echo", id=f"s4-{new_id()}"))
 
@@ -490,7 +490,7 @@ async def test_a_schedule_lives_on_its_queues_shard_and_runs_there_once(
 
 
 async def _nothing() -> Any:
-    from d1queue.worker import DrainReport
+    from d1queue.features.drain import DrainReport
 
     return DrainReport(stopped="empty")
 
@@ -594,7 +594,7 @@ def test_the_sharded_config_lists_every_database_and_is_a_valid_config() -> None
 
 
 def test_the_document_states_the_partition_and_the_id_shape_from_bounds() -> None:
-    from d1queue.bounds import ID_RULE
+    from d1queue.core.bounds import ID_RULE
 
     job = SPEC["components"]["schemas"]["Job"]["properties"]["partition"]
     assert job["maxLength"] == MAX_PARTITION and job["minLength"] == 1
@@ -605,7 +605,7 @@ def test_the_document_states_the_partition_and_the_id_shape_from_bounds() -> Non
 
 
 async def test_the_dashboard_shows_and_acts_on_every_shard(two: Sharded) -> None:
-    from d1queue.dashboard import Dashboard
+    from d1queue.interfaces.dashboard import Dashboard
 
     from .test_dashboard import TOKEN as BOARD_TOKEN
     from .test_dashboard import Browser

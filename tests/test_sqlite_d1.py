@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from d1queue.testing import D1Error, SqliteD1
+from d1queue.interfaces.testing import D1Error, SqliteD1
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ async def test_objects_on_one_file_share_the_database(tmp_path: Path) -> None:
 
 async def test_the_driver_retries_transient_d1_errors_only() -> None:
     from d1queue import D1Queue
-    from d1queue.binding import Binding, RetryPolicy
+    from d1queue.store.binding import Binding, RetryPolicy
 
     from .conftest import MIGRATIONS
 

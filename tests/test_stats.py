@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from d1queue import Config, D1Queue, Registry, drain, sql
-from d1queue.binding import Binding
-from d1queue.errors import Fail, Retry
-from d1queue.limits import PLANS, Meter
-from d1queue.log import fields_of
-from d1queue.stats import RunCounts, per_minute, read, record
-from d1queue.testing import SqliteD1
+from d1queue.core.errors import Fail, Retry
+from d1queue.core.limits import PLANS, Meter
+from d1queue.core.log import fields_of
+from d1queue.interfaces.testing import SqliteD1
+from d1queue.store.binding import Binding
+from d1queue.store.stats import RunCounts, per_minute, read, record
 
 from .contract import Clock
 
@@ -136,7 +136,7 @@ async def test_the_counters_fit_inside_the_run_budget(db: SqliteD1, clock: Clock
 def test_a_budget_with_no_room_for_the_counters_is_refused() -> None:
     import pytest
 
-    from d1queue.config import ConfigError
+    from d1queue.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="must be >= 4"):
         Config(query_budget=3)

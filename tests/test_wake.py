@@ -1,4 +1,4 @@
-"""Wake-ups through Cloudflare Queues (d1queue/wake.py), on SqliteD1: the
+"""Wake-ups through Cloudflare Queues (d1queue/features/wake.py), on SqliteD1: the
 settings, the shipped opt-in wrangler.toml block, what a batch asks for, the
 capped count of due jobs, and a consumer's fan-out. Miniflare's real Queues
 are in tests/runtime/test_wake_runtime.py.
@@ -17,9 +17,8 @@ import pytest
 from tools.wake_config import wake_toml
 
 from d1queue import Config, ConfigError, D1Queue, Registry, drain
-from d1queue.limits import Meter
-from d1queue.testing import SqliteD1
-from d1queue.wake import (
+from d1queue.core.limits import Meter
+from d1queue.features.wake import (
     FOLLOW_UP_RESERVE,
     WAKE_BINDING,
     Waker,
@@ -30,6 +29,7 @@ from d1queue.wake import (
     plan,
     wake_body,
 )
+from d1queue.interfaces.testing import SqliteD1
 
 from .conftest import ROOT, Clock
 

@@ -4,14 +4,17 @@ Importable under plain CPython: nothing here imports the `workers` SDK or
 `js`; the driver adapts to whatever D1 binding it is handed.
 """
 
-from .config import Config, ConfigError
-from .context import JobContext
-from .errors import Fail, Retry
-from .job import QueuedJob
-from .queue import D1Queue, DuplicateJobId, FailedJob, Outcome
-from .registry import Backoff, JobSpec, Registry
-from .shardset import ShardQueue, ShardSet
-from .worker import DrainReport, drain
+from ._old_paths import install as _install_old_paths
+from .core.config import Config, ConfigError
+from .core.context import JobContext
+from .core.errors import Fail, Retry
+from .core.job import QueuedJob
+from .core.registry import Backoff, JobSpec, Registry
+from .features.drain import DrainReport, drain
+from .store.queue import D1Queue, DuplicateJobId, FailedJob, Outcome
+from .store.shardset import ShardQueue, ShardSet
+
+_install_old_paths()  # the module paths from before the layers, as aliases
 
 __version__ = "0.1.0"
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import parse_qs, urlparse
 
-from ..guard import Guard
-from ..log import get
+from ...core.guard import Guard
+from ...core.log import get
+from ...store.dashboard import Store
 from ..router import Reply, Route, Router, options_reply, without_body
 from ..service import ApiError, Service
 from . import html as h
@@ -34,7 +35,6 @@ from .auth import Auth
 from .pages import Pages
 from .request import Refused, Request, html_page
 from .session import is_local
-from .store import Store
 
 log = get(__name__)
 

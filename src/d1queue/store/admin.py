@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from ..core.bounds import MAX_SAFE_INT, check_name
+from ..core.job import QueuedJob, row_to_job
 from . import sql
-from .bounds import MAX_SAFE_INT, check_name
-from .job import QueuedJob, row_to_job
 from .queue import D1Queue, FailedJob
 
 

@@ -31,16 +31,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .bounds import MAX_SAFE_INT
-from .context import JobContext
-from .job import QueuedJob, row_to_job
-from .queue import D1Queue, Outcome
-from .registry import Registry
+from ..core.bounds import MAX_SAFE_INT
+from ..core.context import JobContext
+from ..core.job import QueuedJob, row_to_job
+from ..core.registry import Registry
+from ..store.queue import D1Queue, Outcome
 
 
 def _migrations() -> Path:
-    shipped = Path(__file__).parent / "migrations"  # in the wheel
-    return shipped if shipped.is_dir() else Path(__file__).parents[2] / "migrations"
+    package = Path(__file__).resolve().parents[1]  # d1queue/
+    shipped = package / "migrations"  # in the wheel
+    return shipped if shipped.is_dir() else package.parents[1] / "migrations"
 
 
 MIGRATIONS = _migrations()
@@ -316,7 +317,7 @@ async def run_job(
     `action` is "complete", "retry" (after `delay_s`) or "fail", with the
     `error`. Follow-up jobs the handler dispatches go to `db` (default: a
     fresh database), where `enqueued` finds them."""
-    from .worker import outcome_of
+    from ..features.drain import outcome_of
 
     spec = registry.get(name)
     if spec is None:

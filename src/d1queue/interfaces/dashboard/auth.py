@@ -20,12 +20,12 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qs, quote, urlparse
 
-from ..guard import RETRY_AFTER_S, Guard
+from ...core.guard import RETRY_AFTER_S, Guard
+from ...store.dashboard import Store
 from ..router import Reply, Route
 from . import html as h
 from .request import Refused, Request, html_page, known, redirect
 from .session import Session, Sessions, cookie_name, read_cookies, set_cookie
-from .store import Store
 
 MAX_FORM_BYTES = 64 * 1024
 """A dashboard form: 50 ids and a few fields fit in a few KB."""

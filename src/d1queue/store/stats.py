@@ -16,9 +16,9 @@ import logging
 import secrets
 from dataclasses import dataclass, field
 
+from ..core.log import event, get
 from . import sql
 from .binding import Binding
-from .log import event, get
 
 MINUTE_MS = 60_000
 HOUR_MINUTES = 60

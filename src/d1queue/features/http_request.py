@@ -26,12 +26,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
-from .bounds import MAX_REDIRECTS
-from .context import JobContext
-from .errors import Fail, Retry
-from .limits import SubrequestLimitExceeded
-from .outbound import Reply, strip_credentials
-from .registry import Backoff, Registry
+from ..core.bounds import MAX_REDIRECTS
+from ..core.context import JobContext
+from ..core.errors import Fail, Retry
+from ..core.limits import SubrequestLimitExceeded
+from ..core.outbound import Reply, strip_credentials
+from ..core.registry import Backoff, Registry
 
 JOB_NAME = "http.request"
 EXCERPT_CHARS = 300

@@ -9,8 +9,8 @@ Each statement binds at most a handful of values, far below D1's limit of
 
 from __future__ import annotations
 
-from .bounds import PRIORITY_RANGE
-from .job import JOB_COLUMN_NAMES
+from ..core.bounds import PRIORITY_RANGE
+from ..core.job import JOB_COLUMN_NAMES
 
 JOB_COLUMNS = ", ".join(JOB_COLUMN_NAMES)
 """A job row's columns as a SELECT lists them, in the order job.values_to_job
@@ -577,7 +577,7 @@ STATS_BY_QUEUE = (
     "FROM d1queue_stats s, json_each(s.queues) j WHERE s.minute > ?2 GROUP BY j.key"
 )
 
-# -- the dashboard's reads and actions (d1queue/dashboard/) --------------------
+# -- the dashboard's reads and actions (d1queue/interfaces/dashboard/) --------------------
 
 _JOB_STATE = (
     "CASE WHEN reserved_at IS NOT NULL AND locked_until > ?7 THEN 'reserved' "

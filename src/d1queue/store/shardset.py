@@ -18,11 +18,11 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, Unpack
 
+from ..core.job import QueuedJob, new_id
+from ..core.registry import Overrides
+from ..core.shards import Routing, mark_id, shard_of_id
 from .binding import MAX_IN_FLIGHT, Result, Statement
-from .job import QueuedJob, new_id
 from .queue import D1Queue
-from .registry import Overrides
-from .shards import Routing, mark_id, shard_of_id
 
 T = TypeVar("T")
 

@@ -16,13 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self, Unpack
 
+from ..core.bounds import MAX_SAFE_INT, check_name, clamp_delay_s
+from ..core.job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
+from ..core.limits import Meter, SubrequestLimitExceeded
+from ..core.log import event, get
+from ..core.registry import Overrides, Registry, spec_for
 from . import sql
 from .binding import Binding, Result, Statement, was_resent
-from .bounds import MAX_SAFE_INT, check_name, clamp_delay_s
-from .job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
-from .limits import Meter, SubrequestLimitExceeded
-from .log import event, get
-from .registry import Overrides, Registry, spec_for
 
 log = get(__name__)
 

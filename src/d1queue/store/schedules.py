@@ -38,13 +38,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from . import sql
-from .binding import Result, Statement
-from .job import new_id
-from .log import event, get
-from .queue import D1Queue
-from .registry import Registry, spec_for
-from .schedule import (  # the rules, also importable from this module
+from ..core.job import new_id
+from ..core.log import event, get
+from ..core.registry import Registry, spec_for
+from ..core.schedule import (  # the rules, also importable from this module
     ALIASES,
     CATCH_UP_POLICIES,
     DEFAULT_CATCH_UP,
@@ -66,7 +63,10 @@ from .schedule import (  # the rules, also importable from this module
     trigger_grace_ms,
     zone_of,
 )
-from .shards import mark_id
+from ..core.shards import mark_id
+from . import sql
+from .binding import Result, Statement
+from .queue import D1Queue
 
 DUE_LIMIT = 100
 """Due schedules one cron run reads and enqueues (soonest first); more wait

@@ -22,12 +22,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
+from ..core.job import QueuedJob
+from ..core.registry import Registry, spec_for
+from ..core.shards import merge_pages
 from .admin import Admin, QueueStats, decode_cursor, encode_cursor
-from .job import QueuedJob
 from .queue import FailedJob
-from .registry import Registry, spec_for
 from .schedules import Schedule, ScheduleDef, Schedules
-from .shards import merge_pages
 from .shardset import ShardQueue, ShardSet
 
 T = TypeVar("T")

@@ -11,8 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .api import MAX_BODY_BYTES, ROUTES
-from .bounds import (
+from ..core.bounds import (
     ID_RULE,
     MAX_ATTEMPTS,
     MAX_BATCH,
@@ -24,9 +23,8 @@ from .bounds import (
     NAME_RULE,
     PRIORITY_RANGE,
 )
-from .job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
-from .router import Route
-from .schedule import (
+from ..core.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
+from ..core.schedule import (
     CATCH_UP_POLICIES,
     DEFAULT_CATCH_UP,
     DEFAULT_TZ,
@@ -34,6 +32,8 @@ from .schedule import (
     MAX_CRON,
     TZ_RULE,
 )
+from .api import MAX_BODY_BYTES, ROUTES
+from .router import Route
 
 NAME_SCHEMA = {"type": "string", "pattern": f"^{NAME_RULE}$"}
 

@@ -36,15 +36,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .bounds import is_name
-from .config import Config
-from .crons import combine
-from .limits import Meter, SubrequestLimitExceeded
-from .log import event, get
-from .queue import D1Queue
-from .shards import split
-from .shardset import ShardQueue, ShardSet, shard_set
-from .worker import DrainReport
+from ..core.bounds import is_name
+from ..core.config import Config
+from ..core.limits import Meter, SubrequestLimitExceeded
+from ..core.log import event, get
+from ..core.shards import split
+from ..store.queue import D1Queue
+from ..store.shardset import ShardQueue, ShardSet, shard_set
+from .cron import combine
+from .drain import DrainReport
 
 WAKE_BINDING = "WAKE"
 """The producer binding's name in wrangler.toml's [[queues.producers]]."""

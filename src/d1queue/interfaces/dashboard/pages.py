@@ -13,15 +13,15 @@ import json
 from collections.abc import Mapping
 from urllib.parse import parse_qs, urlparse
 
-from .. import stats as counters
-from ..bounds import ID_PATTERN, NAME_RULE, is_name
+from ...core.bounds import ID_PATTERN, NAME_RULE, is_name
+from ...store import stats as counters
+from ...store.dashboard import PAGE, STATES, Store
 from ..router import Reply
 from ..service import ApiError, Service
 from . import html as h
 from .auth import safe_back
 from .mask import mask, scrub
 from .request import Refused, Request, csrf_field, html_page, known, redirect
-from .store import PAGE, STATES, Store
 
 AGES: dict[str, tuple[str, int | None, int | None]] = {
     "": ("Any age", None, None),

@@ -17,8 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from .admin import FAILED_CURSOR_RULE
-from .bounds import (
+from ..core.bounds import (
     ID_PATTERN,
     ID_RULE,
     MAX_JSON_DEPTH,
@@ -27,8 +26,9 @@ from .bounds import (
     NAME_RULE,
     json_depth,
 )
-from .guard import RETRY_AFTER_S, Guard
-from .log import event, get
+from ..core.guard import RETRY_AFTER_S, Guard
+from ..core.log import event, get
+from ..store.admin import FAILED_CURSOR_RULE
 from .router import QueryParam, Reply, Route, Router, options_reply, without_body
 from .service import ApiError, Service, too_deep
 

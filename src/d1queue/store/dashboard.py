@@ -15,14 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Unpack
 
-from .. import sql
-from .. import stats as counters
-from ..admin import Admin, decode_cursor, encode_cursor
-from ..bounds import ID_RULE, MAX_SAFE_INT, PRIORITY_RANGE, SIGNOUT_PRUNE
-from ..log import event, get
-from ..queue import D1Queue, FailedJob
-from ..shards import merge_pages
-from ..shardset import ShardSet
+from ..core.bounds import ID_RULE, MAX_SAFE_INT, PRIORITY_RANGE, SIGNOUT_PRUNE
+from ..core.log import event, get
+from ..core.shards import merge_pages
+from . import sql
+from . import stats as counters
+from .admin import Admin, decode_cursor, encode_cursor
+from .queue import D1Queue, FailedJob
+from .shardset import ShardSet
 
 STATES = ("ready", "delayed", "reserved")
 PAGE = 50

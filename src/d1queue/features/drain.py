@@ -50,16 +50,16 @@ from dataclasses import asdict, dataclass, field, replace
 from heapq import heapreplace
 from typing import Any, TypeVar, cast
 
-from .config import ALL_QUEUES, Config, ConfigError
-from .context import DrainContext, Fetch, JobContext
-from .errors import Fail, Retry
-from .job import QueuedJob
-from .limits import PLANS, Meter, Slots
-from .outbound import strip_credentials
-from .queue import D1Queue, Mark, Outcome, exhausted_outcome
-from .registry import Backoff, JobSpec, Registry
-from .stats import RunCounts
-from .stats import record as record_counts
+from ..core.config import ALL_QUEUES, Config, ConfigError
+from ..core.context import DrainContext, Fetch, JobContext
+from ..core.errors import Fail, Retry
+from ..core.job import QueuedJob
+from ..core.limits import PLANS, Meter, Slots
+from ..core.outbound import strip_credentials
+from ..core.registry import Backoff, JobSpec, Registry
+from ..store.queue import D1Queue, Mark, Outcome, exhausted_outcome
+from ..store.stats import RunCounts
+from ..store.stats import record as record_counts
 
 MAX_ERROR_CHARS = 4000
 """last_error and the failed table's error are kept short: they are read by

@@ -11,9 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
-from .admin import QueueStats
-from .aggregate import ShardedAdmin, ShardedSchedules
-from .bounds import (
+from ..core.bounds import (
     ID_PATTERN,
     ID_RULE,
     MAX_ATTEMPTS,
@@ -30,13 +28,15 @@ from .bounds import (
     is_name,
     value_depth,
 )
-from .config import Config
-from .job import QueuedJob, new_id
-from .queue import D1Queue, FailedJob
-from .registry import Registry, spec_for
-from .schedule import DEFAULT_CATCH_UP, DEFAULT_TZ, ScheduleDef, ScheduleError
-from .shards import mark_id, shard_of_id
-from .shardset import ShardSet
+from ..core.config import Config
+from ..core.job import QueuedJob, new_id
+from ..core.registry import Registry, spec_for
+from ..core.schedule import DEFAULT_CATCH_UP, DEFAULT_TZ, ScheduleDef, ScheduleError
+from ..core.shards import mark_id, shard_of_id
+from ..store.admin import QueueStats
+from ..store.aggregate import ShardedAdmin, ShardedSchedules
+from ..store.queue import D1Queue, FailedJob
+from ..store.shardset import ShardSet
 
 SCHEDULE_FIELDS = {"id", "cron", "name", "payload", "queue", "tz", "catch_up"}
 """A schedule's fields in POST /v1/schedules (and the RPC argument)."""

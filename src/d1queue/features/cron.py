@@ -27,13 +27,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
-from .aggregate import schedules_on
-from .config import Config
-from .registry import Registry
-from .schedules import ScheduleReport
-from .shards import rotation, split
-from .shardset import ShardQueue, ShardSet
-from .worker import DrainReport
+from ..core.config import Config
+from ..core.registry import Registry
+from ..core.shards import rotation, split
+from ..store.aggregate import schedules_on
+from ..store.schedules import ScheduleReport
+from ..store.shardset import ShardQueue, ShardSet
+from .drain import DrainReport
 
 RunDrain = Callable[[ShardQueue, Config], Awaitable[DrainReport]]
 """How the Worker drains one shard's queue with a configuration (entry.py

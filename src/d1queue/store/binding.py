@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from .bounds import MAX_SAFE_INT, json_loads
-from .limits import Meter, Slots
+from ..core.bounds import MAX_SAFE_INT, json_loads
+from ..core.limits import Meter, Slots
 
 Statement = tuple[str, Sequence[Any]]
 
