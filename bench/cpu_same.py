@@ -47,22 +47,34 @@ async def main(env):
     pkg = os.path.join(base, "dq_{name}")
     os.makedirs(pkg, exist_ok=True)
     for name, text in FILES.items():
-        with open(os.path.join(pkg, name), "w") as f:
+        path = os.path.join(pkg, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
             f.write(text)
     importlib.invalidate_caches()
-    importlib.import_module("dq_{name}.worker")
+    importlib.import_module("dq_{name}")
     return pkg
 """
 
 DRAIN = """
 import importlib, entry, jobs
 
+def module(p, *names):
+    # The package by layer (features.drain, store.queue, ...) or, in a
+    # version from before the layers, flat (worker, queue, ...).
+    for name in names:
+        try:
+            return importlib.import_module(p + "." + name)
+        except ModuleNotFoundError:
+            continue
+    raise ModuleNotFoundError(names)
+
 async def main(env):
     p = "dq_{name}"
-    W = importlib.import_module(p + ".worker")
-    Q = importlib.import_module(p + ".queue")
-    B = importlib.import_module(p + ".binding")
-    L = importlib.import_module(p + ".limits")
+    W = module(p, "features.drain", "worker")
+    Q = module(p, "store.queue", "queue")
+    B = module(p, "store.binding", "binding")
+    L = module(p, "core.limits", "limits")
     config = entry.config_from_env(worker.env)
     meter = L.Meter.for_plan(L.PLANS[config.plan])
     queue = Q.D1Queue(B.Binding(worker.env.DB, meter=meter))
@@ -96,7 +108,8 @@ def main() -> int:
     try:
         host.python(REGISTER)
         for name, folder in versions:
-            files = {p.name: p.read_text() for p in (Path(folder) / "src" / "d1queue").glob("*.py")}
+            package = Path(folder) / "src" / "d1queue"
+            files = {str(p.relative_to(package)): p.read_text() for p in package.rglob("*.py")}
             host.python(INSTALL.format(files=files, name=name))
         for i in range(args.rounds + 1):  # the first round warms up
             for name, _ in versions if i % 2 == 0 else versions[::-1]:
