@@ -5,7 +5,6 @@ d1queue/ and jobs.py imports and tests under plain CPython.
 """
 
 import json
-from dataclasses import replace
 from typing import Any
 from urllib.parse import urlparse
 
@@ -16,6 +15,7 @@ from d1queue import Config, ConfigError, D1Queue, __version__, drain
 from d1queue.core.guard import AUTH_LIMITER_BINDING, CLIENT_HEADER, Guard
 from d1queue.core.limits import PLANS, Meter
 from d1queue.core.log import event, install
+from d1queue.features.after_push import AfterPush
 from d1queue.features.cron import cron
 from d1queue.features.http_request import register_http_job
 from d1queue.features.wake import WAKE_BINDING, Waker, consume
@@ -27,14 +27,6 @@ from d1queue.store.binding import Binding
 from d1queue.store.schedules import DUE_LIMITS, trigger_grace_ms
 from d1queue.store.shardset import ShardQueue, ShardSet
 from jobs import registry
-
-PUSH_DRAIN: dict[str, Any] = {"time_budget_s": 5.0, "query_budget": 10}
-"""Bounds of the drain a push starts (D1QUEUE_DRAIN_ON_PUSH): three rounds at
-most, within the same invocation as the push, so it can never starve the
-request or exhaust the invocation's subrequests. It runs in `waitUntil`, which
-Cloudflare cuts 30 s after the response: it claims only jobs whose timeout
-fits in that window, and leaves the rest to the cron."""
-
 
 JS_NULL: Any = getattr(ffi, "jsnull", None)
 
@@ -245,20 +237,14 @@ class Default(WorkerEntrypoint):
         shards = self._shard_set(config)
         waker = self._waker(config)
 
-        async def after_push(name: str, shard: int) -> None:
-            # Called only once the push's D1 write succeeded. One wake message
-            # per push call, whatever it pushed, naming the shard written to;
-            # a failed send is logged by the Waker and never fails the push:
-            # D1 holds the job, the cron runs it.
-            if waker is not None:
-                await waker.wake(name, shard=shard)
-            if config.drain_on_push:
-                short = replace(config, queues=(name,), **PUSH_DRAIN)
-                window = PLANS[config.plan].wait_until_s
-                queue = shards.queue(shard)
-                self.ctx.waitUntil(self._drain(queue, short, why="push", window_s=window))
+        async def drain_shard(queue: ShardQueue, short: Config, window_s: float) -> Any:
+            return await self._drain(queue, short, why="push", window_s=window_s)
 
-        return Service(shards.home, registry, on_push=after_push, config=config, shards=shards)
+        def background(work: Any) -> None:
+            self.ctx.waitUntil(work)  # the answer does not wait for it
+
+        after = AfterPush(config, shards, waker=waker, drain=drain_shard, background=background)
+        return Service(shards.home, registry, config=config, shards=shards, after_push=after)
 
     async def _drain(
         self,

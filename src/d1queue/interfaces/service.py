@@ -33,6 +33,7 @@ from ..core.job import QueuedJob, new_id
 from ..core.registry import Registry, spec_for
 from ..core.schedule import DEFAULT_CATCH_UP, DEFAULT_TZ, ScheduleDef, ScheduleError
 from ..core.shards import mark_id, shard_of_id
+from ..features.after_push import AfterPush
 from ..store.admin import QueueStats
 from ..store.aggregate import ShardedAdmin, ShardedSchedules
 from ..store.queue import D1Queue, FailedJob
@@ -104,8 +105,10 @@ def _failed(f: FailedJob) -> dict[str, Any]:
 
 
 class Service:
-    """`on_push(queue, shard)` is called after a successful push (wake-ups,
-    drain-on-push) with the shard it wrote to. `config` is the Worker's
+    """`after_push` (features/after_push.py) is told of every successful
+    push, with the shard it wrote to: wake-ups and drain-on-push start there.
+    (`on_push(queue, shard)`, a plain function, is its earlier form and still
+    works.) `config` is the Worker's
     drain configuration: a push to a queue it does not drain says so in its
     answer (default: Config()). `shards`: the D1 databases, one queue each
     (default: `queue` alone); every operation goes to the shard a job's id
@@ -118,10 +121,11 @@ class Service:
         on_push: Callable[[str, int], Awaitable[None] | None] | None = None,
         config: Config | None = None,
         shards: ShardSet | None = None,
+        after_push: AfterPush | None = None,
     ) -> None:
         self.shards = shards or ShardSet.of(queue)
         self.queue = self.shards.home
-        self.registry, self.on_push = registry, on_push
+        self.registry, self.on_push, self.after_push = registry, on_push, after_push
         self.config = config or Config()
         self.admin = ShardedAdmin(self.shards)
         self.schedule_store = ShardedSchedules(self.shards, registry)
@@ -189,6 +193,9 @@ class Service:
         return job
 
     async def _pushed(self, queue: str, shard: int) -> None:
+        """After a push's write succeeded: what it sets going (AfterPush)."""
+        if self.after_push is not None:
+            await self.after_push.pushed(queue, shard)
         if self.on_push is not None:
             result = self.on_push(queue, shard)
             if result is not None:
