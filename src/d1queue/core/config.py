@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from .bounds import MAX_OLDER_THAN_S, check_name
+from .costs import LEAST_ROUND, least_run
 from .limits import PLANS
 from .outbound import HostRules, Outbound, parse_services
 from .shards import Routing, check, parse_shard_map, parse_shards
@@ -174,9 +175,9 @@ class Config:
         checks = [
             (self.time_budget_s > 0, "D1QUEUE_TIME_BUDGET_S must be > 0"),
             (
-                self.budget >= 3 + self.stats_reserve,
-                f"D1QUEUE_QUERY_BUDGET must be >= {3 + self.stats_reserve}"
-                + (" (3 for a round, 1 for the run's counters)" if self.stats else ""),
+                self.budget >= least_run(self.stats_reserve),
+                f"D1QUEUE_QUERY_BUDGET must be >= {least_run(self.stats_reserve)}"
+                + (f" ({LEAST_ROUND} for a round, 1 for the run's counters)" if self.stats else ""),
             ),
             (
                 self.budget <= plan.d1_queries,
@@ -228,13 +229,15 @@ class Config:
         schedules and a round. Checked when the vars are read and by the
         cron, not on every `replace` (a drain-on-push's small budget drains
         one shard, not all)."""
-        need = SCHEDULE_QUERIES + 3 + self.stats_reserve
+        need = SCHEDULE_QUERIES + least_run(self.stats_reserve)
         if len(self.shards) > 1 and self.budget // len(self.shards) < need:
             raise ConfigError(
                 f"D1QUEUE_QUERY_BUDGET ({self.budget}) gives each of the "
                 f"{len(self.shards)} shards {self.budget // len(self.shards)} subrequests a "
-                f"cron run; each needs at least {need} ({SCHEDULE_QUERIES} for schedules, 3 "
-                "for a round" + (", 1 for the counters" if self.stats else "") + "): "
+                f"cron run; each needs at least {need} ({SCHEDULE_QUERIES} for schedules, "
+                f"{LEAST_ROUND} for a round"
+                + (", 1 for the counters" if self.stats else "")
+                + "): "
                 'use fewer shards or a larger budget (D1QUEUE_PLAN = "paid")'
             )
 

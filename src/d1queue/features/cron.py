@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
 from ..core.config import Config
+from ..core.costs import least_run
 from ..core.registry import Registry
 from ..core.shards import rotation, split
 from ..store.aggregate import schedules_on
@@ -89,7 +90,7 @@ async def cron(
         jobs = job_caps[turn] + carry_jobs
         left_s = config.time_budget_s - (monotonic() - start)
         drained = DrainReport()
-        if budget < 3 + config.stats_reserve:
+        if budget < least_run(config.stats_reserve):
             drained.stopped = "query_budget"
         elif jobs < 1:
             drained.stopped = "max_jobs"

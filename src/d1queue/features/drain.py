@@ -52,6 +52,7 @@ from typing import Any, TypeVar, cast
 
 from ..core.config import ALL_QUEUES, Config, ConfigError
 from ..core.context import DrainContext, Fetch, JobContext
+from ..core.costs import LEAST_ROUND, round_cost
 from ..core.errors import Fail, Retry
 from ..core.job import QueuedJob
 from ..core.limits import PLANS, Meter, Slots
@@ -242,34 +243,6 @@ async def _attempt(job: QueuedJob, spec: JobSpec | None, ctx: JobContext) -> Out
 SETTLE_MARGIN_S = 2.0
 """Time kept between a job's worst-case finish and the end of its lease or of
 the invocation's window, for the settle that records its outcome."""
-
-
-def round_cost(
-    k: int, owed: int = 0, selects: int = 0, ahead: int = 0, *, per_statement: bool = False
-) -> int:
-    """The most subrequests a round claiming `k` jobs costs, the settle it
-    will owe included:
-
-    - a batch of the `owed` settle statements of the previous round and the
-      round's `selects` candidate SELECTs (one per queue), sent before the
-      claims; it is sent only with SELECTs in it (with none, the owed
-      statements travel in the claim batch);
-    - the claim batch: `k` UPDATEs and `ahead` SELECTs reading the next
-      round's candidates;
-    - the settle this round will owe: at most 2 statements a job (a failure
-      is copied to the failed table, then deleted).
-
-    A batch costs one subrequest, or with `per_statement` (D1QUEUE_BATCH_COUNTS_AS
-    = "statements") as many as it has statements."""
-    if per_statement:
-        return owed + selects + (k + ahead) + 2 * k
-    return (1 if selects else 0) + 1 + 1
-
-
-LEAST_ROUND = round_cost(1, selects=1)
-"""What the cheapest round that runs a job costs (3): its SELECT, its claim
-and its settle, a batch counting as one query. A job's handler is never given
-more than a drain's budget less this (`Budget.most`)."""
 
 
 @dataclass(frozen=True, slots=True)

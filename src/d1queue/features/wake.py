@@ -38,6 +38,7 @@ from typing import Any
 
 from ..core.bounds import is_name
 from ..core.config import Config
+from ..core.costs import least_run
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
 from ..core.shards import split
@@ -286,7 +287,7 @@ async def consume(
         if jobs < 1:
             continue  # more shards named than jobs allowed: the cron has the rest
         queue = shards.queue(shard)
-        least = 3 + config.stats_reserve  # one round and the run's counters
+        least = least_run(config.stats_reserve)  # one round and the run's counters
         share = replace(
             config, queues=tuple(queues), query_budget=max(least, budget), max_jobs=jobs
         )
