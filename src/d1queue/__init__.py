@@ -11,7 +11,8 @@ from .core.errors import Fail, Retry
 from .core.job import QueuedJob
 from .core.registry import Backoff, JobSpec, Registry
 from .features.drain import DrainReport, drain
-from .store.queue import D1Queue, DuplicateJobId, FailedJob, Outcome
+from .store.failed import FailedJob
+from .store.queue import D1Queue, DuplicateJobId, Outcome
 from .store.shardset import ShardQueue, ShardSet
 
 _install_old_paths()  # the module paths from before the layers, as aliases

@@ -28,7 +28,7 @@ from ..core.bounds import (
 )
 from ..core.guard import RETRY_AFTER_S, Guard
 from ..core.log import event, get
-from ..store.admin import FAILED_CURSOR_RULE
+from ..store.failed import FAILED_CURSOR_RULE
 from .router import QueryParam, Reply, Route, Router, options_reply, without_body
 from .service import ApiError, Service, too_deep
 

@@ -36,7 +36,8 @@ from ..core.shards import mark_id, shard_of_id
 from ..features.after_push import AfterPush
 from ..store.admin import QueueStats
 from ..store.aggregate import ShardedAdmin, ShardedSchedules
-from ..store.queue import D1Queue, FailedJob
+from ..store.failed import FailedJob
+from ..store.queue import D1Queue
 from ..store.shardset import ShardSet
 
 SCHEDULE_FIELDS = {"id", "cron", "name", "payload", "queue", "tz", "catch_up"}

@@ -7,14 +7,21 @@ the D1Queue's binding.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from ..core.bounds import MAX_SAFE_INT, check_name
+from ..core.bounds import check_name
 from ..core.job import QueuedJob, row_to_job
 from . import sql
-from .queue import D1Queue, FailedJob
+from .failed import (
+    FAILED_CURSOR_RULE,
+    FailedJob,
+    FailedJobs,
+)
+from .queue import D1Queue
+
+CURSOR_RULE = FAILED_CURSOR_RULE
+"""failed.FAILED_CURSOR_RULE by its earlier name."""
 
 
 @dataclass
@@ -28,36 +35,13 @@ class QueueStats:
     paused: bool = False
 
 
-FAILED_CURSOR_RULE = r"[0-9]{1,15}:[A-Za-z0-9._:-]{0,128}"
-"""A page cursor of failed jobs is a position, `<failed_at>:<id>` (ids are
-of ID_RULE's shape, colons included), not an opaque token: any value of
-this shape is a valid place to continue from, newest first. The API, the
-dashboard and the OpenAPI document read it from here."""
-CURSOR_RULE = FAILED_CURSOR_RULE
-"""FAILED_CURSOR_RULE by its earlier name."""
-_FAILED_CURSOR = re.compile(r"([0-9]{1,15}):([A-Za-z0-9._:-]{0,128})")
-
-
-def encode_cursor(failed_at: int, id: str) -> str:
-    """The cursor after a failed job at `failed_at` with `id`."""
-    return f"{failed_at}:{id}"
-
-
-def decode_cursor(cursor: str) -> tuple[int, str]:
-    """(failed_at, id) of a cursor; ValueError for anything not of
-    FAILED_CURSOR_RULE's shape."""
-    m = _FAILED_CURSOR.fullmatch(cursor)
-    if m is None:
-        raise ValueError(f"a cursor is <failed_at>:<id>, as next_cursor gives it: {cursor!r}")
-    return int(m.group(1)), m.group(2)
-
-
 T = TypeVar("T")
 
 
 class Admin:
     def __init__(self, queue: D1Queue) -> None:
         self.queue = queue
+        self.failed = FailedJobs(queue.binding, queue.clock)
         self.binding = queue.binding
 
     async def stats(self, name: str | None = None) -> list[QueueStats]:
@@ -120,22 +104,11 @@ class Admin:
     async def failed_page(
         self, queue: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> tuple[list[FailedJob], str | None]:
-        """A page of failed jobs, newest first, and the cursor of the next page
-        (None on the last). Keyset paging: stable while failures are added."""
-        at, id = decode_cursor(cursor) if cursor is not None else (MAX_SAFE_INT, "")
-        if queue is None:
-            result = await self.binding.run(sql.LIST_FAILED_PAGE, at, id, limit + 1)
-        else:
-            check_name("queue", queue)
-            result = await self.binding.run(sql.LIST_FAILED_PAGE_IN_QUEUE, at, id, limit + 1, queue)
-        jobs = [FailedJob(**r) for r in result.rows]
-        more = len(jobs) > limit
-        jobs = jobs[:limit]
-        return jobs, (encode_cursor(jobs[-1].failed_at, jobs[-1].id) if more and jobs else None)
+        """FailedJobs.page: newest first, and the next page's cursor."""
+        return await self.failed.page(queue, limit, cursor)
 
     async def delete_failed(self, id: str) -> bool:
-        return (await self.binding.run(sql.DELETE_FAILED, id)).changes == 1
+        return await self.failed.delete(id)
 
     async def prune_failed(self, older_than_s: float) -> int:
-        cutoff = max(0, self.queue.clock() - round(older_than_s * 1000))
-        return (await self.binding.run(sql.PRUNE_FAILED, cutoff)).changes
+        return await self.failed.prune(older_than_s)

@@ -25,8 +25,8 @@ from typing import Literal, TypeVar
 from ..core.job import QueuedJob
 from ..core.registry import Registry, spec_for
 from ..core.shards import merge_pages
-from .admin import Admin, QueueStats, decode_cursor, encode_cursor
-from .queue import FailedJob
+from .admin import Admin, QueueStats
+from .failed import FailedJob, decode_cursor, encode_cursor
 from .schedules import Schedule, ScheduleDef, Schedules
 from .shardset import ShardQueue, ShardSet
 

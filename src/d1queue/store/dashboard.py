@@ -8,20 +8,20 @@ bounded number of round trips.
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Unpack
 
-from ..core.bounds import ID_RULE, MAX_SAFE_INT, PRIORITY_RANGE, SIGNOUT_PRUNE
-from ..core.log import event, get
+from ..core.bounds import ID_RULE, PRIORITY_RANGE, SIGNOUT_PRUNE
+from ..core.log import get
 from ..core.shards import merge_pages
 from . import sql
 from . import stats as counters
-from .admin import Admin, decode_cursor, encode_cursor
-from .queue import D1Queue, FailedJob
+from .admin import Admin
+from .failed import FailedJob, encode_cursor
+from .queue import D1Queue
 from .shardset import ShardSet
 
 STATES = ("ready", "delayed", "reserved")
@@ -104,6 +104,7 @@ class ShardStore:
         self.queue = queue
         self.binding = queue.binding
         self.admin = Admin(queue)
+        self.failed_jobs = self.admin.failed
 
     async def queue_jobs(
         self, queue: str, *, state: str = "", name: str = "", cursor: str | None = None
@@ -123,33 +124,11 @@ class ShardStore:
         rows = [dict(r) for r in result.rows]
         return first_page(rows, len(rows) > PAGE, claim_cursor)
 
-    async def failed(
-        self,
-        *,
-        queue: str = "",
-        name: str = "",
-        error: str = "",
-        since_ms: int = 0,
-        before_ms: int = MAX_SAFE_INT,
-        cursor: str | None = None,
-    ) -> Page:
-        """A page of failed jobs, newest first, failed in [since_ms,
-        before_ms), of one queue and name, whose error contains `error`
-        (case-insensitive). ValueError for a malformed cursor."""
-        at, after = before_ms, ""
-        if cursor:
-            failed_at, id = decode_cursor(cursor)
-            at, after = min(at, failed_at), id
-            if failed_at > before_ms:
-                after = ""
-        args: list[Any] = [at, after, since_ms, name, error, PAGE + 1]
-        statement = sql.LIST_FAILED_FILTERED
-        if queue:
-            statement = sql.LIST_FAILED_FILTERED_IN_QUEUE
-            args.append(queue)
-        result = await self.binding.run(statement, *args)
-        rows = [dict(r) for r in result.rows]
-        return first_page(rows, len(rows) > PAGE, failed_cursor)
+    async def failed(self, **filters: Unpack[FailedFilters]) -> Page:
+        """A page of failed jobs, newest first, filtered (FailedJobs.filtered).
+        ValueError for a malformed cursor."""
+        rows, more = await self.failed_jobs.filtered(PAGE, **filters)
+        return first_page(rows, more, failed_cursor)
 
     async def run_now(self, id: str) -> Literal["done", "ready", "reserved", "missing"]:
         """Make a waiting job due now. One round trip: the update and the
@@ -165,41 +144,14 @@ class ShardStore:
         return "reserved" if found.rows[0]["reserved_at"] is not None else "ready"
 
     async def retry_many(self, ids: list[str]) -> int:
-        """Put failed jobs back on their queues, one fresh attempt each, in
-        one batch (one transaction, one subrequest); how many were put back.
-        Should the batch fail as a whole (an id already queued again makes
-        its insert conflict), each is retried on its own, so one such job
-        does not hold back the others."""
-        now = self.queue.clock()
-        statements: list[tuple[str, tuple[Any, ...]]] = []
-        for id in ids:
-            statements += [(sql.RETRY_FAILED_INSERT, (now, id)), (sql.RETRY_FAILED_DELETE, (id,))]
-        try:
-            results = await self.binding.batch(statements)
-        except Exception:
-            done = 0
-            for id in ids:
-                try:
-                    done += bool(await self.queue.retry_failed(id))
-                except Exception as exc:  # reported in the count, logged here
-                    event(
-                        log,
-                        "d1queue.dashboard.retry_failed",
-                        logging.WARNING,
-                        id=id,
-                        error=str(exc),
-                    )
-            return done
-        return sum(r.changes for r in results[0::2])
+        """FailedJobs.retry_many: one batch, each alone should it fail."""
+        return await self.failed_jobs.retry_many(ids)
 
     async def delete_many(self, ids: list[str]) -> int:
-        """Delete failed jobs, in one batch; how many there were."""
-        results = await self.binding.batch([(sql.DELETE_FAILED, (id,)) for id in ids])
-        return sum(r.changes for r in results)
+        return await self.failed_jobs.delete_many(ids)
 
     async def failed_job(self, id: str) -> FailedJob | None:
-        result = await self.binding.run(sql.SELECT_FAILED, id)
-        return FailedJob(**result.rows[0]) if result.rows else None
+        return await self.failed_jobs.get(id)
 
     async def signed_out(self, nonces: list[str]) -> set[str]:
         """Which of these session nonces were signed out: one query, a

@@ -16,40 +16,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self, Unpack
 
-from ..core.bounds import MAX_SAFE_INT, check_name, clamp_delay_s
+from ..core.bounds import check_name, clamp_delay_s
 from ..core.job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
 from ..core.registry import Overrides, Registry, spec_for
 from . import sql
 from .binding import Binding, Result, Statement, was_resent
+from .failed import FailedJob as FailedJob  # public: d1queue.FailedJob
+from .failed import FailedJobs
 
 log = get(__name__)
 
 
 class DuplicateJobId(Exception):
     """push() was given a job whose id is already queued."""
-
-
-@dataclass
-class FailedJob:
-    """A row of d1queue_failed_jobs. `payload` is the stored JSON text: it may
-    be the very thing that made the job fail."""
-
-    id: str
-    queue: str
-    name: str
-    payload: str
-    error: str
-    attempts: int
-    max_attempts: int
-    priority: int
-    created_at: int
-    failed_at: int
-
-    def __getitem__(self, key: str) -> Any:
-        """Also readable as a row (`failed["error"]`)."""
-        return getattr(self, key)
 
 
 @dataclass(frozen=True)
@@ -804,22 +785,14 @@ class D1Queue:
         return row_to_job(result.rows[0]) if result.rows else None
 
     async def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
-        """Failed jobs, newest first."""
-        cursor = (MAX_SAFE_INT, "")  # before every failure: the newest first
-        result = await self.binding.run(sql.LIST_FAILED_PAGE, *cursor, max(0, int(limit)))
-        return [FailedJob(**row) for row in result.rows]
+        """Failed jobs, newest first (failed.py)."""
+        jobs, _ = await FailedJobs(self.binding, self.clock).page(None, max(0, int(limit)))
+        return jobs
 
     async def retry_failed(self, id: str) -> bool:
         """Put failed job `id` back on its queue with one fresh attempt; False
-        if there is no such failed job."""
-        inserted, _ = await self.binding.batch(
-            [(sql.RETRY_FAILED_INSERT, (self.clock(), id)), (sql.RETRY_FAILED_DELETE, (id,))]
-        )
-        if inserted.changes == 1:
-            return True
-        # Re-sent after a lost reply, the copy finds the failure gone: if the
-        # job is queued again, the first send did it.
-        return inserted.resent and await self.job(id) is not None
+        if there is no such failed job (failed.py)."""
+        return await FailedJobs(self.binding, self.clock).retry(id)
 
 
 def exhausted_outcome(job: QueuedJob) -> Outcome:
