@@ -180,10 +180,10 @@ def schedule_queue(registry: Registry, d: ScheduleDef) -> str:
 def schedules_on(queue: ShardQueue, registry: Registry) -> Schedules:
     """The schedules stored on `queue`'s shard: the code-declared ones whose
     queue maps there are synced there, and slot jobs get ids of the shard."""
-    shards = queue.shards
+    routing = ShardSet.of(queue).routing
 
     def here(d: ScheduleDef) -> bool:
-        return shards.routing.shard_of(schedule_queue(registry, d)) == queue.shard
+        return routing.shard_of(schedule_queue(registry, d)) == queue.shard
 
     return Schedules(queue, registry, shard=queue.shard, declared=here)
 

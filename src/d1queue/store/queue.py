@@ -14,7 +14,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self, Unpack
+from typing import Any, Literal, Protocol, Self, Unpack
 
 from ..core.bounds import check_name, clamp_delay_s
 from ..core.job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
@@ -159,6 +159,17 @@ def _token() -> str:
     return _TOKENS.pop()
 
 
+class Router(Protocol):
+    """Where a push goes when a queue is one of several databases' (a
+    ShardSet, shardset.py): the queue of the shard a job routes to."""
+
+    def route(self, here: D1Queue, job: QueuedJob, partition: str | None = None) -> D1Queue: ...
+
+    def route_new(self, here: D1Queue, job: QueuedJob, partition: str | None = None) -> D1Queue: ...
+
+    def route_many(self, here: D1Queue, jobs: Sequence[QueuedJob]) -> D1Queue: ...
+
+
 class D1Queue:
     """A job queue in a D1 database (or anything shaped like a D1 binding).
 
@@ -189,6 +200,11 @@ class D1Queue:
         self.clock = clock
         self.registry = registry
         """Whose job defaults `dispatch` applies (None: the built-in ones)."""
+        self.shard = 0
+        """Which database this queue is, of its `shards`."""
+        self.shards: Router | None = None
+        """The databases this queue is one of (a ShardSet), which route each
+        push to its shard; None: this database alone."""
         self._batches: dict[tuple[str, str, int], int] = {}
         """Jobs won per claim batch and queue, by (token, queue, lease end),
         until a settle first carries any of them: one carrying all of them
@@ -254,7 +270,12 @@ class D1Queue:
 
     async def _push(self, job: QueuedJob, reads: Sequence[Statement]) -> tuple[str, list[Result]]:
         """Insert `job` with `reads` riding in the same batch (their results
-        are returned after the id)."""
+        are returned after the id); with `shards`, on the shard its id names
+        (made for its queue's shard when it has none)."""
+        if self.shards is not None:
+            target = self.shards.route(self, job)
+            if target is not self:
+                return await target._push(job, reads)
         params = _insert_params(self._stamp(job))
         if job.unique_key is None:
             inserted, *read = await self.binding.batch([(sql.INSERT_JOB, params), *reads])
@@ -277,6 +298,13 @@ class D1Queue:
     async def _push_many(
         self, jobs: Sequence[QueuedJob], reads: Sequence[Statement]
     ) -> tuple[list[tuple[str, bool]], list[Result]]:
+        """Insert `jobs` in one batch, `reads` riding in it; with `shards`, on
+        the one shard they all route to (a batch is one transaction on one
+        database: ShardError if they route to several)."""
+        if self.shards is not None:
+            target = self.shards.route_many(self, jobs)
+            if target is not self:
+                return await target._push_many(jobs, reads)
         rows = [self._stamp(job) for job in jobs]
         statements: list[Statement] = []
         plain = [j for j in rows if j.unique_key is None]
@@ -320,14 +348,25 @@ class D1Queue:
                 return False
         return True
 
-    async def dispatch(self, name: str, payload: Any = None, **overrides: Unpack[Overrides]) -> str:
+    async def dispatch(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        partition: str | None = None,
+        **overrides: Unpack[Overrides],
+    ) -> str:
         """Queue job `name` with `payload`; returns the new job's id, or the id
         of the queued job already holding `unique_key`. `overrides` (queue,
         delay_s, max_attempts, priority, unique_key) win over the job's
         declared defaults: with a registry (given to the D1Queue, or by the
         drain to its handlers' `ctx.queue`), those it was registered with;
-        without one, or for a name it does not know, the library's."""
-        return await self.push(self.new_job(name, payload, **overrides))
+        without one, or for a name it does not know, the library's. With
+        `shards`, the job lands on the shard its queue (or `partition`)
+        routes to: a handler's follow-up job lands where its queue lives."""
+        job = self.new_job(name, payload, **overrides)
+        target = self if self.shards is None else self.shards.route_new(self, job, partition)
+        return await target.push(job)
 
     def new_job(self, name: str, payload: Any = None, **overrides: Unpack[Overrides]) -> QueuedJob:
         """The job `dispatch` pushes, made now: JobSpec.new of `name`'s spec

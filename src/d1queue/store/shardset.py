@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar
 
-from ..core.job import QueuedJob, new_id
-from ..core.registry import Overrides
+from ..core.job import QueuedJob, new_id, now_ms
 from ..core.shards import Routing, mark_id, shard_of_id
-from .binding import MAX_IN_FLIGHT, Result, Statement
+from .binding import MAX_IN_FLIGHT
 from .queue import D1Queue
 
 T = TypeVar("T")
@@ -32,87 +31,11 @@ class ShardError(ValueError):
     Worker does not have, a batch spanning shards)."""
 
 
-class ShardQueue(D1Queue):
-    """A D1Queue on shard `shard` of `shards`, routing pushes of other
-    shards' jobs to them."""
-
-    shard: int
-    shards: ShardSet
-
-    @classmethod
-    def wrap(cls, queue: D1Queue, shard: int, shards: ShardSet) -> ShardQueue:
-        """`queue` (its binding, lease, clock, registry) as shard `shard`."""
-        twin = object.__new__(cls)
-        twin.__dict__.update(queue.__dict__)
-        twin.shard, twin.shards = shard, shards
-        return twin
-
-    def place(self, job: QueuedJob, partition: str | None = None) -> int:
-        """Give `job` an id of the shard it routes to, unless it has one;
-        returns the id's shard (ShardError if this Worker has no such shard)."""
-        if not job.id:
-            shard = self.shards.routing.shard_of(job.queue, partition)
-            job.id = mark_id(new_id(self.clock()), shard)
-        shard = shard_of_id(job.id)
-        if shard >= len(self.shards):
-            raise ShardError(
-                f"job id {job.id!r} names shard {shard}; this Worker has "
-                f"{len(self.shards)} (D1QUEUE_SHARDS)"
-            )
-        return shard
-
-    def sibling(self, shard: int) -> ShardQueue:
-        """Shard `shard`'s queue, counting into this queue's meter (a job's
-        own budget when this is a handler's ctx.queue)."""
-        if shard == self.shard:
-            return self
-        other = self.shards.queue(shard)
-        meter = self.binding.meter
-        if meter is not None and other.binding.meter is not meter:
-            other = other.metered(meter)
-        return other
-
-    async def dispatch(
-        self,
-        name: str,
-        payload: Any = None,
-        *,
-        partition: str | None = None,
-        **overrides: Unpack[Overrides],
-    ) -> str:
-        """D1Queue.dispatch, to the shard the job's queue (or `partition`)
-        routes to: a handler's follow-up job lands where its queue lives."""
-        job = self.new_job(name, payload, **overrides)
-        job.id = mark_id(job.id, self.shards.routing.shard_of(job.queue, partition))
-        return await self.push(job)
-
-    async def _push(self, job: QueuedJob, reads: Sequence[Statement]) -> tuple[str, list[Result]]:
-        """Every push of one job lands on the shard its id names (an id is
-        made for its queue's shard when it has none; an id without a marker
-        is shard 0's)."""
-        target = self.sibling(self.place(job))
-        if target is not self:
-            return await target._push(job, reads)
-        return await super()._push(job, reads)
-
-    async def _push_many(
-        self, jobs: Sequence[QueuedJob], reads: Sequence[Statement]
-    ) -> tuple[list[tuple[str, bool]], list[Result]]:
-        """One transaction on one shard: every job must route to the same one."""
-        shards = {self.place(job) for job in jobs}
-        if len(shards) > 1:
-            raise ShardError(
-                "a batch push is one transaction on one D1 database, but its jobs route "
-                f"to shards {sorted(shards)}: push them in separate batches"
-            )
-        target = self.sibling(shards.pop()) if shards else self
-        if target is not self:
-            return await target._push_many(jobs, reads)
-        return await super()._push_many(jobs, reads)
-
-
 class ShardSet:
-    """A ShardQueue per shard, in shard order, and how jobs route to them."""
+    """A queue per shard, in shard order, and how jobs route to them: each
+    queue knows its `shard` and holds this set as its `shards` (D1Queue
+    consults it on every push), so a push from any shard's queue lands on
+    the job's own shard."""
 
     def __init__(self, queues: Sequence[D1Queue], routing: Routing | None = None) -> None:
         if not queues:
@@ -123,14 +46,66 @@ class ShardSet:
         slots = queues[0].binding._slots
         for q in queues[1:]:
             q.binding._slots = slots  # six connections per invocation, all databases
-        self.queues = [ShardQueue.wrap(q, i, self) for i, q in enumerate(queues)]
+        self.queues = [q.derive(shard=i, shards=self) for i, q in enumerate(queues)]
 
     @classmethod
     def of(cls, queue: D1Queue) -> ShardSet:
-        """One shard: `queue` (what an unsharded deployment is)."""
-        if isinstance(queue, ShardQueue):
+        """The set `queue` belongs to; or one shard, `queue` alone (what an
+        unsharded deployment is)."""
+        if isinstance(queue.shards, ShardSet):
             return queue.shards
         return cls([queue])
+
+    def place(
+        self,
+        job: QueuedJob,
+        partition: str | None = None,
+        clock: Callable[[], int] = now_ms,
+    ) -> int:
+        """Give `job` an id of the shard it routes to, unless it has one;
+        returns the id's shard (ShardError if this Worker has no such shard)."""
+        if not job.id:
+            shard = self.routing.shard_of(job.queue, partition)
+            job.id = mark_id(new_id(clock()), shard)
+        shard = shard_of_id(job.id)
+        if shard >= len(self.queues):
+            raise ShardError(
+                f"job id {job.id!r} names shard {shard}; this Worker has "
+                f"{len(self.queues)} (D1QUEUE_SHARDS)"
+            )
+        return shard
+
+    def sibling(self, here: D1Queue, shard: int) -> D1Queue:
+        """Shard `shard`'s queue, counting into `here`'s meter (a job's own
+        budget when `here` is a handler's ctx.queue)."""
+        if shard == here.shard:
+            return here
+        other = self.queues[shard]
+        meter = here.binding.meter
+        if meter is not None and other.binding.meter is not meter:
+            other = other.metered(meter)
+        return other
+
+    def route(self, here: D1Queue, job: QueuedJob, partition: str | None = None) -> D1Queue:
+        """The queue `job` goes to from `here`: its id's shard, or, without
+        an id, its queue's (or `partition`'s)."""
+        return self.sibling(here, self.place(job, partition, here.clock))
+
+    def route_new(self, here: D1Queue, job: QueuedJob, partition: str | None = None) -> D1Queue:
+        """The queue a job just made goes to: its queue's shard (or
+        `partition`'s), its id marked so."""
+        job.id = mark_id(job.id, self.routing.shard_of(job.queue, partition))
+        return self.route(here, job)
+
+    def route_many(self, here: D1Queue, jobs: Sequence[QueuedJob]) -> D1Queue:
+        """The one queue a batch goes to: every job must route to it."""
+        shards = {self.place(job, clock=here.clock) for job in jobs}
+        if len(shards) > 1:
+            raise ShardError(
+                "a batch push is one transaction on one D1 database, but its jobs route "
+                f"to shards {sorted(shards)}: push them in separate batches"
+            )
+        return self.sibling(here, shards.pop()) if shards else here
 
     def __len__(self) -> int:
         return len(self.queues)
@@ -160,6 +135,11 @@ class ShardSet:
                 return await call(q)
 
         return list(await asyncio.gather(*(one(q) for q in self.queues)))
+
+
+ShardQueue = D1Queue
+"""A shard's queue is a D1Queue whose `shards` is set: the earlier name of
+its class, kept."""
 
 
 def shard_set(queues: Sequence[D1Queue] | D1Queue | ShardSet, routing: Any = None) -> ShardSet:
