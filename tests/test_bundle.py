@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import tomllib
 from pathlib import Path
@@ -48,6 +49,26 @@ def test_runtime_imports_are_what_src_imports_from_outside(tmp_path: Path) -> No
     # a dependency the bundle vendors.
     imported = set(bundle.runtime_imports(ROOT / "src"))
     assert "workers" in imported
+    assert "pytest" not in imported  # the pytest plugin's import is pytest's alone
+
+
+def test_nothing_the_worker_runs_imports_the_pytest_plugin() -> None:
+    # runtime_imports skips these modules' imports: were one imported by the
+    # Worker, the upload would need what it imports and the check not say so.
+    src = ROOT / "src"
+    for path in src.rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module or ''}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                assert "pytest_plugin" not in name, f"{path} imports {name}"
+    for module in bundle.NOT_RUN_BY_THE_WORKER:
+        assert (src / module).is_file(), module
 
 
 def fake_upload(outdir: Path) -> None:

@@ -3,8 +3,10 @@ wheel holds d1queue only, not this repository's Worker."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -60,35 +62,96 @@ def test_the_wheel_is_the_library_alone(tmp_path: Path) -> None:
     assert all(n.startswith("d1queue/") for n in modules), modules
 
 
-USER_JOBS = """
-from d1queue import Fail, Registry
-
-registry = Registry()
-
-
-@registry.job("mail.send", queue="mail", subrequests=1)
-async def send(payload, ctx):
-    if "to" not in payload:
-        raise Fail("no recipient")
-    await ctx.queue.dispatch("mail.receipt", {"to": payload["to"]})
+def readme_section(title: str) -> str:
+    """The text of README.md's section `## {title}`, up to the next one."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(f"## {title}\n") + len(title) + 4 :]
+    return section.split("\n## ", 1)[0]
 
 
-@registry.job("mail.receipt", queue="mail")
-async def receipt(payload):
-    pass
+def python_blocks(section: str) -> list[str]:
+    return [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+
+
+def readme_suite() -> dict[str, str]:
+    """The files of the README's test suite, by name, verbatim: the testing
+    section's blocks, each named by its first line (`# conftest.py`), and
+    `jobs.py`, the job "Defining a job" shows, which that section tests."""
+    files = {"jobs.py": python_blocks(readme_section("Defining a job"))[0]}
+    for block in python_blocks(readme_section("Testing your own handlers")):
+        first = block.split("\n", 1)[0]
+        assert re.fullmatch(r"# \w+\.py", first), f"a block of the suite names no file: {first}"
+        files[first[2:]] = block
+    assert {"conftest.py", "test_mail.py"} <= set(files), files.keys()
+    return files
+
+
+def readme_installs() -> list[str]:
+    """What the testing section says to install (`pip install ...`)."""
+    (command,) = re.findall(r"`pip install ([^`]+)`", readme_section("Testing your own handlers"))
+    return command.split()
+
+
+OWN_TEST = """
+# Written from the README's words alone: a user's own tests of mail.send.
+from types import SimpleNamespace
+
+from jobs import registry
+
+
+@registry.job("mail.twice", queue="mail", subrequests=1)
+async def twice(payload, ctx):
+    await ctx.queue.dispatch("mail.send", payload)
+    await ctx.queue.dispatch("mail.send", payload)  # one more than declared
+
+
+def answering(status):
+    async def fetch(url, **request):
+        return SimpleNamespace(status=status)
+
+    return fetch
+
+
+async def test_a_sent_mail_completes(d1queue):
+    d1queue.fetch = answering(200)
+    outcome = await d1queue.run_job("mail.send", {"to": "ada@example.com"})
+    assert outcome.action == "complete"
+
+
+async def test_a_server_error_is_retried_with_the_backoff(d1queue):
+    d1queue.fetch = answering(503)
+    outcome = await d1queue.run_job("mail.send", {"to": "ada@example.com"})
+    assert outcome.action == "retry" and outcome.delay_s > 0
+    assert "mail service answered 503" in outcome.error
+
+
+async def test_a_call_past_the_declared_subrequests_is_retried_by_both(d1queue):
+    d1queue.fetch = answering(200)
+    outcome = await d1queue.run_job("mail.twice", {"to": "ada@example.com"})
+    assert outcome.action == "retry"
+    assert "SubrequestLimitExceeded" in outcome.error
+    await d1queue.dispatch("mail.twice", {"to": "ada@example.com"})
+    report = await d1queue.run_due()
+    assert (report.claimed, report.retried) == (3, 1)  # the mail.send each one sent completes
+
+
+async def test_the_fifth_failure_is_the_last(d1queue):
+    d1queue.fetch = answering(503)
+    await d1queue.dispatch("mail.send", {"to": "ada@example.com"})
+    failed = 0
+    for _ in range(5):
+        failed += (await d1queue.run_due()).failed
+        d1queue.advance(3600)
+    assert failed == 1
+    assert (await d1queue.run_due()).claimed == 0
 """
 
 
-def readme_test() -> str:
-    """The example test of README.md's "Testing your own handlers"."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Testing your own handlers") :]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
-
-
-def test_an_installed_wheel_runs_the_readmes_example_test(tmp_path: Path) -> None:
-    """What a user gets from `pip install d1queue`: the wheel, in a fresh
-    virtualenv outside the repository, with the schema and the test kit."""
+def test_an_installed_wheel_runs_the_readmes_test_suite(tmp_path: Path) -> None:
+    """What a user gets from the README's `pip install`: the wheel and what
+    else the README names, in a fresh virtualenv outside the repository (no
+    pytest-asyncio, no pytest settings), running the README's suite verbatim
+    and a test of our own written from the README's words."""
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
          "-w", str(tmp_path / "dist"), str(ROOT)],
@@ -98,25 +161,31 @@ def test_an_installed_wheel_runs_the_readmes_example_test(tmp_path: Path) -> Non
     assert "d1queue/migrations/0001_init.sql" in zipfile.ZipFile(wheel).namelist()
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    pins = [
-        line.strip().strip('",')
-        for line in (ROOT / "pyproject.toml").read_text().splitlines()
-        if line.strip().startswith(('"pytest==', '"pytest-asyncio=='))
-    ]
+    pins = {
+        re.split(r"[=<>!~]", pin)[0]: pin
+        for pin in tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["dev"]
+        if isinstance(pin, str)
+    }
+    named = readme_installs()
+    assert "d1queue" in named and "pytest-asyncio" not in named, named
+    # The README's names, d1queue as the wheel just built, the rest at the
+    # versions this repository is tested with.
+    packages = [str(wheel) if name == "d1queue" else pins.get(name, name) for name in named]
     install = subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", str(wheel), *pins],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *packages],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert install.returncode == 0, install.stderr
     project = tmp_path / "user-project"
     project.mkdir()
-    (project / "jobs.py").write_text(USER_JOBS)
-    (project / "test_mail.py").write_text(readme_test())
-    (project / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n")
+    suite = readme_suite()
+    for name, text in suite.items():
+        (project / name).write_text(text)
+    (project / "test_own.py").write_text(OWN_TEST)
     run = subprocess.run(
-        [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        [str(venv / "bin" / "pytest"), "-q", "-p", "no:cacheprovider"],
         cwd=project, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "3 passed" in run.stdout
+    readme_tests = sum(text.count("\nasync def test_") for text in suite.values())
+    assert f"{readme_tests + 4} passed" in run.stdout, run.stdout

@@ -161,6 +161,12 @@ def module_root(root: Path) -> tuple[Path, str]:
     return base, main.relative_to(base).as_posix()
 
 
+NOT_RUN_BY_THE_WORKER = frozenset({"d1queue/interfaces/pytest_plugin.py"})
+"""Modules under the module root that pytest loads (the wheel's pytest11
+entry point) and nothing in the Worker imports (tests/test_bundle.py checks
+that): their imports (pytest) are no run-time need of the upload."""
+
+
 def _python_files(base: Path) -> Iterable[Path]:
     return (p for p in sorted(base.rglob("*.py")) if "__pycache__" not in p.parts)
 
@@ -180,6 +186,8 @@ def runtime_imports(base: Path) -> dict[str, set[str]]:
     local = local_modules(base)
     found: dict[str, set[str]] = {}
     for path in _python_files(base):
+        if path.relative_to(base).as_posix() in NOT_RUN_BY_THE_WORKER:
+            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names: list[str] = []
             if isinstance(node, ast.Import):

@@ -729,7 +729,7 @@ async def drain(
     `settings` override `config`'s fields (`drain(q, reg, queues=["mail"],
     batch_size=10)`) and are validated as Config's are."""
     config = _configured(config, settings)
-    queue = _leased(queue, registry, config)
+    queue = leased(queue, registry, config)
     state = Drain(
         queue,
         registry,
@@ -766,7 +766,7 @@ def _configured(config: Config | None, settings: dict[str, Any]) -> Config:
     return config
 
 
-def _leased(queue: D1Queue, registry: Registry, config: Config) -> D1Queue:
+def leased(queue: D1Queue, registry: Registry, config: Config) -> D1Queue:
     """The queue the drain claims through: with the configured lease, which
     must cover the longest job's timeout and the settle after it (or a job
     still running could be reclaimed and run twice), and the registry (so
