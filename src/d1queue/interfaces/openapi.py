@@ -195,6 +195,31 @@ PUSHED_BATCH = {
     },
 }
 OBJ = {"type": "object"}
+DELETED_N = {
+    "type": "object",
+    "required": ["deleted"],
+    "properties": {"deleted": {"type": "integer", "description": "how many were deleted"}},
+}
+CANCELLED = {
+    "type": "object",
+    "required": ["id", "cancelled"],
+    "properties": {"id": {"type": "string"}, "cancelled": {"const": True}},
+}
+RETRIED = {
+    "type": "object",
+    "required": ["id", "retried"],
+    "properties": {"id": {"type": "string"}, "retried": {"const": True}},
+}
+SCHEDULE_DELETED = {
+    "type": "object",
+    "required": ["id", "deleted"],
+    "properties": {"id": {"type": "string"}, "deleted": {"const": True}},
+}
+HEALTH = {
+    "type": "object",
+    "required": ["ok", "version"],
+    "properties": {"ok": {"const": True}, "version": {"type": "string"}},
+}
 SCHEDULE_IN: dict[str, Any] = {
     "type": "object",
     "required": ["cron", "name"],
@@ -272,6 +297,34 @@ SPEC: dict[str, Any] = {
             "Error": ERROR,
             "ScheduleIn": SCHEDULE_IN,
             "Schedule": SCHEDULE_OUT,
+            "Pushed": PUSHED,
+            "PushedBatch": PUSHED_BATCH,
+            "Queues": {
+                "type": "object",
+                "required": ["queues"],
+                "properties": {"queues": {"type": "array", "items": _ref("Stats")}},
+            },
+            "FailedPage": {
+                "type": "object",
+                "required": ["jobs", "next_cursor"],
+                "properties": {
+                    "jobs": {"type": "array", "items": _ref("JobState")},
+                    "next_cursor": {"type": ["string", "null"]},
+                },
+            },
+            "SchedulePage": {
+                "type": "object",
+                "required": ["schedules", "next_cursor"],
+                "properties": {
+                    "schedules": {"type": "array", "items": _ref("Schedule")},
+                    "next_cursor": {"type": ["string", "null"]},
+                },
+            },
+            "Deleted": DELETED_N,
+            "Cancelled": CANCELLED,
+            "Retried": RETRIED,
+            "ScheduleDeleted": SCHEDULE_DELETED,
+            "Health": HEALTH,
         },
         "responses": {
             f"E{c}": _json(_ref("Error"), d)
@@ -292,10 +345,7 @@ SPEC: dict[str, Any] = {
 }
 
 STATS_OK = {"200": _json(_ref("Stats"), "stats")}
-DELETED = _json(
-    {"type": "object", "required": ["deleted"], "properties": {"deleted": {"type": "integer"}}},
-    "deleted",
-)
+DELETED = _json(_ref("Deleted"), "deleted")
 
 
 def _push(schema: str, summary: str) -> dict[str, Any]:
@@ -303,9 +353,9 @@ def _push(schema: str, summary: str) -> dict[str, Any]:
         summary,
         {
             "201": _json(
-                PUSHED, "queued (see paused, drained and warnings: queued is not running)"
+                _ref("Pushed"), "queued (see paused, drained and warnings: queued is not running)"
             ),
-            "200": _json(PUSHED, "a queued job already holds the unique_key"),
+            "200": _json(_ref("Pushed"), "a queued job already holds the unique_key"),
         },
         400,
         413,
@@ -318,15 +368,7 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/v1/openapi.json"): _op("This document", {"200": _json(OBJ, "OpenAPI 3.1")}),
     ("GET", "/v1/queues"): _op(
         "Every queue with stats",
-        {
-            "200": _json(
-                {
-                    "type": "object",
-                    "properties": {"queues": {"type": "array", "items": _ref("Stats")}},
-                },
-                "queues",
-            )
-        },
+        {"200": _json(_ref("Queues"), "queues")},
     ),
     ("GET", "/v1/queues/{queue}"): _op("A queue's stats", STATS_OK, 400),
     ("POST", "/v1/queues/{queue}/pause"): _op(
@@ -343,7 +385,7 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ),
     ("POST", "/v1/queues/{queue}/jobs/batch"): _op(
         f"Push 1 to {MAX_BATCH} jobs, all or nothing",
-        {"201": _json(PUSHED_BATCH, "queued")},
+        {"201": _json(_ref("PushedBatch"), "queued")},
         400,
         413,
         422,
@@ -372,31 +414,21 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "A job's state", {"200": _json(_ref("JobState"), "the job")}, 404
     ),
     ("DELETE", "/v1/jobs/{id}"): _op(
-        "Cancel a job no worker holds", {"200": _json(OBJ, "cancelled")}, 404, 409
+        "Cancel a job no worker holds", {"200": _json(_ref("Cancelled"), "cancelled")}, 404, 409
     ),
     ("GET", "/v1/failed"): _op(
         "Failed jobs, newest first",
-        {
-            "200": _json(
-                {
-                    "type": "object",
-                    "required": ["jobs", "next_cursor"],
-                    "properties": {
-                        "jobs": {"type": "array", "items": _ref("JobState")},
-                        "next_cursor": {"type": ["string", "null"]},
-                    },
-                },
-                "a page",
-            )
-        },
+        {"200": _json(_ref("FailedPage"), "a page")},
         400,
     ),
     ("DELETE", "/v1/failed"): _op(
-        "Prune failed jobs older than older_than_s", {"200": _json(OBJ, "deleted")}, 400
+        "Prune failed jobs older than older_than_s", {"200": DELETED}, 400
     ),
-    ("DELETE", "/v1/failed/{id}"): _op("Delete a failed job", {"200": _json(OBJ, "deleted")}, 404),
+    ("DELETE", "/v1/failed/{id}"): _op("Delete a failed job", {"200": DELETED}, 404),
     ("POST", "/v1/failed/{id}/retry"): _op(
-        "Queue a failed job again, with one attempt", {"200": _json(OBJ, "retried")}, 404
+        "Queue a failed job again, with one attempt",
+        {"200": _json(_ref("Retried"), "retried")},
+        404,
     ),
     ("POST", "/v1/schedules"): _op(
         "Create a recurring schedule, or replace the one with this id",
@@ -415,19 +447,7 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ),
     ("GET", "/v1/schedules"): _op(
         "Every schedule, by id",
-        {
-            "200": _json(
-                {
-                    "type": "object",
-                    "required": ["schedules", "next_cursor"],
-                    "properties": {
-                        "schedules": {"type": "array", "items": _ref("Schedule")},
-                        "next_cursor": {"type": ["string", "null"]},
-                    },
-                },
-                "a page",
-            )
-        },
+        {"200": _json(_ref("SchedulePage"), "a page")},
         400,
     ),
     ("GET", "/v1/schedules/{id}"): _op(
@@ -435,7 +455,7 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ),
     ("DELETE", "/v1/schedules/{id}"): _op(
         "Delete a schedule created by the API (409 for one declared in code)",
-        {"200": _json(OBJ, "deleted")},
+        {"200": _json(_ref("ScheduleDeleted"), "deleted")},
         404,
         409,
     ),
@@ -453,6 +473,33 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
 """What each route does and answers, by (method, path); the parameters come
 from the route itself."""
 
+OPERATION_IDS: dict[tuple[str, str], str] = {
+    ("GET", "/v1/openapi.json"): "openapi",
+    ("POST", "/v1/jobs"): "dispatchJob",
+    ("POST", "/v1/queues/{queue}/jobs"): "dispatch",
+    ("POST", "/v1/queues/{queue}/jobs/batch"): "dispatchBatch",
+    ("DELETE", "/v1/queues/{queue}/jobs"): "clearQueue",
+    ("GET", "/v1/queues"): "queues",
+    ("GET", "/v1/queues/{queue}"): "queueStats",
+    ("POST", "/v1/queues/{queue}/pause"): "pauseQueue",
+    ("POST", "/v1/queues/{queue}/resume"): "resumeQueue",
+    ("GET", "/v1/jobs/{id}"): "job",
+    ("DELETE", "/v1/jobs/{id}"): "cancel",
+    ("GET", "/v1/failed"): "failed",
+    ("DELETE", "/v1/failed"): "pruneFailed",
+    ("POST", "/v1/failed/{id}/retry"): "retryFailed",
+    ("DELETE", "/v1/failed/{id}"): "deleteFailed",
+    ("POST", "/v1/schedules"): "putSchedule",
+    ("GET", "/v1/schedules"): "schedules",
+    ("GET", "/v1/schedules/{id}"): "schedule",
+    ("DELETE", "/v1/schedules/{id}"): "deleteSchedule",
+    ("POST", "/v1/schedules/{id}/pause"): "pauseSchedule",
+    ("POST", "/v1/schedules/{id}/resume"): "resumeSchedule",
+}
+"""Each operation's operationId: the name generated clients give it (the
+TypeScript types in clients/ts name their types after it). Stable: renaming
+one renames a client's type."""
+
 PATH_PARAMS = {"queue": QUEUE_PARAM, "id": ID_PARAM}
 
 
@@ -462,17 +509,19 @@ def _paths(routes: tuple[Route, ...]) -> dict[str, Any]:
     entry in OPERATIONS, or an entry with no route, is an error at import, so
     the document cannot promise or miss an operation."""
     keys = {(r.method, r.path) for r in routes}
-    if keys != set(OPERATIONS):
+    if keys != set(OPERATIONS) or keys != set(OPERATION_IDS):
         raise AssertionError(
             f"routes without an operation: {sorted(keys - set(OPERATIONS))}; "
-            f"operations without a route: {sorted(set(OPERATIONS) - keys)}"
+            f"operations without a route: {sorted(set(OPERATIONS) - keys)}; "
+            f"routes without an operationId: {sorted(keys - set(OPERATION_IDS))}"
         )
     paths: dict[str, Any] = {
         "/health": {
             "get": {
                 "summary": "Liveness, without auth",
                 "security": [],
-                "responses": {"200": _json(OBJ, "ok and the version")},
+                "operationId": "health",
+                "responses": {"200": _json(_ref("Health"), "ok and the version")},
             }
         }
     }
@@ -480,7 +529,8 @@ def _paths(routes: tuple[Route, ...]) -> dict[str, Any]:
         item = paths.setdefault(route.path, {})
         if route.path_params:
             item["parameters"] = [PATH_PARAMS[p] for p in route.path_params]
-        op = dict(OPERATIONS[(route.method, route.path)])
+        op: dict[str, Any] = {"operationId": OPERATION_IDS[(route.method, route.path)]}
+        op |= OPERATIONS[(route.method, route.path)]
         if "id" in route.path_params:  # an id not of ID_RULE's shape: 400 invalid_id
             op["responses"] = {"400": {"$ref": "#/components/responses/E400"}} | op["responses"]
         if route.query:

@@ -1,0 +1,208 @@
+"""The Python client (interfaces/client.py) under CPython, against the real
+API and Service over SqliteD1: over HTTP (a fetch that calls `Api.handle`
+in-process) and over a service binding (an object whose methods are the RPC
+entrypoint's, raising as a calling Worker sees). Bad input gets the same
+status and code as the HTTP API, over either transport, and writes nothing."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from d1queue import D1Queue
+from d1queue.core.bounds import MAX_PAYLOAD_BYTES
+from d1queue.interfaces.api import Api
+from d1queue.interfaces.client import ERROR_STATUS, Client, ClientError
+from d1queue.interfaces.openapi import SPEC
+from d1queue.interfaces.service import ApiError, Service
+from d1queue.interfaces.testing import SqliteD1
+
+from .test_api import TOKEN, registry
+from .test_api import Client as RawApi
+
+BASE = "https://q.example"
+
+
+class Binding:
+    """A service binding to the Worker: the RPC methods as entry.py's
+    entrypoint defines them, a refusal raised as the calling Worker sees it
+    (a JS Error whose message is "<code>: <message>")."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def _call(self, work: Any) -> Any:
+        try:
+            return await work
+        except ApiError as exc:
+            raise RuntimeError(f"Error: {exc}") from None
+
+    async def dispatch(self, queue: str, job: Any) -> Any:
+        return await self._call(self.service.dispatch(str(queue), job))
+
+    async def dispatch_job(self, job: Any) -> Any:
+        return await self._call(self.service.dispatch_job(job))
+
+    async def dispatch_batch(self, queue: str, jobs: Any) -> Any:
+        return await self._call(self.service.dispatch_batch(str(queue), jobs))
+
+    async def stats(self, queue: Any = None) -> Any:
+        s = self.service
+        return await self._call(s.queues() if queue is None else s.queue_stats(str(queue)))
+
+    async def job(self, id: str) -> Any:
+        return await self._call(self.service.job(str(id)))
+
+    async def cancel(self, id: str) -> Any:
+        return await self._call(self.service.cancel(str(id)))
+
+
+@pytest.fixture
+def api(queue: D1Queue) -> Api:
+    return Api(Service(queue, registry()), TOKEN, "1", SPEC)
+
+
+def over_http(api: Api, token: str = TOKEN) -> Client:
+    async def fetch(
+        method: str, url: str, headers: dict[str, str], body: bytes | None
+    ) -> tuple[int, bytes]:
+        assert url.startswith(BASE)
+        reply = await api.handle(method, url, headers, body or b"")
+        return reply.status, b"" if reply.body is None else json.dumps(reply.body).encode()
+
+    return Client.over_http(BASE + "/", token, fetch=fetch)
+
+
+@pytest.fixture(params=["http", "binding"])
+def client(request: pytest.FixtureRequest, api: Api) -> Client:
+    if request.param == "http":
+        return over_http(api)
+    return Client.over_binding(Binding(api.service))
+
+
+async def test_push_read_cancel(client: Client) -> None:
+    pushed = await client.push("mail", "t.echo", {"a": 1}, unique_key="k", priority=3)
+    assert pushed["queue"] == "mail" and pushed["deduplicated"] is False
+    again = await client.push("mail", "t.echo", {"a": 2}, unique_key="k")
+    assert again["id"] == pushed["id"] and again["deduplicated"] is True
+    state = await client.job(pushed["id"])
+    assert (state["state"], state["payload"], state["priority"]) == ("ready", {"a": 1}, 3)
+    assert (await client.stats("mail"))["ready"] == 1
+    assert [s["queue"] for s in (await client.stats())["queues"]] == ["mail"]
+    assert await client.cancel(pushed["id"]) == {"id": pushed["id"], "cancelled": True}
+    with pytest.raises(ClientError) as caught:
+        await client.job(pushed["id"])
+    assert (caught.value.status, caught.value.code) == (404, "not_found")
+
+
+async def test_push_by_name_and_batch(client: Client) -> None:
+    by_name = await client.push(None, "t.echo", 1)
+    assert by_name["queue"] == "default"
+    batch = await client.push_batch("bulk", [{"name": "t.echo", "payload": i} for i in range(3)])
+    assert len(batch["ids"]) == 3 and batch["deduplicated"] == [False] * 3
+    assert (await client.job(batch["ids"][2]))["payload"] == 2
+
+
+BAD: list[tuple[str, tuple[Any, ...], dict[str, Any], str, dict[str, Any] | None]] = [
+    # (client method, args, options, the HTTP request path, its body)
+    ("push", ("mail", "nope"), {}, "/v1/queues/mail/jobs", {"name": "nope", "payload": None}),
+    (
+        "push",
+        ("mail", "t.echo"),
+        {"priority": "high"},
+        "/v1/queues/mail/jobs",
+        {"name": "t.echo", "payload": None, "priority": "high"},
+    ),
+    (
+        "push",
+        ("mail", "t.echo"),
+        {"delay": 5},
+        "/v1/queues/mail/jobs",
+        {"name": "t.echo", "payload": None, "delay": 5},
+    ),
+    (
+        "push",
+        ("mail", "t.echo", "x" * MAX_PAYLOAD_BYTES),
+        {},
+        "/v1/queues/mail/jobs",
+        {"name": "t.echo", "payload": "x" * MAX_PAYLOAD_BYTES},
+    ),
+    ("push", ("no/such queue", "t.echo"), {}, "/v1/queues/no%20queue/jobs", {"name": "t.echo"}),
+    ("push", (None, "t.echo"), {"queue": "a b"}, "/v1/jobs", {"name": "t.echo", "queue": "a b"}),
+    ("push_batch", ("mail", []), {}, "/v1/queues/mail/jobs/batch", {"jobs": []}),
+    ("job", ("a/b",), {}, "/v1/jobs/a%2Fb", None),
+    ("cancel", ("x" * 200,), {}, "/v1/jobs/" + "x" * 200, None),
+    ("stats", ("bad queue",), {}, "/v1/queues/bad%20queue", None),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=lambda c: f"{c[0]}:{c[3]}")
+async def test_bad_input_is_refused_as_the_api_refuses_it(
+    case: tuple[str, tuple[Any, ...], dict[str, Any], str, dict[str, Any] | None],
+    api: Api,
+    db: SqliteD1,
+) -> None:
+    method, args, options, path, body = case
+    raw = RawApi(api, db)
+    answer = await raw("GET" if body is None else "POST", path, body)
+    if method == "cancel":
+        answer = await raw("DELETE", path)
+    assert 400 <= answer.status < 500
+    expected = (answer.status, answer.body["error"]["code"])
+    for client in (over_http(api), Client.over_binding(Binding(api.service))):
+        with pytest.raises(ClientError) as caught:
+            await getattr(client, method)(*args, **options)
+        assert (caught.value.status, caught.value.code) == expected
+    assert raw.counts() == (0, 0, 0), "nothing written"
+
+
+async def test_a_payload_json_cannot_hold_is_refused_before_sending(client: Client) -> None:
+    with pytest.raises(ClientError) as caught:
+        await client.push("mail", "t.echo", {1, 2})
+    assert (caught.value.status, caught.value.code) == (422, "invalid")
+
+
+async def test_a_wrong_token_is_a_client_error(api: Api) -> None:
+    with pytest.raises(ClientError) as caught:
+        await over_http(api, token="wrong").push("mail", "t.echo")
+    assert (caught.value.status, caught.value.code) == (401, "unauthorized")
+
+
+async def test_an_error_that_is_not_d1queues_is_raised_as_is() -> None:
+    class Broken:
+        async def job(self, id: str) -> Any:
+            raise RuntimeError("Error: Network connection lost.")
+
+    with pytest.raises(RuntimeError, match="Network connection lost"):
+        await Client.over_binding(Broken()).job("abc")
+
+
+async def test_an_answer_that_is_not_d1queues_says_its_status() -> None:
+    async def proxy(method: str, url: str, headers: dict[str, str], body: Any) -> Any:
+        return 502, b"<html>bad gateway</html>"
+
+    with pytest.raises(ClientError) as caught:
+        await Client.over_http(BASE, TOKEN, fetch=proxy).job("abc")
+    assert (caught.value.status, caught.value.code) == (502, "http_error")
+
+
+def test_every_error_code_has_its_status() -> None:
+    """ERROR_STATUS gives an RPC error its HTTP status: every
+    ApiError(<status>, "<code>") the package raises is in it, with its status."""
+    package = Path(__file__).resolve().parents[1] / "src" / "d1queue"
+    raised: dict[str, int] = {}
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "ApiError"
+                and len(node.args) >= 2
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[1], ast.Constant)
+            ):
+                raised[node.args[1].value] = node.args[0].value
+    assert raised and all(ERROR_STATUS.get(code) == status for code, status in raised.items())
