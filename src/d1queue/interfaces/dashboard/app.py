@@ -1,7 +1,7 @@
 """The dashboard at /ui: its route table and how a request is handled.
 
 Plain Python like api.py: method, URL, headers and body in; status, headers
-and an HTML (or asset) body out. entry.py routes /ui and /ui/* here. Routing
+and an HTML (or asset) body out. The Worker glue routes /ui and /ui/* here. Routing
 is the one router's (router.py): HEAD, OPTIONS, 404 and 405 (with `allow`)
 follow the API's rule, with an HTML page for a body. Sign-in, sessions and
 CSRF are auth.py's; the pages and their actions, pages.py's.
