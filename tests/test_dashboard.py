@@ -723,3 +723,48 @@ async def test_the_schedules_page_lists_pauses_and_resumes(
         "/ui/schedules/nope/pause", {"csrf": browser.csrf(), "back": "/ui/schedules"}
     )
     assert missing.status == 404
+
+
+# -- mounted under a prefix ------------------------------------------------------
+
+
+async def test_under_a_prefix_every_address_a_page_names_is_under_it(
+    service: Service, clock: Clock, db: SqliteD1
+) -> None:
+    """A Worker mounting d1queue at /queue: the dashboard at /queue/ui,
+    signing in, redirects, links, forms and assets all under it; `next`
+    and `back` stay the dashboard's own paths."""
+    board = Dashboard(service, TOKEN, prefix="/queue")
+    b = Browser(board, clock)
+    reply = await b.get("/queue/ui/failed")
+    assert reply.status == 303
+    assert reply.headers["location"] == "/queue/ui/signin?next=%2Fui%2Ffailed"
+    page = await b.get(reply.headers["location"])
+    assert page.status == 200 and 'action="/queue/ui/signin"' in page.body
+    assert 'name="next" value="/ui/failed"' in page.body
+    assets = re.findall(r'(?:href|src)="(/[^"]*static[^"]*)"', page.body)
+    assert assets and all(a.startswith("/queue/ui/static/") for a in assets)
+    for asset in assets:
+        assert (await b.get(asset)).status == 200
+    reply = await b.post("/queue/ui/signin", {"token": TOKEN, "next": "/ui/failed"})
+    assert reply.status == 303 and reply.headers["location"] == "/queue/ui/failed"
+    await service.dispatch("mail", {"name": "echo"})
+    body = (await b.get("/queue/ui")).body
+    addresses = re.findall(r'(?:href|action|src)="(/[^"]*)"', body)
+    assert addresses and all(a.startswith("/queue/ui") for a in addresses), addresses
+    assert "http://127.0.0.1:8787/queue/v1/" in body or "/queue/v1/" not in body
+    reply = await b.post("/queue/ui/queues/mail/pause", {"csrf": b.csrf(), "back": "/ui"})
+    assert reply.headers["location"] == "/queue/ui?notice=paused" and paused(db, "mail")
+
+
+async def test_under_a_prefix_a_back_outside_the_dashboard_is_not_followed(
+    service: Service, clock: Clock, db: SqliteD1
+) -> None:
+    board = Dashboard(service, TOKEN, prefix="/queue")
+    b = Browser(board, clock)
+    await b.post("/queue/ui/signin", {"token": TOKEN, "next": "/ui"})
+    await b.get("/queue/ui")
+    reply = await b.post(
+        "/queue/ui/queues/mail/pause", {"csrf": b.csrf(), "back": "https://evil.example/ui"}
+    )
+    assert reply.headers["location"] == "/queue/ui/queues/mail?notice=paused"

@@ -165,7 +165,8 @@ def test_the_core_reaches_no_driver() -> None:
 
 def test_every_module_sits_in_a_layer_and_imports_none_above_it() -> None:
     graph = import_graph()
-    loose = [m for m in graph if layer(m) is None and m not in ("d1queue", "d1queue._old_paths")]
+    outside = ("d1queue", "d1queue._old_paths", "d1queue.__main__")
+    loose = [m for m in graph if layer(m) is None and m not in outside]
     assert not loose, f"modules outside the layers: {loose}"
     upward = {
         m: sorted(t for t in targets if (layer(t) or 0) > (layer(m) or 0))
@@ -223,3 +224,27 @@ def test_the_paths_from_before_the_layers_still_import() -> None:
     from d1queue import testing
 
     assert testing.MIGRATIONS.is_dir() and callable(register_http_job) and DrainReport
+
+
+RUNTIME_ONLY = {"workers", "js", "pyodide", "pyodide_js"}
+"""What exists only inside a Worker: the SDK and Pyodide's modules."""
+GLUE = "d1queue.interfaces.cloudflare"
+"""The one module allowed to import them (the Worker glue)."""
+
+
+def test_only_the_worker_glue_imports_the_sdk_or_pyodide() -> None:
+    found: dict[str, set[str]] = {}
+    for name, path in module_names().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                tops = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                tops = {node.module.split(".")[0]}
+            else:
+                continue
+            if tops & RUNTIME_ONLY:
+                found.setdefault(name, set()).update(tops & RUNTIME_ONLY)
+    assert set(found) == {GLUE}, found
+    graph = import_graph()
+    importers = sorted(m for m, targets in graph.items() if GLUE in targets)
+    assert not importers, f"library modules importing the glue: {importers}"

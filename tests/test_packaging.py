@@ -59,6 +59,8 @@ def test_the_wheel_is_the_library_alone(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     modules = {n for n in names if not n.startswith("d1queue-")}
     assert "d1queue/store/queue.py" in modules and "d1queue/interfaces/testing.py" in modules
+    assert "d1queue/interfaces/cloudflare.py" in modules  # the Worker glue
+    assert "d1queue/__main__.py" in modules  # python -m d1queue migrations copy
     assert all(n.startswith("d1queue/") for n in modules), modules
 
 
@@ -189,3 +191,12 @@ def test_an_installed_wheel_runs_the_readmes_test_suite(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     readme_tests = sum(text.count("\nasync def test_") for text in suite.values())
     assert f"{readme_tests + 4} passed" in run.stdout, run.stdout
+    # The migrations, from the installed wheel into the user's folder.
+    copy = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "d1queue", "migrations", "copy"],
+        cwd=project, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert copy.returncode == 0, copy.stdout + copy.stderr
+    copied = sorted(p.name for p in (project / "migrations").glob("*.sql"))
+    assert copied == sorted(p.name for p in (ROOT / "migrations").glob("*.sql"))
+    assert f"{len(copied)} copied" in copy.stdout

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from d1queue.interfaces.openapi import SPEC  # noqa: E402
 
-RPC_SOURCE = REPO / "src" / "entry.py"
+RPC_SOURCE = REPO / "src" / "d1queue" / "interfaces" / "cloudflare.py"
 """The file holding d1queue's RPC entrypoint: the one class in it deriving
 from `WorkerEntrypoint`. Its public methods, the runtime's handlers (HANDLERS)
 aside, are the RPC methods a service binding exposes. Repoint this when the

@@ -284,3 +284,18 @@ def test_a_mistyped_setting_fails_loudly() -> None:
         assert api.status == 500 and api.json()["error"]["code"] == "misconfigured"
     finally:
         h.stop()
+
+
+def test_the_entrypoint_defines_every_handler_and_rpc_method_itself(host: Host) -> None:
+    """workerd offers callers only the methods a Worker's class defines in its
+    own __dict__ (introspection.py collect_methods), not its bases': the
+    class d1queue_entrypoint makes, and Default below it, have them all."""
+    names = host.python(
+        """
+        async def main(env):
+            from d1queue.interfaces.cloudflare import _RPC_METHODS, _HANDLERS
+            own = vars(type(worker))
+            return [n for n in (*_HANDLERS, *_RPC_METHODS) if not callable(own.get(n))]
+        """
+    )
+    assert names == []

@@ -37,8 +37,8 @@ from ..store.shardset import ShardQueue, ShardSet
 from .drain import DrainReport
 
 RunDrain = Callable[[ShardQueue, Config], Awaitable[DrainReport]]
-"""How the Worker drains one shard's queue with a configuration (entry.py
-adds its env, fetch and logging)."""
+"""How the Worker drains one shard's queue with a configuration (the glue,
+interfaces/cloudflare.py, adds its env, fetch and logging)."""
 
 
 @dataclass

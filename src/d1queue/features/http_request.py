@@ -10,7 +10,7 @@ last_error, so a failure explains itself in the failed-jobs store; no more
 than MAX_RESPONSE_BYTES of a body is ever read.
 
 The request goes out through `ctx.fetch`, the HTTP client the drain was
-given (`drain(..., fetch=...)`: the Workers fetch in entry.py, tests pass
+given (`drain(..., fetch=...)`: the Workers fetch in interfaces/cloudflare.py, tests pass
 their own). It declares one subrequest and one for each redirect it may
 follow. A Worker has no synchronous XMLHttpRequest, which is why `requests`
 (through pyodide-http) is not used.

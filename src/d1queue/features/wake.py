@@ -27,7 +27,8 @@ once the backlog is gone. The consumer's `max_concurrency` in
 wrangler.toml bounds how many run at once.
 
 Only the library's side is here (what to send, what a batch asks for, the
-fan-out); entry.py hands it the `WAKE` producer binding and the batch.
+fan-out); the Worker glue (interfaces/cloudflare.py) hands it the `WAKE`
+producer binding and the batch.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The dashboard served by the Worker at /ui: its routes and request handling
 (app.py), sign-in, sessions and CSRF (auth.py, session.py), its pages and
 their actions (pages.py), its queries (store.py), secrets masked in payloads
-(mask.py), its script and stylesheet (assets.py). entry.py hands it every
-/ui request."""
+(mask.py), its script and stylesheet (assets.py). The Worker glue
+(interfaces/cloudflare.py) hands it every request under <prefix>/ui."""
 
 from ..router import Reply
 from .app import Dashboard

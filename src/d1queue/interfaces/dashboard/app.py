@@ -1,7 +1,7 @@
 """The dashboard at /ui: its route table and how a request is handled.
 
 Plain Python like api.py: method, URL, headers and body in; status, headers
-and an HTML (or asset) body out. entry.py routes /ui and /ui/* here. Routing
+and an HTML (or asset) body out. The Worker glue routes /ui and /ui/* here. Routing
 is the one router's (router.py): HEAD, OPTIONS, 404 and 405 (with `allow`)
 follow the API's rule, with an HTML page for a body. Sign-in, sessions and
 CSRF are auth.py's; the pages and their actions, pages.py's.
@@ -17,10 +17,21 @@ Security, in one place:
   on this origin, and no control character (a CR or LF would split the
   Location header; none belongs in a path): refused with a 400 (auth.py).
 - Payloads are shown with their secrets masked (mask.py).
+
+Mounted under a prefix (`prefix="/queue"`: the dashboard at /queue/ui), the
+pages still route and build their addresses as `/ui/...`: the prefix is taken
+off the request's path here, and put before every `/ui` address of an answer
+(`_mounted`): a redirect's Location and the `href`, `action` and `src`
+attributes of a page. Those are the only places a page names a dashboard
+address the browser follows; a value from the database or the request
+cannot fake one, as `h.e` escapes every quote. `next` and `back` (hidden
+fields, query parameters) stay the dashboard's own paths, without the
+prefix, and are checked as such (auth.safe_back).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from urllib.parse import parse_qs, urlparse
 
@@ -49,6 +60,9 @@ SECURITY_HEADERS = {
     "x-frame-options": "DENY",
     "cross-origin-opener-policy": "same-origin",
 }
+_ADDRESS = re.compile(r'\b(href|action|src)="/ui')
+"""A dashboard address in a page's markup: every one the pages write."""
+
 ASSET_CACHE = "public, max-age=31536000, immutable"
 """An asset's path names its content's hash (assets.py): cached for good."""
 
@@ -57,8 +71,18 @@ class Dashboard:
     """`token` is the D1QUEUE_TOKEN secret (None: not configured, and every
     page says so). `guard`: what a wrong sign-in costs its sender."""
 
-    def __init__(self, service: Service, token: str | None, guard: Guard | None = None) -> None:
+    def __init__(
+        self,
+        service: Service,
+        token: str | None,
+        guard: Guard | None = None,
+        *,
+        prefix: str = "",
+    ) -> None:
         self.service = service
+        self.prefix = prefix
+        """Where the Worker mounts d1queue: "" (the dashboard at /ui) or a
+        path such as "/queue" (the dashboard at /queue/ui)."""
         self.guard = guard if guard is not None else Guard()
         self.store = Store(service.queue, service.shards)
         self.auth = Auth(token, self.store, self.guard)
@@ -90,14 +114,18 @@ class Dashboard:
     ) -> Reply:
         parsed = urlparse(url)
         host = headers.get("host") or parsed.netloc
+        path = parsed.path
+        if self.prefix and (path == self.prefix or path.startswith(self.prefix + "/")):
+            path = path[len(self.prefix) :]
         request = Request(
             method=method,
-            path=parsed.path.rstrip("/") or "/",
+            path=path.rstrip("/") or "/",
             query=parse_qs(parsed.query, keep_blank_values=True),
             headers=headers,
             body=body,
             secure=not is_local(host),
             now_ms=now_ms,
+            base=self.prefix,
         )
         try:
             reply = await self._route(request)
@@ -111,7 +139,21 @@ class Dashboard:
         reply.headers.setdefault("cache-control", "no-store")
         for k, v in SECURITY_HEADERS.items():
             reply.headers.setdefault(k, v)
-        return without_body(method, reply)
+        return without_body(method, self._mounted(reply))
+
+    def _mounted(self, reply: Reply) -> Reply:
+        """The answer with the prefix before every dashboard address the
+        browser follows (the module's docstring says which)."""
+        if not self.prefix:
+            return reply
+        location = reply.headers.get("location", "")
+        if location.startswith("/ui"):
+            reply.headers["location"] = self.prefix + location
+        if isinstance(reply.body, str) and reply.headers.get("content-type", "").startswith(
+            "text/html"
+        ):
+            reply.body = _ADDRESS.sub(lambda m: f'{m.group(1)}="{self.prefix}/ui', reply.body)
+        return reply
 
     async def _route(self, request: Request) -> Reply:
         found = self.router.resolve(request.method, request.path)

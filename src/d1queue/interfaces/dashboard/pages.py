@@ -243,7 +243,8 @@ class Pages:
                 '<div class="empty"><p><strong>This queue holds no jobs.</strong> '
                 "Jobs that completed are gone; failed ones are under "
                 f'<a href="/ui/failed{h.qs({"queue": queue})}">Failed jobs</a>. '
-                f"Push one with <code>POST /v1/queues/{h.e(queue)}/jobs</code>.</p></div>"
+                f"Push one with <code>POST {h.e(request.base)}/v1/queues/{h.e(queue)}/jobs"
+                "</code>.</p></div>"
             )
         pager = _pager(
             f"/ui/queues/{h.q(queue)}",
@@ -606,8 +607,9 @@ class Pages:
 
 
 def _origin(request: Request) -> str:
+    """Where the API is, as a curl example shows it: the origin and the prefix."""
     host = request.headers.get("host", "")
-    return f"{'https' if request.secure else 'http'}://{host}"
+    return f"{'https' if request.secure else 'http'}://{host}{request.base}"
 
 
 def _short(text: str | None, n: int = 120) -> str:

@@ -33,6 +33,10 @@ class Request:
     """The session's CSRF token, for the forms a page shows (None: signed
     out, so the page shows none)."""
     form: dict[str, list[str]] = field(default_factory=dict)
+    base: str = ""
+    """Where the dashboard's Worker mounts d1queue ("" at the root, else a
+    prefix such as "/queue"): what goes before `/ui` and `/v1` in an
+    address shown to the user. `path` is the dashboard's own, without it."""
 
     def param(self, name: str) -> str:
         values = self.query.get(name)

@@ -1,0 +1,104 @@
+"""examples/own-worker in the host: a Worker of one's own with its own route
+and d1queue inside it under /queue, built as a user builds it: this
+repository's wheel (the Worker glue in it) vendored into python_modules/
+from the example's pyproject.toml, the migrations put in place by
+`python -m d1queue migrations copy` from that vendored copy."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from .conftest import ROOT, TOKEN, Host, bundle_for, start_host
+from .test_dashboard_http import send
+
+EXAMPLE = ROOT / "examples" / "own-worker"
+
+
+@pytest.fixture(scope="module")
+def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
+    tmp = tmp_path_factory.mktemp("own-worker")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp / "dist"), str(ROOT)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = (tmp / "dist").glob("d1queue-*.whl")
+    root = tmp / "own-worker"
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("python_modules", ".wrangler"))
+    # d1queue from this repository's wheel, not from an index.
+    pyproject = root / "pyproject.toml"
+    text = pyproject.read_text()
+    assert '    "d1queue",\n' in text
+    pyproject.write_text(text.replace('    "d1queue",\n', f'    "d1queue @ {wheel.as_uri()}",\n'))
+    bundle = bundle_for(root)
+    vendored = root / "python_modules"
+    assert (vendored / "d1queue" / "interfaces" / "cloudflare.py").is_file()
+    copy = subprocess.run(
+        [sys.executable, "-m", "d1queue", "migrations", "copy"],
+        cwd=root, env={**os.environ, "PYTHONPATH": str(vendored)},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert copy.returncode == 0, copy.stdout + copy.stderr
+    assert sorted(p.name for p in (root / "migrations").glob("*.sql")) == sorted(
+        p.name for p in (ROOT / "migrations").glob("*.sql")
+    )
+    host = start_host(root=root, bundle=bundle)
+    yield host
+    host.stop()
+
+
+def test_its_own_route_answers_and_d1queue_stays_under_the_prefix(own: Host) -> None:
+    hello = own.get("/hello")
+    assert hello.status == 200 and hello.text == "hello from my own Worker\n"
+    assert own.get("/nowhere").status == 404
+    assert own.get("/nowhere").text == "not found\n"
+    assert own.api("GET", "/v1/queues").status == 404  # outside /queue: the Worker's own
+    assert own.get("/queue/health").json()["ok"] is True
+    assert own.api("GET", "/queue/v1/queues", token=None).status == 401
+    doc = own.api("GET", "/queue/v1/openapi.json").json()
+    assert doc["servers"] == [{"url": "/queue"}] and "/v1/jobs" in doc["paths"]
+    assert "hello.greet" in doc["components"]["schemas"]["Job"]["properties"]["name"]["enum"]
+
+
+def test_a_push_through_the_prefix_is_drained_by_the_cron(own: Host) -> None:
+    own.idle()
+    pushed = own.api(
+        "POST", "/queue/v1/queues/default/jobs",
+        json={"name": "hello.greet", "payload": {"name": "ada"}, "delay_s": 1},
+    )  # fmt: skip
+    assert pushed.status == 201, pushed.text
+    job_id = pushed.json()["id"]
+    assert own.api("GET", f"/queue/v1/jobs/{job_id}").json()["state"] == "delayed"
+    own.idle()  # the push's short drain found nothing due
+    time.sleep(1.2)
+    since = len(own.output())
+    own.scheduled()
+    drains = [e for e in own.events("d1queue.drain", since) if e["trigger"].startswith("cron")]
+    assert drains and sum(e["completed"] for e in drains) == 1, drains
+    own.wait_for_output('"hello.greet"', since)
+    assert any('"who":"ada"' in line.replace(" ", "") for line in own.output()[since:])
+    assert own.api("GET", f"/queue/v1/jobs/{job_id}").status == 404  # completed: gone
+
+
+def test_the_dashboard_signs_in_under_the_prefix(own: Host) -> None:
+    first = send(own, "GET", "/queue/ui")
+    assert first.status == 303
+    assert first.headers["location"] == "/queue/ui/signin?next=%2Fui"
+    page = send(own, "GET", first.headers["location"])
+    assert page.status == 200 and 'action="/queue/ui/signin"' in page.text
+    assets = re.findall(r'(?:href|src)="(/[^"]*static[^"]*)"', page.text)
+    assert assets and all(a.startswith("/queue/ui/static/") for a in assets)
+    assert send(own, "GET", assets[0]).status == 200
+    signed = send(own, "POST", "/queue/ui/signin", {"token": TOKEN, "next": "/ui"})
+    assert signed.status == 303 and signed.headers["location"] == "/queue/ui"
+    cookie = signed.headers["set-cookie"].split(";", 1)[0]
+    overview = send(own, "GET", "/queue/ui", cookie=cookie)
+    assert overview.status == 200 and 'href="/queue/ui/failed"' in overview.text
