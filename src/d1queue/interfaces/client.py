@@ -226,7 +226,7 @@ def _to_js(value: Any) -> Any:
     under CPython and for the SDK's wrapped bindings, which convert."""
     if not _in_pyodide() or not isinstance(value, dict | list):
         return value
-    from js import Object  # type: ignore[import-not-found]  # only inside the Worker
+    from js import Object  # only inside the Worker
     from pyodide.ffi import to_js
 
     return to_js(value, dict_converter=Object.fromEntries)
