@@ -9,7 +9,7 @@ interface and d1queue's own errors either way.
 
 A refusal raises ClientError (an ApiError) with the status and code the HTTP
 API answers for the same input, over either transport. Runs under CPython and
-in Pyodide; the `workers` SDK and `js` are imported only when a Worker's
+in Pyodide; `pyodide` and `js` are imported only when a Worker's
 transport is used, never at import.
 """
 
@@ -252,13 +252,15 @@ def _default_fetch() -> Fetch:
 async def _workers_fetch(
     method: str, url: str, headers: dict[str, str], body: bytes | None
 ) -> tuple[int, bytes]:
-    from workers import fetch  # only in a Worker; never at import
+    # Pyodide's own fetch (the Worker's global fetch underneath): the workers
+    # SDK stays the glue's alone. Only in a Worker; never at import.
+    from pyodide.http import pyfetch
 
     options: dict[str, Any] = {"method": method, "headers": headers}
     if body is not None:
         options["body"] = body.decode("utf-8")
-    response = await fetch(url, **options)
-    return int(response.status), (await response.text()).encode("utf-8")
+    response = await pyfetch(url, **options)
+    return int(response.status), (await response.string()).encode("utf-8")
 
 
 async def _urllib_fetch(
