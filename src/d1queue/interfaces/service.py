@@ -126,6 +126,12 @@ class Service:
     ) -> None:
         self.shards = shards or ShardSet.of(queue)
         self.queue = self.shards.home
+        for q in self.shards.queues:
+            # A queue made without the registry (the Worker glue makes its
+            # queues before it knows one) would retry a failed job with the
+            # library's default attempts, not its registration's.
+            if q.registry is None:
+                q.registry = registry
         self.registry, self.on_push, self.after_push = registry, on_push, after_push
         self.config = config or Config()
         self.admin = ShardedAdmin(self.shards)
