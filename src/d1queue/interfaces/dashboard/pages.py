@@ -492,7 +492,7 @@ class Pages:
         if request.field("confirm") != "yes":
             question = (
                 f"Put {jobs} back on {'their queues' if n != 1 else 'its queue'}, "
-                "each with one fresh attempt?"
+                "each with its registered attempts afresh?"
                 if action == "retry"
                 else f"Remove {jobs} for good? This cannot be undone."
             )
