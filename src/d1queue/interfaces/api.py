@@ -312,8 +312,9 @@ class Redirect(Exception):
 
 def prefers_html(accept: str) -> bool:
     """Whether an Accept header asks for text/html over JSON: text/html (or
-    text/*) named with a q above application/json's. A browser's navigation
-    does; curl's */* and an API client's application/json do not."""
+    text/*) named with a q above application/json's (a tie goes to JSON).
+    A browser's navigation does; curl's */* and an API client's
+    application/json do not."""
     html = json_ = 0.0
     for item in accept.split(","):
         kind, *params = (p.strip() for p in item.split(";"))
@@ -326,10 +327,8 @@ def prefers_html(accept: str) -> bool:
                 except ValueError:
                     q = 0.0
         kind = kind.lower()
-        if kind in ("text/html", "application/xhtml+xml"):
+        if kind in ("text/html", "application/xhtml+xml", "text/*"):
             html = max(html, q)
-        elif kind == "text/*":
-            html = max(html, q / 2)  # a wildcard yields to a named type
         elif kind in ("application/json", "application/*"):
             json_ = max(json_, q)
     return html > json_
