@@ -98,5 +98,20 @@ function readyLine() {
 server.on('error', (e) => life.fail(`cannot listen on 127.0.0.1:${settings.port}: ${e.message}`));
 server.listen(settings.port, '127.0.0.1', () => {
   process.stderr.write(readyLine());
-  process.stdout.write(`d1queue host listening on http://127.0.0.1:${server.address().port}\n`);
+  const url = `http://127.0.0.1:${server.address().port}`;
+  // The ready line first, byte for byte (tests and scripts wait for it),
+  // and what follows it in the same write, so no other line comes between.
+  process.stdout.write(`d1queue host listening on ${url}\n${startupLines(url)}`);
 });
+
+// Where a person goes next: the API (its token is the D1QUEUE_TOKEN var, in
+// .dev.vars for `make dev`), the dashboard, and where the cron's report shows.
+function startupLines(url) {
+  const exprs = crons.map((c) => c.expr);
+  const now = exprs.length ? `; run one now: curl '${url}/__scheduled?cron=${exprs[0].replaceAll(' ', '+')}'` : '';
+  const cron = settings.crons
+    ? `  cron:      ${exprs.join(', ') || 'none'}; each run's report prints here (a d1queue.drain line)${now}\n`
+    : '';
+  return `  API:       ${url}/v1 (Authorization: Bearer <D1QUEUE_TOKEN>; document: ${url}/v1/openapi.json)\n` +
+    `  dashboard: ${url}/ui\n${cron}`;
+}

@@ -244,8 +244,17 @@ async def case_unique_keys_dedupe_until_the_job_ends(db: Any, clock: Clock) -> N
 
 
 async def case_retry_failed_requeues_once_without_the_lock(db: Any, clock: Clock) -> None:
+    """A retried failure keeps its attempts and last error, and gets its
+    registration's max_attempts afresh (sql.RETRY_FAILED_INSERT)."""
+    reg = Registry()
+
+    @reg.job("mail", max_attempts=4)
+    async def mail(payload: Any) -> None:
+        pass
+
     queue = await fresh(db, clock)
-    job_id = await queue.dispatch("mail", {"to": "x"}, unique_key="k", priority=3)
+    queue.registry = reg
+    job_id = await queue.dispatch("mail", {"to": "x"}, unique_key="k", priority=3, max_attempts=2)
     job = await queue.reserve("default")
     assert job is not None
     await queue.fail(job, "smtp down")
@@ -253,11 +262,26 @@ async def case_retry_failed_requeues_once_without_the_lock(db: Any, clock: Clock
     assert await queue.retry_failed(job_id) is True
     again = await queue.job(job_id)
     assert again is not None
-    assert (again.attempts, again.max_attempts, again.unique_key) == (0, 1, None)
+    assert (again.attempts, again.max_attempts, again.unique_key) == (1, 1 + 4, None)
     assert (again.payload, again.priority, again.last_error) == ({"to": "x"}, 3, "smtp down")
     assert await queue.job(fresh_id) is not None
     assert await queue.retry_failed(job_id) is False
     assert await queue.failed_jobs() == []
+    claimed = await queue.reserve("default")
+    assert claimed is not None and claimed.id == job_id
+    assert (claimed.attempts, claimed.max_attempts) == (2, 5), "attempt 2 of 5"
+    # Without a registration: the library's default attempts afresh.
+    bare = D1Queue(db, clock=clock)
+    other = await bare.dispatch("nobody.home", None, max_attempts=1)
+    job = await bare.reserve("default")
+    while job is not None and job.id != other:
+        job = await bare.reserve("default")
+    assert job is not None
+    await bare.fail(job, "no handler")
+    assert await bare.retry_failed(other) is True
+    back = await bare.job(other)
+    assert back is not None
+    assert (back.attempts, back.max_attempts, back.last_error) == (1, 1 + 3, "no handler")
 
 
 async def case_priority_then_fifo_then_delay(db: Any, clock: Clock) -> None:

@@ -4,18 +4,22 @@ and error paths, and nothing written on any 4xx."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
 
 from d1queue import Config, D1Queue, Registry, drain
 from d1queue.core.bounds import MAX_PAYLOAD_BYTES
+from d1queue.core.d1_faults import is_unavailable
 from d1queue.core.job import QueuedJob
+from d1queue.core.log import fields_of
 from d1queue.interfaces.api import MAX_BODY_BYTES, Api, ApiReply
 from d1queue.interfaces.openapi import SPEC
-from d1queue.interfaces.service import Service
+from d1queue.interfaces.service import UNAVAILABLE_RETRY_AFTER_S, Service
 from d1queue.interfaces.testing import SqliteD1
 from d1queue.store.admin import Admin
+from d1queue.store.binding import RetryPolicy
 
 from .conftest import Clock
 
@@ -233,13 +237,13 @@ async def test_failed_jobs_page_retry_delete_prune(
         await queue.fail(job, "RuntimeError: boom")
         clock.advance(1)
     page1 = (await client("GET", "/v1/failed?limit=2")).body
-    assert [j["payload"] for j in page1["jobs"]] == ["4", "3"] and page1["next_cursor"]
+    assert [j["payload"] for j in page1["jobs"]] == [4, 3] and page1["next_cursor"]
     page2 = (await client("GET", f"/v1/failed?limit=2&cursor={page1['next_cursor']}")).body
     page3 = (await client("GET", f"/v1/failed?limit=2&cursor={page2['next_cursor']}")).body
-    assert [j["payload"] for j in page2["jobs"] + page3["jobs"]] == ["2", "1", "0"]
+    assert [j["payload"] for j in page2["jobs"] + page3["jobs"]] == [2, 1, 0]
     assert page3["next_cursor"] is None
     only_b = (await client("GET", "/v1/failed?queue=b")).body["jobs"]
-    assert [j["payload"] for j in only_b] == ["3", "1"] and only_b[0]["state"] == "failed"
+    assert [j["payload"] for j in only_b] == [3, 1] and only_b[0]["state"] == "failed"
     assert "RuntimeError: boom" in only_b[0]["error"]
     failed_id = only_b[0]["id"]
     assert (await client("GET", f"/v1/jobs/{failed_id}")).body["state"] == "failed"
@@ -248,7 +252,11 @@ async def test_failed_jobs_page_retry_delete_prune(
 
     r = await client("POST", f"/v1/failed/{failed_id}/retry")
     assert (r.status, r.body) == (200, {"id": failed_id, "retried": True})
-    assert (await client("GET", f"/v1/jobs/{failed_id}")).body["state"] == "ready"
+    again = (await client("GET", f"/v1/jobs/{failed_id}")).body
+    assert again["state"] == "ready" and again["payload"] == 3
+    # Its history stays, and t.boom's registration gives it 1 attempt more.
+    assert (again["attempts"], again["max_attempts"]) == (1, 2)
+    assert again["last_error"] == "RuntimeError: boom"
     assert (await client("POST", f"/v1/failed/{failed_id}/retry")).status == 404
     assert (await client("DELETE", f"/v1/failed/{page1['jobs'][0]['id']}")).body == {"deleted": 1}
     assert (await client("DELETE", f"/v1/failed/{page1['jobs'][0]['id']}")).status == 404
@@ -257,6 +265,35 @@ async def test_failed_jobs_page_retry_delete_prune(
     clock.advance(100)
     assert (await client("DELETE", "/v1/failed?older_than_s=104.5")).body == {"deleted": 1}
     assert (await client("DELETE", "/v1/failed?older_than_s=0")).body == {"deleted": 2}
+
+
+@pytest.mark.parametrize(
+    ("text", "answered"),
+    [
+        ('{"a": [1, 2]}', {"a": [1, 2]}),
+        ('"x"', "x"),
+        ("null", None),
+        ("not json", "not json"),
+        ("NaN", "NaN"),
+        ("[" * 80 + "]" * 80, "[" * 80 + "]" * 80),
+    ],
+)
+async def test_a_failed_jobs_payload_is_its_json_value_or_else_its_text(
+    client: Client, queue: D1Queue, text: str, answered: Any
+) -> None:
+    """The store keeps a failure's payload as text; the API answers the
+    value, as for a queued job, and text that is not JSON (or nests too
+    deep to parse safely) as the string it is."""
+    await queue.binding.run(
+        "INSERT INTO d1queue_failed_jobs (id, queue, name, payload, error, attempts, "
+        "max_attempts, priority, created_at, failed_at) VALUES ('f1', 'q', 't.echo', ?1, "
+        "'bad', 1, 1, 0, 1, 2)",
+        text,
+    )
+    page = (await client("GET", "/v1/failed")).body["jobs"]
+    assert [j["payload"] for j in page] == [answered]
+    assert (await client("GET", "/v1/jobs/f1")).body["payload"] == answered
+    json.dumps((await client("GET", "/v1/failed")).body, allow_nan=False)
 
 
 async def test_the_openapi_document_is_served_and_valid(client: Client) -> None:
@@ -330,3 +367,110 @@ async def test_a_push_reads_the_pause_state_in_its_own_batch(queue: D1Queue) -> 
     results, paused = await queue.push_many_noting_paused(jobs)
     assert [r for r, _ in results] == [j.id for j in jobs] and paused == {"p"}
     assert queue.binding.usage.queries - before == 1
+
+
+# -- GET /: where things are ---------------------------------------------------
+
+BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+async def test_the_root_sends_a_browser_to_the_dashboard_and_a_client_the_links(
+    client: Client,
+) -> None:
+    async def root(method: str, accept: str | None) -> ApiReply:
+        headers = {} if accept is None else {"accept": accept}
+        return await client.api.handle(method, "https://q.example/?x=1", headers, b"")
+
+    for accept in (BROWSER_ACCEPT, "text/html"):
+        r = await root("GET", accept)
+        assert (r.status, r.headers["location"], r.body) == (303, "/ui", None)
+        assert (await root("HEAD", accept)).status == 303
+    for accept in (None, "*/*", "application/json", "text/html;q=0.5, application/json"):
+        r = await root("GET", accept)
+        assert r.status == 200 and r.headers["content-type"] == "application/json", accept
+        assert r.body["api"] == "/v1" and r.body["openapi"] == "/v1/openapi.json"
+        assert (r.body["dashboard"], r.body["health"]) == ("/ui", "/health")
+    head = await root("HEAD", None)
+    assert (head.status, head.body) == (200, None)
+    options = await root("OPTIONS", None)
+    assert (options.status, options.headers["allow"]) == (204, "OPTIONS, GET, HEAD")
+    post = await root("POST", None)  # public path: 405 without the token, not 401
+    assert (post.status, post.headers["allow"]) == (405, "OPTIONS, GET, HEAD")
+
+
+# -- D1 failing: 503 unavailable, never a 500 carrying its text ------------------
+
+OVERLOADED = "D1_ERROR: D1 DB is overloaded. Too many requests queued."
+LOST = "D1_ERROR: Network connection lost."
+
+
+@pytest.mark.parametrize("message", [OVERLOADED, LOST])
+async def test_d1_unavailable_is_503_with_retry_after(
+    db: SqliteD1, reg: Registry, clock: Clock, message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A D1 fault the binding cannot ride out (overloaded is not re-sent; a
+    lost connection is, until its tries run out) answers 503 `unavailable`
+    with Retry-After, on a read and a write, and is logged."""
+    queue = D1Queue(db, clock=clock)
+    queue.binding.retry = RetryPolicy(tries=2, base_s=0.001)
+    client = Client(Api(Service(queue, reg), TOKEN, "9.9", SPEC), db)
+    db.fail_when("d1queue", message, times=None)
+    with caplog.at_level(logging.WARNING, logger="d1queue"):
+        for method, path, body in (
+            ("GET", "/v1/queues/q", None),
+            ("POST", "/v1/queues/q/jobs", {"name": "t.echo"}),
+            ("GET", "/v1/failed", None),
+        ):
+            r = await client(method, path, body)
+            assert r.status == 503, (path, r.body)
+            assert r.body["error"]["code"] == "unavailable"
+            assert r.headers["retry-after"] == str(UNAVAILABLE_RETRY_AFTER_S)
+            assert 1 <= UNAVAILABLE_RETRY_AFTER_S <= 5
+            assert "D1_ERROR" not in r.body["error"]["message"]
+    logged = [fields_of(r) for r in caplog.records if r.getMessage() == "d1queue.api.unavailable"]
+    assert len(logged) == 3 and message in logged[0]["error"]
+    db.clear_faults()
+    assert (await client("GET", "/v1/queues/q")).status == 200
+
+
+async def test_a_bug_is_500_internal_without_its_text(
+    client: Client, db: SqliteD1, caplog: pytest.LogCaptureFixture
+) -> None:
+    """D1 refusing a statement, or Python raising, is a bug: 500 `internal`,
+    the exception's text in the log and not in the answer."""
+    db.fail_when("d1queue", "D1_ERROR: no such column: secret_column", times=1)
+    with caplog.at_level(logging.ERROR, logger="d1queue"):
+        r = await client("GET", "/v1/queues/q")
+    assert (r.status, r.body["error"]["code"]) == (500, "internal")
+    assert "secret_column" not in json.dumps(r.body) and "retry-after" not in r.headers
+    (logged,) = [fields_of(x) for x in caplog.records if x.getMessage() == "d1queue.api.failed"]
+    assert "secret_column" in logged["error"] and "Traceback" in logged["traceback"]
+
+    async def broken(*_: Any) -> Any:
+        raise RuntimeError("a token-like secret in a bug's message")
+
+    client.api.service.queues = broken  # type: ignore[method-assign]
+    r = await client("GET", "/v1/queues")
+    assert (r.status, r.body["error"]["code"]) == (500, "internal")
+    assert "secret" not in r.body["error"]["message"]
+
+
+def test_unavailable_is_the_d1_errors_that_pass_not_the_statements_faults() -> None:
+    for text in (OVERLOADED, LOST, "D1_ERROR: D1 DB storage operation exceeded timeout"):
+        assert is_unavailable(RuntimeError(f"Error: {text}")), text
+    for text in ("D1_ERROR: UNIQUE constraint failed", "D1_ERROR: no such table: x", "boom"):
+        assert not is_unavailable(RuntimeError(text)), text
+    try:
+        try:
+            raise RuntimeError(LOST)
+        except RuntimeError as exc:
+            raise ValueError("wrapped") from exc
+    except ValueError as wrapped:
+        assert is_unavailable(wrapped), "a D1 error raised again from it counts"
+    try:
+        try:
+            raise RuntimeError(LOST)
+        except RuntimeError:
+            raise KeyError("a bug while handling it") from None
+    except KeyError as bug:
+        assert not is_unavailable(bug), "a bug met while handling one does not"

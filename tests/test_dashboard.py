@@ -4,7 +4,6 @@ The same pages in a real browser: tests/runtime/test_dashboard_browser.py."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 from urllib.parse import urlencode
@@ -636,7 +635,7 @@ async def test_the_failed_job_page_masks_secrets(
     assert "hooks.example" in listing and f"&#x27;api_key&#x27;: &#x27;{MASK}" in listing
     for secret in [*SECRET_VALUES, "early-key-5678"]:
         assert secret not in listing, secret
-    assert json.loads((await service.job(job_id))["payload"]) == HTTP_PAYLOAD
+    assert (await service.job(job_id))["payload"] == HTTP_PAYLOAD, "the API is not masked"
 
 
 async def test_failed_jobs_filter_and_bulk_retry_after_confirming(
@@ -768,3 +767,20 @@ async def test_under_a_prefix_a_back_outside_the_dashboard_is_not_followed(
         "/queue/ui/queues/mail/pause", {"csrf": b.csrf(), "back": "https://evil.example/ui"}
     )
     assert reply.headers["location"] == "/queue/ui/queues/mail?notice=paused"
+
+
+async def test_d1_unavailable_is_a_503_page_with_retry_after_and_a_bug_a_500_without_text(
+    browser: Browser, db: SqliteD1
+) -> None:
+    """D1 failing past the binding's re-sends: 503 "Unavailable" with
+    Retry-After, not a 500 quoting the JS error; D1 refusing a statement is
+    a 500 that says to look at the log, the error's text left out."""
+    db.fail_when("d1queue_jobs", "D1_ERROR: D1 DB is overloaded. Too many requests queued.")
+    reply = await browser.get("/ui")
+    assert reply.status == 503 and 1 <= int(reply.headers["retry-after"]) <= 5
+    assert "Unavailable" in reply.body and "D1_ERROR" not in reply.body
+    db.fail_when("d1queue_jobs", "D1_ERROR: no such column: secret_column")
+    reply = await browser.get("/ui")
+    assert reply.status == 500 and "retry-after" not in reply.headers
+    assert "secret_column" not in reply.body and "log" in reply.body
+    assert (await browser.get("/ui")).status == 200

@@ -102,8 +102,15 @@ export interface JobState {
   queue: string;
   name: string;
   state: "ready" | "delayed" | "reserved" | "failed";
+  /**
+   * the JSON value pushed; for a failed job whose stored text is not valid JSON (or nests past 64 levels), that text as a string
+   */
   payload?: Json;
+  /** claims so far */
   attempts: number;
+  /**
+   * claims allowed before the job fails; a retried failed job's is its attempts so far plus its registration's max_attempts
+   */
   max_attempts: number;
   priority?: number;
   /** epoch ms */
@@ -257,6 +264,40 @@ export interface Health {
  * `Authorization: Bearer <D1QUEUE_TOKEN>`; every error is `ErrorBody`.
  */
 export interface Routes<N extends string = string> {
+  /**
+   * Where things are, without auth: a browser (Accept preferring text/html) is sent to the dashboard, anything else gets the links (operationId `index`)
+   */
+  "GET /": {
+    operationId: "index";
+    params: {};
+    query: {};
+    body: never;
+    ok: {
+      name: string;
+      api: string;
+      openapi: string;
+      dashboard: string;
+      health: string;
+      queues: string;
+      failed: string;
+      schedules: string;
+      auth: string;
+    };
+    responses: {
+      200: {
+        name: string;
+        api: string;
+        openapi: string;
+        dashboard: string;
+        health: string;
+        queues: string;
+        failed: string;
+        schedules: string;
+        auth: string;
+      };
+      303: null;
+    };
+  };
   /** Liveness, without auth (operationId `health`) */
   "GET /health": {
     operationId: "health";
@@ -464,7 +505,9 @@ export interface Routes<N extends string = string> {
       400: ErrorBody;
     };
   };
-  /** Queue a failed job again, with one attempt (operationId `retryFailed`) */
+  /**
+   * Queue a failed job again: it keeps its attempts and last_error, and gets its registration's max_attempts afresh (operationId `retryFailed`)
+   */
   "POST /v1/failed/{id}/retry": {
     operationId: "retryFailed";
     params: { id: string };
@@ -655,7 +698,7 @@ export interface D1Queue<N extends string = string> {
    */
   cancel(id: string): Promise<Cancelled>;
   /**
-   * Queue a failed job again, with one attempt (as POST /v1/failed/{id}/retry).
+   * Queue a failed job again: it keeps its attempts and last_error, and gets its registration's max_attempts afresh (as POST /v1/failed/{id}/retry).
    * `id`: the path parameter `id` of POST /v1/failed/{id}/retry
    */
   retry_failed(id: string): Promise<Retried>;

@@ -380,3 +380,25 @@ def test_chaos_with_d1_faults_and_a_killed_host(tmp_path: Path, transport: str) 
         assert at_start["jobs"] > 0, "the host was killed before the backlog was done"
     else:
         assert runs1["cut"] >= 1, "the host was killed under a cron run"
+
+
+def test_d1_failing_answers_503_with_retry_after_never_a_500() -> None:
+    """Under a high fault rate, a read of the API answers 200 or 503
+    `unavailable` with Retry-After: D1 failing past the binding's re-sends
+    is not a bug, and no answer carries the JS exception's text."""
+    host = start_host("--d1-fault", "0.6", "--d1-seed", str(SEED))
+    try:
+        statuses: Counter[int] = Counter()
+        for _ in range(24):
+            reply = host.api("GET", "/v1/queues/default")
+            statuses[reply.status] += 1
+            assert reply.status in (200, 503), (reply.status, reply.body)
+            if reply.status == 503:
+                headers = {k.lower(): v for k, v in reply.headers.items()}
+                assert reply.json()["error"]["code"] == "unavailable"
+                assert 1 <= int(headers["retry-after"]) <= 5
+                assert b"D1_ERROR" not in reply.body
+        assert statuses[503] > 0, f"the faults should have told: {statuses}"
+        print(f"\nGET /v1/queues/default under 60% D1 faults: {dict(statuses)}")
+    finally:
+        host.stop()

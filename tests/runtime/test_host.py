@@ -36,6 +36,25 @@ def test_health(host: Host) -> None:
     assert reply.json() == {"ok": True, "version": d1queue.__version__}
 
 
+def test_start_up_names_the_api_and_the_dashboard_after_the_ready_line(host: Host) -> None:
+    lines = host.output()
+    ready = lines.index(f"d1queue host listening on {host.url}")
+    after = lines[ready + 1 : ready + 3]
+    assert after[0].startswith(f"  API:       {host.url}/v1 "), after
+    assert after[1] == f"  dashboard: {host.url}/ui", after
+
+
+def test_the_root_is_a_public_index_of_links(host: Host) -> None:
+    reply = host.get("/")
+    assert reply.status == 200 and reply.headers["content-type"] == "application/json"
+    links = reply.json()
+    assert (links["api"], links["openapi"], links["dashboard"]) == (
+        "/v1",
+        "/v1/openapi.json",
+        "/ui",
+    )
+
+
 def test_unknown_route_is_the_workers_404(host: Host) -> None:
     reply = host.api("GET", "/no/such/route")
     assert reply.status == 404

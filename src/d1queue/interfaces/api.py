@@ -26,11 +26,12 @@ from ..core.bounds import (
     NAME_RULE,
     json_depth,
 )
-from ..core.guard import RETRY_AFTER_S, Guard
+from ..core.d1_faults import is_unavailable
+from ..core.guard import CLIENT_HEADER, RETRY_AFTER_S, Guard
 from ..core.log import event, get
 from ..store.failed import FAILED_CURSOR_RULE
 from .router import QueryParam, Reply, Route, Router, options_reply, without_body
-from .service import ApiError, Service, too_deep
+from .service import UNAVAILABLE_RETRY_AFTER_S, ApiError, Service, too_deep, unavailable
 
 log = get(__name__)
 
@@ -44,6 +45,24 @@ ApiReply = Reply
 Endpoint = Callable[..., Awaitable[tuple[int, Any]]]
 """What a route runs: `(api, *path_args, query=..., body=..., headers=...)`
 to `(status, body)`; `query` holds the route's own parameters, parsed."""
+
+API_HEADERS = ("authorization", "accept", CLIENT_HEADER)
+"""The request headers the API reads: the token, what the client accepts
+(GET / sends a browser to the dashboard), the client's address (the guard).
+The Worker glue hands the API these and no other."""
+
+INDEX = {
+    "name": "d1queue",
+    "api": "/v1",
+    "openapi": "/v1/openapi.json",
+    "dashboard": "/ui",
+    "health": "/health",
+    "queues": "/v1/queues",
+    "failed": "/v1/failed",
+    "schedules": "/v1/schedules",
+    "auth": "Authorization: Bearer <D1QUEUE_TOKEN> on every /v1 route",
+}
+"""GET / for a client: where things are, and nothing else (it is public)."""
 
 NO_STORE = {"cache-control": "no-store"}
 """On every answer: queue contents and errors are for the token's holder,
@@ -65,7 +84,7 @@ class Api:
     ) -> None:
         self.service, self.token, self.version, self.openapi = service, token, version, openapi
         self.guard = guard if guard is not None else Guard()
-        self.router = Router((HEALTH, *ROUTES))
+        self.router = Router((INDEX_ROUTE, HEALTH, *ROUTES))
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
         """Whether the request carries the API token: checked before its body
@@ -112,6 +131,8 @@ class Api:
                 self, *args, query=params, body=body, headers=headers
             )
             return ApiReply(status, result)
+        except Redirect as to:
+            return ApiReply(303, None, {"location": to.location})
         except ApiError as exc:
             # A wrong token is a guess and pays for it; no token at all is not.
             guessed = exc.status == 401 and bool(headers.get("authorization", "").strip())
@@ -122,15 +143,28 @@ class Api:
             if exc.status == 405:
                 extra["allow"] = found.allow
             return _error(exc, extra)
-        except Exception as exc:  # a bug or D1 failing: say so, never a bare 500
+        except Exception as exc:
+            if is_unavailable(exc):  # D1 failing past the binding's re-sends: come back
+                event(
+                    log,
+                    "d1queue.api.unavailable",
+                    logging.WARNING,
+                    request=f"{method} {path}",
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                return _error(unavailable(), {"retry-after": str(UNAVAILABLE_RETRY_AFTER_S)})
+            # A bug, or D1 refusing the statement: the details are for the
+            # log, not the client (they may hold SQL, a payload, a stack).
             event(
                 log,
                 "d1queue.api.failed",
                 logging.ERROR,
                 request=f"{method} {path}",
+                error=f"{type(exc).__name__}: {exc}",
                 traceback=traceback.format_exc(),
             )
-            return _error(ApiError(500, "internal", f"{type(exc).__name__}: {exc}"))
+            message = "the request failed inside the Worker; its log says why (d1queue.api.failed)"
+            return _error(ApiError(500, "internal", message))
 
     def _authorize(self, headers: Mapping[str, str]) -> None:
         if not self.token:
@@ -148,6 +182,11 @@ class Api:
             raise ApiError(401, "unauthorized", "missing or wrong bearer token")
 
     # -- endpoints: from HTTP to Service calls ------------------------------------
+
+    async def _index(self, *, headers: Mapping[str, str], **_: Any) -> tuple[int, Any]:
+        if prefers_html(headers.get("accept", "")):
+            raise Redirect("/ui")
+        return 200, INDEX
 
     async def _health(self, **_: Any) -> tuple[int, Any]:
         return 200, {"ok": True, "version": self.version}
@@ -253,9 +292,46 @@ ROUTES: tuple[Route, ...] = (
 """Every route but /health, each documented by openapi.py. Order matters only
 where two paths could match the same URL; none do."""
 
+INDEX_ROUTE = Route("GET", "/", Api._index, public=True)
+"""Where a first visit lands: a browser (Accept prefers text/html) is sent to
+the dashboard, 303 to /ui; a client gets INDEX. Public, as it reveals
+nothing but the routes; documented by hand, as /health is."""
+
 HEALTH = Route("GET", "/health", Api._health, public=True)
 """Liveness: public, so answered before the token is checked (a load
 balancer's probe holds none) and with any query; documented by hand."""
+
+
+class Redirect(Exception):
+    """A route's answer is elsewhere: 303 to `location`."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
+
+
+def prefers_html(accept: str) -> bool:
+    """Whether an Accept header asks for text/html over JSON: text/html (or
+    text/*) named with a q above application/json's (a tie goes to JSON).
+    A browser's navigation does; curl's */* and an API client's
+    application/json do not."""
+    html = json_ = 0.0
+    for item in accept.split(","):
+        kind, *params = (p.strip() for p in item.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        kind = kind.lower()
+        if kind in ("text/html", "application/xhtml+xml", "text/*"):
+            html = max(html, q)
+        elif kind in ("application/json", "application/*"):
+            json_ = max(json_, q)
+    return html > json_
 
 
 def _check_path(route: Route, args: list[str]) -> None:

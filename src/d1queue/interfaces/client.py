@@ -55,6 +55,7 @@ ERROR_STATUS: dict[str, int] = {
     "internal": 500,
     "misconfigured": 500,
     "not_configured": 503,
+    "unavailable": 503,
 }
 """The HTTP status of each error code: an RPC error carries only its code
 (its message is "<code>: <message>"), so the status comes from here."""

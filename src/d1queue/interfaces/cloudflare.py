@@ -48,7 +48,7 @@ from ..features.wake import WAKE_BINDING, Waker, consume
 from ..store.queue import D1Queue
 from ..store.schedules import DUE_LIMITS, trigger_grace_ms
 from ..store.shardset import ShardQueue, ShardSet
-from .api import MAX_BODY_BYTES, NO_STORE, Api, json_object
+from .api import API_HEADERS, MAX_BODY_BYTES, NO_STORE, Api, json_object
 from .dashboard import Dashboard
 from .openapi import document
 from .service import ApiError, Service
@@ -211,10 +211,6 @@ def _openapi(registry: Registry, prefix: str) -> dict[str, Any]:
 
 
 # -- HTTP ---------------------------------------------------------------------------
-
-API_HEADERS = ("authorization", CLIENT_HEADER)
-"""The request headers the API reads (the token; the client's address, for
-the guard)."""
 
 DASHBOARD_HEADERS = ("cookie", "host", "origin", "sec-fetch-site", "content-type", CLIENT_HEADER)
 """The request headers the dashboard reads (sessions, origin checks)."""

@@ -32,7 +32,7 @@ from ..core.schedule import (
     MAX_CRON,
     TZ_RULE,
 )
-from .api import MAX_BODY_BYTES, ROUTES
+from .api import INDEX, MAX_BODY_BYTES, ROUTES
 from .router import Route
 
 NAME_SCHEMA = {"type": "string", "pattern": f"^{NAME_RULE}$"}
@@ -125,9 +125,16 @@ JOB_OUT = {
         "queue": {"type": "string"},
         "name": {"type": "string"},
         "state": {"enum": ["ready", "delayed", "reserved", "failed"]},
-        "payload": {},
-        "attempts": {"type": "integer"},
-        "max_attempts": {"type": "integer"},
+        "payload": {
+            "description": "the JSON value pushed; for a failed job whose stored text is "
+            f"not valid JSON (or nests past {MAX_JSON_DEPTH} levels), that text as a string"
+        },
+        "attempts": {"type": "integer", "description": "claims so far"},
+        "max_attempts": {
+            "type": "integer",
+            "description": "claims allowed before the job fails; a retried failed job's is "
+            "its attempts so far plus its registration's max_attempts",
+        },
         "priority": {"type": "integer"},
         "available_at": {"type": "integer", "description": "epoch ms"},
         "created_at": {"type": "integer", "description": "epoch ms"},
@@ -281,10 +288,13 @@ SPEC: dict[str, Any] = {
         "title": "d1queue",
         "version": "1",
         "description": (
-            "A durable job queue in Cloudflare D1. Every route but /health needs "
+            "A durable job queue in Cloudflare D1. Every route but / and /health needs "
             "`Authorization: Bearer <D1QUEUE_TOKEN>`. Every error is "
             f"{{error: {{code, message}}}}. Request bodies are at most {MAX_BODY_BYTES} bytes; "
-            "nothing is written when a request is refused."
+            "nothing is written when a request is refused. D1 failing past the Worker's "
+            "retries is 503 `unavailable` with Retry-After; a failure inside the Worker is "
+            "500 `internal`, its details in the Worker's log, not the answer. Payloads are "
+            "JSON values, as pushed."
         ),
     },
     "components": {
@@ -336,8 +346,23 @@ SPEC: dict[str, Any] = {
                 409: "Conflict",
                 413: "Too large",
                 422: "Invalid",
-                503: "Not configured",
             }.items()
+        }
+        | {
+            "E503": _json(
+                _ref("Error"),
+                "not_configured: no D1QUEUE_TOKEN secret is set; or unavailable: D1 failed "
+                "past the Worker's own retries, and the request may be sent again after "
+                "Retry-After seconds (a write may have landed: every write is safe to re-send)",
+            )
+            | {
+                "headers": {
+                    "retry-after": {
+                        "description": "unavailable: seconds to wait before sending again",
+                        "schema": {"type": "integer", "minimum": 1},
+                    }
+                }
+            }
         },
     },
     "security": [{"bearer": []}],
@@ -426,7 +451,8 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ),
     ("DELETE", "/v1/failed/{id}"): _op("Delete a failed job", {"200": DELETED}, 404),
     ("POST", "/v1/failed/{id}/retry"): _op(
-        "Queue a failed job again, with one attempt",
+        "Queue a failed job again: it keeps its attempts and last_error, and gets its "
+        "registration's max_attempts afresh",
         {"200": _json(_ref("Retried"), "retried")},
         404,
     ),
@@ -503,6 +529,13 @@ one renames a client's type."""
 PATH_PARAMS = {"queue": QUEUE_PARAM, "id": ID_PARAM}
 
 
+INDEX_SCHEMA = {
+    "type": "object",
+    "required": list(INDEX),
+    "properties": {k: {"type": "string"} for k in INDEX},
+}
+
+
 def _paths(routes: tuple[Route, ...]) -> dict[str, Any]:
     """The document's paths: one operation per route, its path parameters
     from the template, its query parameters from the route. A route with no
@@ -516,6 +549,23 @@ def _paths(routes: tuple[Route, ...]) -> dict[str, Any]:
             f"routes without an operationId: {sorted(keys - set(OPERATION_IDS))}"
         )
     paths: dict[str, Any] = {
+        "/": {
+            "get": {
+                "summary": "Where things are, without auth: a browser (Accept preferring "
+                "text/html) is sent to the dashboard, anything else gets the links",
+                "security": [],
+                "operationId": "index",
+                "responses": {
+                    "200": _json(
+                        INDEX_SCHEMA, "the API's, the document's and the dashboard's paths"
+                    ),
+                    "303": {
+                        "description": "to the dashboard (/ui)",
+                        "headers": {"location": {"schema": {"type": "string"}}},
+                    },
+                },
+            }
+        },
         "/health": {
             "get": {
                 "summary": "Liveness, without auth",
@@ -523,7 +573,7 @@ def _paths(routes: tuple[Route, ...]) -> dict[str, Any]:
                 "operationId": "health",
                 "responses": {"200": _json(_ref("Health"), "ok and the version")},
             }
-        }
+        },
     }
     for route in routes:
         item = paths.setdefault(route.path, {})

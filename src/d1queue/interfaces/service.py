@@ -7,6 +7,7 @@ failures are `ApiError`s carrying an HTTP status and a stable code.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
@@ -26,6 +27,7 @@ from ..core.bounds import (
     NAME_RULE,
     PRIORITY_RANGE,
     is_name,
+    json_depth,
     value_depth,
 )
 from ..core.config import Config
@@ -59,6 +61,21 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}
+
+
+UNAVAILABLE_RETRY_AFTER_S = 2
+"""The Retry-After of a 503 `unavailable`: D1 failing past the binding's own
+re-sends (store/binding.py's RetryPolicy) is most often back within seconds."""
+
+
+def unavailable() -> ApiError:
+    """D1 failed in a way the request could not ride out (binding's
+    is_unavailable): the client should retry after UNAVAILABLE_RETRY_AFTER_S."""
+    return ApiError(
+        503,
+        "unavailable",
+        f"the database is unavailable for now: retry in {UNAVAILABLE_RETRY_AFTER_S} s",
+    )
 
 
 def invalid(message: str) -> ApiError:
@@ -101,8 +118,28 @@ def _stats(s: QueueStats) -> dict[str, Any]:
     return asdict(s)
 
 
+def stored_payload(text: str) -> Any:
+    """A failed job's payload as the JSON value it was pushed as, the same
+    as a queued job's. The store keeps the text, and the text may be what
+    made the job fail (a row written by hand or by another writer): text
+    that is not valid JSON, or that nests past MAX_JSON_DEPTH (whose parse
+    could overflow Pyodide's stack), is answered as the string it is."""
+    if json_depth(text) > MAX_JSON_DEPTH:
+        return text
+    try:
+        # NaN and Infinity parse in Python but are not JSON: the answer
+        # would not be either.
+        return json.loads(text, parse_constant=_not_json)
+    except (ValueError, RecursionError):
+        return text
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _failed(f: FailedJob) -> dict[str, Any]:
-    return {**asdict(f), "state": "failed"}
+    return {**asdict(f), "payload": stored_payload(f.payload), "state": "failed"}
 
 
 class Service:
@@ -126,6 +163,12 @@ class Service:
     ) -> None:
         self.shards = shards or ShardSet.of(queue)
         self.queue = self.shards.home
+        for q in self.shards.queues:
+            # A queue made without the registry (the Worker glue makes its
+            # queues before it knows one) would retry a failed job with the
+            # library's default attempts, not its registration's.
+            if q.registry is None:
+                q.registry = registry
         self.registry, self.on_push, self.after_push = registry, on_push, after_push
         self.config = config or Config()
         self.admin = ShardedAdmin(self.shards)

@@ -41,7 +41,7 @@ T = TypeVar("T")
 class Admin:
     def __init__(self, queue: D1Queue) -> None:
         self.queue = queue
-        self.failed = FailedJobs(queue.binding, queue.clock)
+        self.failed = FailedJobs(queue.binding, queue.clock, queue.registry)
         self.binding = queue.binding
 
     async def stats(self, name: str | None = None) -> list[QueueStats]:

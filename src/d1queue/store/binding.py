@@ -39,6 +39,7 @@ from operator import attrgetter
 from typing import Any
 
 from ..core.bounds import MAX_SAFE_INT, json_loads
+from ..core.d1_faults import is_transient
 from ..core.limits import Meter, Slots
 
 Statement = tuple[str, Sequence[Any]]
@@ -48,28 +49,10 @@ MAX_IN_FLIGHT = 6
 the platform, where they still count against the wall-time budget unseen."""
 
 
-TRANSIENT_ERRORS = (
-    "Network connection lost",
-    "storage caused object to be reset",
-    "reset because its code was updated",
-    "Cannot resolve D1 DB due to transient issue",
-)
-"""D1 errors its docs say to retry ("debug-d1", "retry-queries"). Not retried:
-"overloaded", timeouts, memory and CPU resets, which retrying makes worse.
-Retrying is safe for every statement d1queue sends: a re-sent claim or settle
-is fenced (it changes nothing the second time), and a re-sent insert carries
-the same job id."""
-
-
 def was_resent(exc: BaseException) -> bool:
     """Whether `exc` answered a re-send (see Result.resent): the first send
     may have committed what the re-send then collided with."""
     return bool(getattr(exc, "d1queue_resent", False))
-
-
-def is_transient(exc: BaseException) -> bool:
-    text = str(exc)
-    return any(marker in text for marker in TRANSIENT_ERRORS)
 
 
 @dataclass(frozen=True)

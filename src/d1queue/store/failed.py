@@ -8,6 +8,7 @@ shards, merging pages with shards.merge_pages.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -15,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.bounds import MAX_SAFE_INT, check_name
+from ..core.job import DEFAULT_MAX_ATTEMPTS
 from ..core.log import event, get
+from ..core.registry import Registry
 from . import sql
 from .binding import Binding
 
@@ -65,11 +68,33 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
     return int(m.group(1)), m.group(2)
 
 
-class FailedJobs:
-    """One D1 database's failed jobs."""
+def allowances(registry: Registry | None) -> str:
+    """The fresh attempts a retried failure gets, by job name, as the JSON
+    object sql.RETRY_FAILED_INSERT reads: each registered job's
+    max_attempts. A name it does not hold gets DEFAULT_MAX_ATTEMPTS, the
+    library's default (registry.spec_for)."""
+    specs = {n: registry.get(n) for n in registry.names()} if registry is not None else {}
+    return json.dumps(
+        {n: s.max_attempts for n, s in specs.items() if s is not None}, separators=(",", ":")
+    )
 
-    def __init__(self, binding: Binding, clock: Callable[[], int]) -> None:
-        self.binding, self.clock = binding, clock
+
+class FailedJobs:
+    """One D1 database's failed jobs. `registry`: whose max_attempts a
+    retried job gets afresh (None: the library's default for every name)."""
+
+    def __init__(
+        self, binding: Binding, clock: Callable[[], int], registry: Registry | None = None
+    ) -> None:
+        self.binding, self.clock, self.registry = binding, clock, registry
+
+    def _retry(self, now: int, id: str) -> list[tuple[str, tuple[Any, ...]]]:
+        """The statements putting failed job `id` back on its queue."""
+        given = allowances(self.registry)
+        return [
+            (sql.RETRY_FAILED_INSERT, (now, id, given, DEFAULT_MAX_ATTEMPTS)),
+            (sql.RETRY_FAILED_DELETE, (id,)),
+        ]
 
     async def get(self, id: str) -> FailedJob | None:
         result = await self.binding.run(sql.SELECT_FAILED, id)
@@ -122,11 +147,10 @@ class FailedJobs:
         return rows[:limit], len(rows) > limit
 
     async def retry(self, id: str) -> bool:
-        """Put failed job `id` back on its queue with one fresh attempt; False
-        if there is no such failed job."""
-        inserted, _ = await self.binding.batch(
-            [(sql.RETRY_FAILED_INSERT, (self.clock(), id)), (sql.RETRY_FAILED_DELETE, (id,))]
-        )
+        """Put failed job `id` back on its queue (sql.RETRY_FAILED_INSERT: it
+        keeps its attempts and last error, and gets its registration's
+        max_attempts afresh); False if there is no such failed job."""
+        inserted, _ = await self.binding.batch(self._retry(self.clock(), id))
         if inserted.changes == 1:
             return True
         # Re-sent after a lost reply, the copy finds the failure gone: if the
@@ -134,7 +158,7 @@ class FailedJobs:
         return inserted.resent and bool((await self.binding.run(sql.SELECT_JOB, id)).rows)
 
     async def retry_many(self, ids: Sequence[str]) -> int:
-        """Put failed jobs back on their queues, one fresh attempt each, in
+        """Put failed jobs back on their queues, as `retry` does, in
         one batch (one transaction, one subrequest); how many were put back.
         Should the batch fail as a whole (an id already queued again makes
         its insert conflict), each is retried on its own, so one such job
@@ -142,7 +166,7 @@ class FailedJobs:
         now = self.clock()
         statements: list[tuple[str, tuple[Any, ...]]] = []
         for id in ids:
-            statements += [(sql.RETRY_FAILED_INSERT, (now, id)), (sql.RETRY_FAILED_DELETE, (id,))]
+            statements += self._retry(now, id)
         try:
             results = await self.binding.batch(statements)
         except Exception:

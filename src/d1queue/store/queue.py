@@ -829,9 +829,10 @@ class D1Queue:
         return jobs
 
     async def retry_failed(self, id: str) -> bool:
-        """Put failed job `id` back on its queue with one fresh attempt; False
-        if there is no such failed job (failed.py)."""
-        return await FailedJobs(self.binding, self.clock).retry(id)
+        """Put failed job `id` back on its queue, keeping its attempts and
+        last error, with its registration's max_attempts afresh; False if
+        there is no such failed job (failed.py)."""
+        return await FailedJobs(self.binding, self.clock, self.registry).retry(id)
 
 
 def exhausted_outcome(job: QueuedJob) -> Outcome:

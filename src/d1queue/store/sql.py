@@ -254,14 +254,25 @@ def _by_id(select: str, id_term: str) -> str:
 SELECT_JOB = _by_id(f"SELECT {JOB_COLUMNS} FROM d1queue_jobs", "id = ?1") + " LIMIT 1"
 
 # Retrying a failure is RETRY_FAILED_INSERT then RETRY_FAILED_DELETE in one
-# batch. The job gets one fresh attempt and does not take its
-# uniqueness lock again: the lock was released when it failed, and re-taking
-# it could make the retry lose to a fresh dispatch made in between.
-# ?1 now ?2 id
+# batch. The job keeps what it went through: `attempts` stays the count of
+# claims so far and `last_error` is the failure's error, and it gets as many
+# fresh attempts as its registration gives (max_attempts = attempts + the
+# registered max_attempts; ?4 for a name ?3 does not hold). ?3 is a JSON
+# object {name: max_attempts} of the registry, read by json_extract: a scalar,
+# so a job's allowance costs no row read and the retry needs no read of its
+# name first. It does not take its uniqueness lock again: the lock was
+# released when it failed, and re-taking it could make the retry lose to a
+# fresh dispatch made in between. Cost: 1 row read (the failure by its key),
+# 2 rows written (the job's row and its id-index entry); the DELETE 1 read and
+# 1 written. Re-sent after a lost reply, the copy finds the failure gone and
+# inserts nothing: the job is queued once, with the attempts the first send
+# gave it. ?1 now ?2 id ?3 allowances (JSON) ?4 the default allowance
 RETRY_FAILED_INSERT = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
     "available_at, created_at, unique_key, last_error, band) "
-    "SELECT id, queue, name, payload, 0, 1, priority, ?1, ?1, NULL, error, priority "
+    "SELECT id, queue, name, payload, attempts, "
+    "attempts + COALESCE(json_extract(?3, '$.\"' || name || '\"'), ?4), "
+    "priority, ?1, ?1, NULL, error, priority "
     "FROM d1queue_failed_jobs WHERE id = ?2"
 )
 RETRY_FAILED_DELETE = "DELETE FROM d1queue_failed_jobs WHERE id = ?1"

@@ -31,15 +31,18 @@ prefix, and are checked as such (auth.safe_back).
 
 from __future__ import annotations
 
+import logging
 import re
+import traceback
 from collections.abc import Mapping
 from urllib.parse import parse_qs, urlparse
 
+from ...core.d1_faults import is_unavailable
 from ...core.guard import Guard
-from ...core.log import get
+from ...core.log import event, get
 from ...store.dashboard import Store
 from ..router import Reply, Route, Router, options_reply, without_body
-from ..service import ApiError, Service
+from ..service import UNAVAILABLE_RETRY_AFTER_S, ApiError, Service
 from . import html as h
 from .assets import ASSETS
 from .auth import Auth
@@ -131,9 +134,8 @@ class Dashboard:
             reply = await self._route(request)
         except (Refused, ApiError) as exc:
             reply = self._error_page(request, exc.status, exc.message)
-        except Exception as exc:  # a bug or D1 failing: say so on a page
-            log.exception("d1queue dashboard: %s %s failed", method, request.path)
-            reply = self._error_page(request, 500, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:
+            reply = self._failure_page(request, exc)
         if reply.status != 204:
             reply.headers.setdefault("content-type", "text/html; charset=utf-8")
         reply.headers.setdefault("cache-control", "no-store")
@@ -181,15 +183,47 @@ class Dashboard:
             200, text, {"content-type": kind, "cache-control": ASSET_CACHE, **SECURITY_HEADERS}
         )
 
+    def _failure_page(self, request: Request, exc: Exception) -> Reply:
+        """The page for an exception no route answered: D1 failing past the
+        binding's re-sends is 503 with Retry-After (reload in a moment);
+        anything else is a 500 whose details go to the log, not the page
+        (they may hold SQL, a payload or a stack)."""
+        where = f"{request.method} {request.path}"
+        error = f"{type(exc).__name__}: {exc}"
+        if is_unavailable(exc):
+            event(log, "d1queue.dashboard.unavailable", logging.WARNING, request=where, error=error)
+            message = (
+                f"The database is unavailable for now. Reload in {UNAVAILABLE_RETRY_AFTER_S} "
+                "seconds; an action you sent may have been done already (each is safe to "
+                "send again)."
+            )
+            retry = {"retry-after": str(UNAVAILABLE_RETRY_AFTER_S)}
+            return self._error_page(request, 503, message, retry, "Unavailable")
+        event(
+            log,
+            "d1queue.dashboard.failed",
+            logging.ERROR,
+            request=where,
+            error=error,
+            traceback=traceback.format_exc(),
+        )
+        message = "The page failed inside the Worker; its log says why (d1queue.dashboard.failed)."
+        return self._error_page(request, 500, message)
+
     def _error_page(
-        self, request: Request, status: int, message: str, headers: dict[str, str] | None = None
+        self,
+        request: Request,
+        status: int,
+        message: str,
+        headers: dict[str, str] | None = None,
+        title: str = "",
     ) -> Reply:
         back = (
             '<p><a href="/ui">Back to the overview</a></p>'
             if request.session is not None
             else '<p><a href="/ui/signin">Go to sign-in</a></p>'
         )
-        title = e_status(status)
+        title = title or e_status(status)
         body = f'<h1>{title}</h1><p class="error-box" role="alert">{h.e(message)}</p>{back}'
         extra = dict(headers or {})
         if status == 401:

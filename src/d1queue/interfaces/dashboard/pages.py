@@ -8,7 +8,6 @@ shown with their secrets masked (mask.py), error texts scrubbed of them.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Mapping
 from urllib.parse import parse_qs, urlparse
@@ -293,16 +292,10 @@ class Pages:
             return Reply(404, html_page(request, "Job not found", body))
         now = request.now_ms
         failed = job["state"] == "failed"
-        payload = job["payload"]
-        if failed:  # the failed table keeps the stored JSON text
-            with contextlib.suppress(ValueError):
-                payload = json.loads(payload)
-        payload = mask(payload)
-        pretty = (
-            json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)
-            if not isinstance(payload, str) or not failed
-            else payload
-        )
+        # The service decodes a failed job's stored text too; text that is
+        # not JSON comes as a string, shown quoted as what it is.
+        payload = mask(job["payload"])
+        pretty = json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)
         props = [
             ("Id", f'<span class="mono">{h.e(job["id"])}</span>'),
             ("Queue", f'<a href="/ui/queues/{h.q(job["queue"])}">{h.e(job["queue"])}</a>'),
@@ -500,7 +493,7 @@ class Pages:
         if request.field("confirm") != "yes":
             question = (
                 f"Put {jobs} back on {'their queues' if n != 1 else 'its queue'}, "
-                "each with one fresh attempt?"
+                "each with its registered attempts afresh?"
                 if action == "retry"
                 else f"Remove {jobs} for good? This cannot be undone."
             )
