@@ -392,3 +392,26 @@ def clean_raw_host(raw_host: Host) -> Host:
     """`raw_host` with d1queue's tables emptied first."""
     raw_host.reset()
     return raw_host
+
+
+def example_worker(name: str, tmp: Path) -> tuple[Path, Path]:
+    """examples/<name> built as a user builds it: a copy whose `d1queue`
+    dependency is this repository's wheel (not an index's), vendored into
+    its python_modules/; returns the copy's root and its upload."""
+    import shutil
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp / "dist"), str(ROOT)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = (tmp / "dist").glob("d1queue-*.whl")
+    root = tmp / name
+    shutil.copytree(
+        ROOT / "examples" / name, root, ignore=shutil.ignore_patterns("python_modules", ".wrangler")
+    )
+    pyproject = root / "pyproject.toml"
+    text = pyproject.read_text()
+    assert '"d1queue"' in text, "the example depends on d1queue"
+    pyproject.write_text(text.replace('"d1queue"', f'"d1queue @ {wheel.as_uri()}"', 1))
+    return root, bundle_for(root)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .conftest import ROOT, TOKEN, Host, bundle_for, start_host
+from .conftest import ROOT, TOKEN, Host, example_worker, start_host
 from .test_dashboard_http import send
 
 EXAMPLE = ROOT / "examples" / "own-worker"
@@ -24,21 +23,7 @@ EXAMPLE = ROOT / "examples" / "own-worker"
 
 @pytest.fixture(scope="module")
 def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
-    tmp = tmp_path_factory.mktemp("own-worker")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp / "dist"), str(ROOT)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    (wheel,) = (tmp / "dist").glob("d1queue-*.whl")
-    root = tmp / "own-worker"
-    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("python_modules", ".wrangler"))
-    # d1queue from this repository's wheel, not from an index.
-    pyproject = root / "pyproject.toml"
-    text = pyproject.read_text()
-    assert '    "d1queue",\n' in text
-    pyproject.write_text(text.replace('    "d1queue",\n', f'    "d1queue @ {wheel.as_uri()}",\n'))
-    bundle = bundle_for(root)
+    root, bundle = example_worker("own-worker", tmp_path_factory.mktemp("own-worker"))
     vendored = root / "python_modules"
     assert (vendored / "d1queue" / "interfaces" / "cloudflare.py").is_file()
     copy = subprocess.run(
