@@ -635,8 +635,10 @@ class D1QueueEntrypoint(WorkerEntrypoint):
         return result
 
     async def schedules(self, limit: Any = 100, cursor: Any = None) -> dict[str, Any]:
-        """A page of schedules (GET /v1/schedules): {schedules, next_cursor}."""
-        return await self._service().schedules(_py(limit), _py(cursor))
+        """A page of schedules (GET /v1/schedules): {schedules, next_cursor}.
+        A JS caller's `undefined` limit arrives as None: the default page."""
+        limit = _py(limit)
+        return await self._service().schedules(100 if limit is None else limit, _py(cursor))
 
     async def schedule(self, id: str) -> dict[str, Any]:
         """One schedule (GET /v1/schedules/{id})."""
