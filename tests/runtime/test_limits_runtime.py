@@ -103,7 +103,7 @@ def test_a_handler_fetching_past_its_declaration_is_retried_with_the_budget_erro
         from d1queue.binding import Binding
         from d1queue.limits import PLANS, Meter
         from d1queue.outbound import HostRules
-        import entry
+        from d1queue.interfaces.cloudflare import job_fetch
 
         async def main(env):
             reg = Registry()
@@ -117,7 +117,7 @@ def test_a_handler_fetching_past_its_declaration_is_retried_with_the_budget_erro
             queue = D1Queue(Binding(env.DB, meter=meter))
             await queue.dispatch("greedy", None)
             local = Config(http_allow=HostRules.parse("public,loopback"))  # the test's server
-            report = await drain(queue, reg, local, env=env, fetch=entry._fetch)
+            report = await drain(queue, reg, local, env=env, fetch=job_fetch)
             row = await queue.binding.run("SELECT last_error FROM d1queue_jobs")
             return {{"retried": report.retried, "error": row.rows[0]["last_error"]}}
         """

@@ -125,7 +125,7 @@ class _FetchReply:
             await stream.cancel()
 
 
-async def _fetch(
+async def job_fetch(
     url: str, *, method: str, headers: dict[str, str], body: str | None, service: Any, env: Any
 ) -> _FetchReply:
     # Redirects are followed by d1queue.core.outbound, which checks every hop
@@ -355,7 +355,7 @@ class D1QueueWorker:
         self, queue: ShardQueue, config: Config, *, window_s: float | None = None
     ) -> Any:
         return await drain(
-            queue, self.registry, config, env=self.env, fetch=_fetch, window_s=window_s
+            queue, self.registry, config, env=self.env, fetch=job_fetch, window_s=window_s
         )
 
     async def fetch(self, request: Any) -> Response | None:
