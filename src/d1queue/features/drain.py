@@ -56,7 +56,7 @@ from ..core.costs import LEAST_ROUND, round_cost
 from ..core.errors import Fail, Retry
 from ..core.job import QueuedJob
 from ..core.limits import PLANS, Meter, Slots
-from ..core.outbound import strip_credentials
+from ..core.outbound import Outbound, strip_credentials
 from ..core.registry import Backoff, JobSpec, Registry
 from ..store.queue import D1Queue, Mark, Outcome, exhausted_outcome
 from ..store.stats import RunCounts
@@ -434,7 +434,7 @@ class Drain:
         *,
         env: Any = None,
         fetch: Fetch | None = None,
-        outbound: Any = None,
+        outbound: Outbound | None = None,
         stats: bool = False,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:

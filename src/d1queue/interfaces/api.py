@@ -18,8 +18,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from ..core.bounds import (
-    ID_PATTERN,
-    ID_RULE,
     MAX_JSON_DEPTH,
     MAX_OLDER_THAN_S,
     MAX_PAGE,
@@ -126,7 +124,6 @@ class Api:
             assert found.route is not None
             route, args = found.route, list(found.args)
             params = {} if route.public else route.parse_query(query)
-            _check_path(route, args)
             status, result = await route.handler(
                 self, *args, query=params, body=body, headers=headers
             )
@@ -332,14 +329,6 @@ def prefers_html(accept: str) -> bool:
         elif kind in ("application/json", "application/*"):
             json_ = max(json_, q)
     return html > json_
-
-
-def _check_path(route: Route, args: list[str]) -> None:
-    """An `{id}` must be of ID_RULE's shape (400 invalid_id), as the document
-    says; `{queue}` is checked by the operation (invalid_queue)."""
-    for name, value in zip(route.path_params, args, strict=True):
-        if name == "id" and not ID_PATTERN.fullmatch(value):
-            raise ApiError(400, "invalid_id", f"id must match {ID_RULE}")
 
 
 def json_object(body: bytes) -> dict[str, Any]:
