@@ -68,6 +68,10 @@ async function runFetch(worker, port, req, res) {
   const event = worker.begin();
   try {
     const response = await event.call(true, 'fetch', request);
+    // What the Worker left of the body is drained before the answer goes
+    // out: a client still sending it (a 413 answered from Content-Length)
+    // would otherwise meet a connection closed under it (EPIPE).
+    discard(req);
     if (!(response instanceof Response)) throw new TypeError(`fetch returned ${response} instead of a Response`);
     if (event.outcome === 'exceededCpu') text(res, 503, CPU_EXCEEDED_BODY);
     else await send(res, response, req.method);
