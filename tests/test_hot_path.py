@@ -96,6 +96,7 @@ _ROW = {
     "unique_key": "k",
     "last_error": "boom",
     "band": 2,
+    "grp": "tenant-1",
 }
 
 

@@ -26,8 +26,8 @@ class InvalidName(ValueError):
     one error of the one name check, which each interface turns into its own
     answer (a 400, a 422, a refused setting)."""
 
-    def __init__(self, kind: str, value: object) -> None:
-        super().__init__(f"{kind} must match {NAME_RULE}, got {value!r}")
+    def __init__(self, kind: str, value: object, rule: str = NAME_RULE) -> None:
+        super().__init__(f"{kind} must match {rule}, got {value!r}")
         self.kind, self.value = kind, value
 
 
@@ -41,6 +41,19 @@ def check_name(kind: str, value: object) -> str:
     InvalidName."""
     if not is_name(value):
         raise InvalidName(kind, value)
+    return value
+
+
+GROUP_RULE = "[A-Za-z0-9._:-]{1,255}"
+"""A job's group (the key of per-group limits and of fair turns: a tenant,
+an account, an upstream host): the names' alphabet, as long as a unique_key."""
+GROUP_PATTERN = re.compile(GROUP_RULE)
+
+
+def check_group(value: object) -> str:
+    """`value`, if it is a well-formed group; else InvalidName."""
+    if not (isinstance(value, str) and GROUP_PATTERN.fullmatch(value) is not None):
+        raise InvalidName("group", value, GROUP_RULE)
     return value
 
 
@@ -74,6 +87,13 @@ MAX_DELAY_S = 365 * 24 * 3600
 """The longest a job may wait: a push's `delay_s` above it is refused, and a
 retry's delay (a handler's `Retry(delay_s=...)`, a server's Retry-After) is
 clamped to it."""
+
+LIMIT_RANGE = (1, 1000)
+"""A flow limit's N (concurrency, group_concurrency, a rate's limit): each
+holder or start is an entry of one row's JSON (store/sql.py, d1queue_flow),
+read whole by every claim that the limit applies to."""
+PERIOD_RANGE = (1, 86_400)
+"""A rate's period_s: a second to a day."""
 
 SIGNOUT_PRUNE = 10
 """Expired rows of the dashboard's sign-outs (d1queue_signouts) a sign-out

@@ -15,6 +15,7 @@ from .bounds import (
     MAX_JSON_DEPTH,
     MAX_SAFE_INT,
     MAX_UNIQUE_KEY,
+    check_group,
     check_name,
     json_depth,
     json_loads,
@@ -55,6 +56,7 @@ JOB_COLUMN_NAMES = (
     "unique_key",
     "last_error",
     "band",
+    "grp",
 )
 """The columns of a d1queue_jobs row as a QueuedJob is read from it, in the
 order `values_to_job` unpacks them: sql.JOB_COLUMNS selects them in this
@@ -110,6 +112,15 @@ class QueuedJob:
     payload_error: str | None = field(default=None, compare=False)
     """Why the stored payload could not be decoded, if it could not: such a job
     is failed by the drain rather than run with a wrong payload."""
+    group: str | None = None
+    """The key of the job's per-group limits and fair turn (None: no group;
+    such jobs form one group of their own)."""
+    debounce_s: float = field(default=0, compare=False, repr=False)
+    """At push only: with a unique_key, a push that replaces the payload of
+    the queued job holding the key and moves its start to now + debounce_s
+    (see D1Queue.push)."""
+    debounced: bool = field(default=False, compare=False, repr=False)
+    """After a push: it debounced the job holding its key."""
     band: int | None = field(default=None, compare=False, repr=False)
     """The band of the key the row was read at (sql.DELAYED_BAND,
     sql.LOCKED_BAND or the priority): with queue, available_at and id, where
@@ -126,9 +137,13 @@ class QueuedJob:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         priority: int = DEFAULT_PRIORITY,
         unique_key: str | None = None,
+        group: str | None = None,
+        debounce_s: float | None = None,
         at_ms: int | None = None,
     ) -> QueuedJob:
-        """A job ready to push, validated; `at_ms` is the clock's now."""
+        """A job ready to push, validated; `at_ms` is the clock's now. With
+        `debounce_s` (which needs a unique_key) the job starts debounce_s
+        from now, and its push debounces the queued job holding its key."""
         now = now_ms() if at_ms is None else at_ms
         if (
             isinstance(delay_s, bool)
@@ -136,6 +151,19 @@ class QueuedJob:
             or not 0 <= delay_s <= MAX_DELAY_S  # NaN too
         ):
             raise ValueError(f"delay_s must be a number from 0 to {MAX_DELAY_S}, got {delay_s!r}")
+        if debounce_s is not None:
+            if (
+                isinstance(debounce_s, bool)
+                or not isinstance(debounce_s, int | float)
+                or not 0 < debounce_s <= MAX_DELAY_S  # NaN too
+            ):
+                raise ValueError(
+                    f"debounce_s must be a number above 0 and at most {MAX_DELAY_S}, "
+                    f"got {debounce_s!r}"
+                )
+            if unique_key is None:
+                raise ValueError("debounce_s needs a unique_key: the key names what it debounces")
+            delay_s = max(delay_s, debounce_s)
         job = cls(
             id=new_id(now),
             name=name,
@@ -146,6 +174,8 @@ class QueuedJob:
             available_at=now + round(delay_s * 1000),
             created_at=now,
             unique_key=unique_key,
+            group=group,
+            debounce_s=debounce_s or 0,
         )
         job.validate()
         return job
@@ -172,6 +202,8 @@ class QueuedJob:
             raise ValueError(
                 f"unique_key must be a non-empty string of at most {MAX_UNIQUE_KEY} characters"
             )
+        if self.group is not None:
+            check_group(self.group)
 
     def payload_json(self) -> str:
         """The payload as stored: compact JSON; NaN and Infinity are refused
@@ -255,6 +287,9 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         "last_error": get("last_error"),
         "held": held,
         "payload_error": payload_error,
+        "group": get("grp"),
+        "debounce_s": 0,
+        "debounced": False,
         "band": get("band"),
     }
     return job
@@ -281,6 +316,7 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         unique_key,
         last_error,
         band,
+        grp,
     ) = values
     if type(text) is not str or len(text) > MAX_JSON_DEPTH:
         return _row_to_job(dict(zip(JOB_COLUMN_NAMES, values, strict=True)))
@@ -321,6 +357,9 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         "last_error": last_error,
         "held": held,
         "payload_error": None,
+        "group": grp,
+        "debounce_s": 0,
+        "debounced": False,
         "band": band,
     }
     return job
@@ -366,5 +405,6 @@ def _row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         held=held,
         last_error=row.get("last_error"),
         payload_error=payload_error,
+        group=row.get("grp"),
         band=row.get("band"),
     )

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, TypedDict, Unpack
 
 from .bounds import MAX_JSON_DEPTH, MAX_UNIQUE_KEY, PRIORITY_RANGE, check_name, value_depth
 from .context import JobContext
+from .flow import GroupRule, Limits, derive_group
 from .job import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PRIORITY,
@@ -106,6 +107,8 @@ class Overrides(TypedDict, total=False):
     max_attempts: int | None
     priority: int | None
     unique_key: str | None
+    group: str | None
+    debounce_s: float | None
 
 
 class Stored(NamedTuple):
@@ -135,6 +138,8 @@ class JobSpec:
     priority: int = DEFAULT_PRIORITY
     unique: UniquePolicy = DEFAULT_UNIQUE
     """Derives the unique_key of a dispatch that gives none (UniquePolicy)."""
+    group: GroupRule | None = None
+    """Derives the group of a dispatch that gives none, from its payload."""
 
     def stored(
         self,
@@ -161,16 +166,20 @@ class JobSpec:
         max_attempts: int | None = None,
         priority: int | None = None,
         unique_key: str | None = None,
+        group: str | None = None,
+        debounce_s: float | None = None,
         at_ms: int | None = None,
     ) -> QueuedJob:
         """A job of this kind, ready to push: the one place a job's declared
-        defaults (queue, max_attempts, priority, unique policy) are applied,
+        defaults (queue, max_attempts, priority, unique policy, group rule) are applied,
         whichever way it is dispatched (Python, a handler's ctx.queue, HTTP,
         RPC, a shard's queue); a value given here overrides them. (timeout_s,
         backoff and subrequests apply when the job runs, looked up by name.)
         ValueError for anything unstorable."""
         if unique_key is None:
             unique_key = derive_unique_key(self.name, self.unique, payload)
+        if group is None:
+            group = derive_group(self.group, payload)
         queue, max_attempts, priority = self.stored(queue, max_attempts, priority)
         return QueuedJob.new(
             self.name,
@@ -180,6 +189,8 @@ class JobSpec:
             max_attempts=max_attempts,
             priority=priority,
             unique_key=unique_key,
+            group=group,
+            debounce_s=debounce_s,
             at_ms=at_ms,
         )
 
@@ -199,6 +210,8 @@ class JobOptions(TypedDict, total=False):
     subrequests: int
     priority: int
     unique: UniquePolicy
+    group: GroupRule | None
+    limits: Limits | None
 
 
 async def _unregistered(payload: Any) -> None:
@@ -222,6 +235,25 @@ class Registry:
     def __init__(self) -> None:
         self._specs: dict[str, JobSpec] = {}
         self._schedules: dict[str, ScheduleDef] = {}
+        self._limits: dict[str, Limits] = {}
+
+    def limit(self, queue: str, limits: Limits | None = None, **fields: Any) -> Limits:
+        """Declare `queue`'s flow limits in code: `limit("api",
+        concurrency=3, rate=Rate(5, 10))` or a Limits. They hold until limits
+        are set over the API (PUT /v1/queues/{queue}/limits), which win."""
+        check_name("queue", queue)
+        if limits is None:
+            limits = Limits(**fields)
+        elif fields:
+            raise TypeError("give a Limits or its fields, not both")
+        if queue in self._limits and self._limits[queue] != limits:
+            raise ValueError(f"queue {queue!r} already has other limits declared")
+        self._limits[queue] = limits
+        return limits
+
+    def limits(self) -> dict[str, Limits]:
+        """The queues' limits declared in code."""
+        return dict(self._limits)
 
     def job(
         self,
@@ -295,7 +327,13 @@ class Registry:
         subrequests: int = DEFAULT_SUBREQUESTS,
         priority: int = DEFAULT_PRIORITY,
         unique: UniquePolicy = DEFAULT_UNIQUE,
+        group: GroupRule | None = None,
+        limits: Limits | None = None,
     ) -> JobSpec:
+        """Register `handler` under `name`. `group` derives a job's group
+        from its payload (`group=lambda p: p["account"]`) when its dispatch
+        gives none; `limits` declares the flow limits of the job's queue
+        (`limit`)."""
         check_name("job name", name)
         check_name("queue", queue)
         if name in self._specs:
@@ -317,6 +355,10 @@ class Registry:
             raise ValueError(
                 f"job {name!r}: subrequests must be an integer from 0 to {MAX_JOB_SUBREQUESTS}"
             )
+        if group is not None and not callable(group):
+            raise TypeError(f"job {name!r}: group must be a function of the payload")
+        if limits is not None:
+            self.limit(queue, limits)
         if not isinstance(unique, bool) and not callable(unique):
             raise TypeError(
                 f"job {name!r}: unique must be True, False or a function of the payload"
@@ -339,6 +381,7 @@ class Registry:
             subrequests=subrequests,
             priority=priority,
             unique=unique,
+            group=group,
         )
         self._specs[name] = spec
         return spec

@@ -45,7 +45,8 @@ import asyncio
 import sys
 import time
 import traceback
-from collections.abc import Callable, Coroutine, Generator
+from collections import Counter
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from heapq import heapreplace
 from typing import Any, TypeVar, cast
@@ -54,6 +55,7 @@ from ..core.config import ALL_QUEUES, Config, ConfigError
 from ..core.context import DrainContext, Fetch, JobContext
 from ..core.costs import LEAST_ROUND, round_cost
 from ..core.errors import Fail, Retry
+from ..core.flow import Flow
 from ..core.job import QueuedJob
 from ..core.limits import PLANS, Meter, Slots
 from ..core.outbound import Outbound, strip_credentials
@@ -75,6 +77,9 @@ class DrainReport:
     failed: int = 0
     stale: int = 0
     reclaimed: int = 0
+    limited: int = 0
+    """Claims a queue's flow limits refused (the jobs stay queued), and
+    queues found at their limit before any job was read."""
     rounds: int = 0
     queries: int = 0
     statements: int = 0
@@ -343,6 +348,7 @@ class Budget:
         room: int,
         elapsed: float,
         carried: int = 0,
+        flows: Mapping[str, Flow] | None = None,
     ) -> tuple[list[QueuedJob], str]:
         """The candidates a round claims, in order, and why it left the rest
         ("" if none was left):
@@ -361,7 +367,13 @@ class Budget:
         `carried` statements ride in the claim batch besides the claims (the
         owed settle when the candidates were read ahead, the next round's
         SELECTs): with per-statement counting they are priced with the
-        first job, so declared subrequests never take their room."""
+        first job, so declared subrequests never take their room.
+
+        `flows`: a claim under flow limits carries a statement per limit row
+        it takes (priced as `carried`), and a job of a rate-limited queue is
+        claimed only if a handler slot is free for it now ("limit"): a
+        rate counts claims, and a handler that waited for a slot would start
+        later than its claim by more than the rate's guard."""
         most = self.most
         per_statement = self.per_statement
         window_s = self.window_s
@@ -378,6 +390,10 @@ class Budget:
         for job in candidates:
             spec = registry.get(job.name)
             need = spec.subrequests if spec and spec.subrequests <= most else 0
+            flow = flows.get(job.queue) if flows else None
+            if flow is not None and flow.limits.rated and slots[0] > 0:
+                stop = stop or "limit"
+                continue
             held_for = slots[0] + (spec.timeout_s if spec else 0.0)
             if window_s is not None and elapsed + held_for + SETTLE_MARGIN_S > window_s:
                 stop = stop or "window"
@@ -385,11 +401,13 @@ class Budget:
             if held_for + SETTLE_MARGIN_S > lease:
                 stop = stop or "lease"  # it would wait for a slot past its lease
                 break
-            cost = round_cost(len(chosen) + 1, owed=carried, per_statement=per_statement)
+            takes = flow.limits.rows if flow is not None else 0
+            cost = round_cost(len(chosen) + 1, owed=carried + takes, per_statement=per_statement)
             if cost + declared + need > room:
                 stop = "query_budget"
                 break
             chosen.append(job)
+            carried += takes
             declared += need
             heapreplace(slots, held_for)
         return chosen, stop
@@ -407,6 +425,7 @@ class Drain:
         "counts",
         "env",
         "fetch",
+        "flows",
         "lost",
         "meter",
         "monotonic",
@@ -469,6 +488,8 @@ class Drain:
         """Why the current round's admission left candidates ("" if none)."""
         self.windowed = False
         """Some job was left for the cron: too long for the window."""
+        self.flows: dict[str, Flow] = {}
+        """The queues with flow control (limits, groups), from the survey."""
 
     def left(self) -> int:
         """Subrequests this drain may still plan: its budget less what the
@@ -488,7 +509,7 @@ class Drain:
         False if D1 failed (the report says so): nothing is held yet."""
         report = self.report
         try:
-            paused, found = await self.queue.survey(every_queue=every_queue)
+            paused, found, self.flows = await self.queue.survey_flows(every_queue=every_queue)
         except Exception as exc:
             report.stopped, report.error = "d1_error", _describe(exc)
             return False
@@ -519,8 +540,14 @@ class Drain:
         """Budget.admit with what is left when the candidates are in hand
         (after the SELECT, when they were not read ahead), `carried`
         statements riding in the claim batch with them."""
+        flows = self.flows
         chosen, self.stop = self.budget.admit(
-            candidates, self.registry, self.left(), self.monotonic() - self.start, carried
+            candidates,
+            self.registry,
+            self.left(),
+            self.monotonic() - self.start,
+            carried,
+            flows=flows,
         )
         return chosen
 
@@ -541,8 +568,10 @@ class Drain:
             admit=self.admit,
             ahead=self.ahead,
             read_ahead=plan.read_ahead,
+            flows=self.flows,
         )
         jobs = done.jobs
+        report.limited += done.limited
         self.ahead = done.ahead or {}
         self.record(self.pending, done.marks)
         report.reclaimed += done.reclaimed
@@ -555,7 +584,17 @@ class Drain:
             return None
         for name in turns:
             if not done.found.get(name):
-                active.remove(name)  # nothing ready on this queue
+                active.remove(name)  # nothing ready on this queue (or at its limit)
+                if name in self.flows and self.flows[name].limits.queue_wide:
+                    report.limited += 1
+        if done.limited:
+            # A queue whose every claim this round a limit refused is at its
+            # limit: other invocations hold its places. Its jobs wait for a
+            # later run, which finds them free (or the guard says no: one query).
+            won = Counter(j.queue for j in jobs)
+            for name in turns:
+                if name in self.flows and not won[name] and name in active:
+                    active.remove(name)
         if not done.candidates:
             return []
         stop = self.stop

@@ -377,7 +377,7 @@ def failed(db: SqliteD1, name: str | None = None, queue: str | None = None) -> l
     """The failed jobs in `db` (those of job `name`, on `queue`, if given),
     oldest failure first; each `payload` is the stored JSON text."""
     rows = db.query("SELECT * FROM d1queue_failed_jobs ORDER BY failed_at, id")
-    jobs = [FailedJob(**r) for r in rows]
+    jobs = [FailedJob.of(r) for r in rows]
     return [j for j in jobs if (name is None or j.name == name) and (queue in (None, j.queue))]
 
 

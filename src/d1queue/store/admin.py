@@ -99,7 +99,7 @@ class Admin:
         )
         if queued.rows:
             return row_to_job(queued.rows[0])
-        return FailedJob(**failed.rows[0]) if failed.rows else None
+        return FailedJob.of(failed.rows[0]) if failed.rows else None
 
     async def failed_page(
         self, queue: str | None = None, limit: int = 50, cursor: str | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,14 @@ class FailedJob:
     priority: int
     created_at: int
     failed_at: int
+    group: str | None = None
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> FailedJob:
+        """A d1queue_failed_jobs row (its `grp` column is `group`)."""
+        fields = dict(row)
+        fields["group"] = fields.pop("grp", None)
+        return cls(**fields)
 
     def __getitem__(self, key: str) -> Any:
         """Also readable as a row (`failed["error"]`)."""
@@ -98,7 +106,7 @@ class FailedJobs:
 
     async def get(self, id: str) -> FailedJob | None:
         result = await self.binding.run(sql.SELECT_FAILED, id)
-        return FailedJob(**result.rows[0]) if result.rows else None
+        return FailedJob.of(result.rows[0]) if result.rows else None
 
     async def page(
         self, queue: str | None = None, limit: int = 50, cursor: str | None = None
@@ -111,7 +119,7 @@ class FailedJobs:
         else:
             check_name("queue", queue)
             result = await self.binding.run(sql.LIST_FAILED_PAGE_IN_QUEUE, at, id, limit + 1, queue)
-        jobs = [FailedJob(**r) for r in result.rows]
+        jobs = [FailedJob.of(r) for r in result.rows]
         more = len(jobs) > limit
         jobs = jobs[:limit]
         return jobs, (encode_cursor(jobs[-1].failed_at, jobs[-1].id) if more and jobs else None)

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Self, Unpack
 
-from ..core.bounds import check_name, clamp_delay_s
+from ..core.bounds import MAX_SAFE_INT, check_name, clamp_delay_s
+from ..core.flow import NO_GROUP, QUEUE_ROW, Flow, flows_of
 from ..core.job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
@@ -66,6 +67,8 @@ class Round:
     ahead: dict[str, list[QueuedJob]] | None = None
     """The next round's candidates per queue, read after this round's claims
     (None when the round sent no claim batch)."""
+    limited: int = 0
+    """Claims a flow limit refused (the job stays queued)."""
 
     @property
     def reclaimed(self) -> int:
@@ -147,6 +150,103 @@ def _claim(job: QueuedJob, now: int, until: int) -> Statement:
         sql.CLAIM_LAPSED if job.held else sql.CLAIM,
         (now, until, job.reservation, job.id, job.attempts, job.queue, job.band, job.available_at),
     )
+
+
+def _select(q: str, now: int, k: int, flow: Flow | None, *, guarded: bool) -> Statement:
+    """The candidate SELECT of queue `q` for `k` jobs: SELECT_CANDIDATES, or
+    with flow control select_flow_candidates (guarded by the queue's own
+    limits when `guarded`)."""
+    if flow is None:
+        return (sql.SELECT_CANDIDATES, (q, now, k))
+    n, rate, window = flow.limits.row(QUEUE_ROW)
+    guard = guarded and flow.limits.queue_wide
+    spaced = flow.limits.group_rate is not None
+    return (
+        sql.select_flow_candidates(grouped=flow.grouped, guarded=guard, spaced=spaced),
+        (q, now, k, n, rate, window) if guard else (q, now, k),
+    )
+
+
+def _order(rows: Sequence[Sequence[Any]], n: int, flow: Flow | None) -> list[QueuedJob]:
+    """The first `n` candidates in claim order: `claim_order`, and for a
+    queue with groups, the grouped bands' head (groups in turn, by fair tag)
+    taking turns with the rest (jobs with no group, due delayed ones and
+    retries), priority first."""
+    if flow is None or not flow.grouped:
+        return claim_order(rows, n)
+    jobs = [values_to_job(r) for r in rows]
+    grouped = [j for j in jobs if (j.band or 0) > sql.TOP_PRIORITY]
+    rest = [j for j in jobs if (j.band or 0) <= sql.TOP_PRIORITY]
+    grouped.sort(key=lambda j: (-j.priority, j.available_at, j.id))
+    rest.sort(key=lambda j: (-j.priority, j.available_at, j.id))
+    out: list[QueuedJob] = []
+    g = r = 0
+    take_grouped = True
+    while len(out) < n and (g < len(grouped) or r < len(rest)):
+        if g < len(grouped) and r < len(rest) and grouped[g].priority != rest[r].priority:
+            take_grouped = grouped[g].priority > rest[r].priority
+        elif g >= len(grouped) or r >= len(rest):
+            take_grouped = g < len(grouped)
+        if take_grouped:
+            out.append(grouped[g])
+            g += 1
+        else:
+            out.append(rest[r])
+            r += 1
+        take_grouped = not take_grouped
+    return out
+
+
+def _within_limits(candidates: list[QueuedJob], flows: Mapping[str, Flow]) -> list[QueuedJob]:
+    """The candidates a round tries, in order: no more per group than its
+    group_concurrency, nor per queue than its concurrency (or a rate's
+    limit): the rest would be refused in the batch anyway (which alone
+    decides: another drain may hold places too)."""
+    per_queue: Counter[str] = Counter()
+    per_group: Counter[tuple[str, str]] = Counter()
+    out = []
+    for job in candidates:
+        flow = flows.get(job.queue)
+        if flow is None or flow.limits.none:
+            out.append(job)
+            continue
+        limits = flow.limits
+        cap = min(
+            limits.concurrency or MAX_SAFE_INT, limits.rate.limit if limits.rate else MAX_SAFE_INT
+        )
+        gcap = min(
+            limits.group_concurrency or MAX_SAFE_INT,
+            limits.group_rate.limit if limits.group_rate else MAX_SAFE_INT,
+        )
+        key = (job.queue, job.group or NO_GROUP)
+        if per_queue[job.queue] >= cap or per_group[key] >= gcap:
+            continue
+        per_queue[job.queue] += 1
+        per_group[key] += 1
+        out.append(job)
+    return out
+
+
+def _claim_under(job: QueuedJob, now: int, until: int, flow: Flow | None) -> list[Statement]:
+    """The claim of `job`: its CLAIM, or under flow limits a TAKE_FLOW per
+    d1queue_flow row that applies (its group's, then its queue's) and the
+    CLAIM that lands only if they admitted it."""
+    if flow is None or flow.limits.none:
+        return [_claim(job, now, until)]
+    limits = flow.limits
+    rows = [job.group or NO_GROUP] if limits.per_group else []
+    if limits.queue_wide:
+        rows.append(QUEUE_ROW)
+    out: list[Statement] = [
+        (
+            sql.TAKE_FLOW,
+            (job.queue, row, now, until, job.id, job.reservation, *limits.row(row)),
+        )
+        for row in rows
+    ]
+    _, params = _claim(job, now, until)
+    out.append((sql.claim_flow(len(rows), lapsed=job.held), (*params, *rows)))
+    return out
 
 
 def _token() -> str:
@@ -276,7 +376,10 @@ class D1Queue:
             target = self.shards.route(self, job)
             if target is not self:
                 return await target._push(job, reads)
-        params = _insert_params(self._stamp(job))
+        self._stamp(job)
+        if job.group is not None or job.debounce_s:
+            return await self._push_flow(job, reads)
+        params = _insert_params(job)
         if job.unique_key is None:
             inserted, *read = await self.binding.batch([(sql.INSERT_JOB, params), *reads])
             if inserted.changes != 1 and not (
@@ -295,6 +398,59 @@ class D1Queue:
             raise DuplicateJobId(f"a job with id {job.id!r} is already queued")
         return str(holder.rows[0]["id"]), read
 
+    def _flow_statements(self, job: QueuedJob) -> list[Statement]:
+        """The statements pushing a grouped or debounced job (stamped): its
+        INSERT_FLOW_JOB, then for a group its tag and its queue's mark, for
+        a debounce the update of the job holding its key."""
+        step = self.group_step(job.queue)
+        out: list[Statement] = [
+            (
+                sql.INSERT_FLOW_JOB,
+                (*_insert_params(job), job.group, step, int(bool(job.debounce_s))),
+            )
+        ]
+        if job.group is not None:
+            out += [(sql.BUMP_TAG, (job.id,)), (sql.MARK_GROUPED, (job.queue, job.created_at))]
+        if job.debounce_s:
+            out.append(
+                (sql.DEBOUNCE, (job.unique_key, job.payload_json(), job.available_at, job.id))
+            )
+        return out
+
+    async def _push_flow(
+        self, job: QueuedJob, reads: Sequence[Statement]
+    ) -> tuple[str, list[Result]]:
+        """`_push` of a grouped or debounced job, one round trip as any push."""
+        statements = self._flow_statements(job)
+        keyed = job.unique_key is not None
+        if keyed:
+            statements.append((sql.SELECT_UNIQUE_HOLDER, (job.unique_key,)))
+        results = await self.binding.batch([*statements, *reads])
+        inserted, read = results[0], results[len(statements) :]
+        if not keyed:
+            if inserted.changes != 1 and not (
+                inserted.resent and await self.job(job.id) is not None
+            ):
+                raise DuplicateJobId(f"a job with id {job.id!r} is already queued")
+            return job.id, read
+        holder = results[len(statements) - 1]
+        if not holder.rows:
+            raise DuplicateJobId(f"a job with id {job.id!r} is already queued")
+        holder_id = str(holder.rows[0]["id"])
+        if job.debounce_s and holder_id != job.id:
+            debounced = results[len(statements) - 2]
+            job.debounced = debounced.changes == 1 or debounced.resent
+        return holder_id, read
+
+    def group_step(self, queue: str) -> int:
+        """The fair-tag step of a group's jobs on `queue`: 1 ms, or the even
+        spacing of its group rate (declared in code), so a rate-limited
+        group's burst lies spread over time in its band."""
+        limits = self.registry.limits().get(queue) if self.registry is not None else None
+        if limits is not None and limits.group_rate is not None:
+            return limits.group_rate.spacing_ms
+        return 1
+
     async def _push_many(
         self, jobs: Sequence[QueuedJob], reads: Sequence[Statement]
     ) -> tuple[list[tuple[str, bool]], list[Result]]:
@@ -307,14 +463,22 @@ class D1Queue:
                 return await target._push_many(jobs, reads)
         rows = [self._stamp(job) for job in jobs]
         statements: list[Statement] = []
-        plain = [j for j in rows if j.unique_key is None]
-        keyed = [j for j in rows if j.unique_key is not None]
+        flow = [j for j in rows if j.group is not None or j.debounce_s]
+        plain = [j for j in rows if j.unique_key is None and j not in flow]
+        keyed = [j for j in rows if j.unique_key is not None and j not in flow]
         step = sql.INSERT_ROWS_PER_STATEMENT
         for group, unique in ((plain, False), (keyed, True)):
             for i in range(0, len(group), step):
                 chunk = group[i : i + step]
                 params = [v for j in chunk for v in _insert_params(j)]
                 statements.append((sql.insert_jobs(len(chunk), unique=unique), params))
+        # Grouped and debounced jobs one by one, in order: each one's fair
+        # tag follows the one before it in its group.
+        debounces: dict[str, int] = {}
+        for job in flow:
+            statements += self._flow_statements(job)
+            if job.debounce_s:
+                debounces[job.id] = len(statements) - 1
         keys = sorted({j.unique_key for j in rows if j.unique_key is not None})
         for i in range(0, len(keys), 100):
             chunk_keys = keys[i : i + 100]
@@ -337,6 +501,12 @@ class D1Queue:
         out = []
         for job in rows:
             holder = holders.get(job.unique_key, job.id) if job.unique_key else job.id
+            if job.id in debounces and holder != job.id:
+                # After a re-send only the reads came back: the first send's
+                # debounce landed with its inserts.
+                whole = len(results) == len(statements)
+                result = results[debounces[job.id]] if whole else None
+                job.debounced = result is None or result.changes == 1 or result.resent
             out.append((holder, holder != job.id))
         return out, read
 
@@ -395,6 +565,7 @@ class D1Queue:
         admit: Callable[[list[QueuedJob], int], list[QueuedJob]] | None = None,
         ahead: Mapping[str, list[QueuedJob]] | None = None,
         read_ahead: bool = False,
+        flows: Mapping[str, Flow] | None = None,
     ) -> Round:
         """`settle(outcomes)` and `claim_round(queue, n)` in few round trips.
         `queue` may map several queues to their shares of the round: one
@@ -419,13 +590,20 @@ class D1Queue:
         The settle never depends on the claim: if a batch carrying both
         fails, the outcomes are settled on their own (`settle_outcomes`),
         the claims are undone where they may have landed (no attempt is
-        spent on them), and the round returns the error."""
+        spent on them), and the round returns the error.
+
+        `flows` gives the queues with flow control (core/flow.py): their
+        candidates come from `select_flow_candidates` (groups in turn; none
+        read while the queue is at its limit) and each of their claims takes
+        its place under the limits in the claim batch (TAKE_FLOW before its
+        CLAIM). `Round.limited` counts the claims a limit refused."""
         shares = {queue: n} if isinstance(queue, str) else dict(queue)
         for name in shares:
             check_name("queue", name)
+        flows = {q: f for q, f in (flows or {}).items() if q in shares and f.active}
         now = self.clock()
         statements, firsts, carried = self._settle_statements(outcomes, now)
-        selects = [(sql.SELECT_CANDIDATES, (q, now, k)) for q, k in shares.items()]
+        selects = [_select(q, now, k, flows.get(q), guarded=True) for q, k in shares.items()]
         marks: list[Mark] = []
         if ahead is not None and all(q in ahead for q in shares):
             heads = [ahead[q][:k] for q, k in shares.items()]
@@ -442,10 +620,19 @@ class D1Queue:
                     marks = await self.settle_outcomes(outcomes, maybe_sent=True)
                 return Round(marks, [], 0, exc)
             statements, outcomes = [], ()
-            heads = [claim_order(r.rows, k) for r, k in zip(found, shares.values(), strict=True)]
+            heads = [
+                _order(r.rows, k, flows.get(q))
+                for r, (q, k) in zip(found, shares.items(), strict=True)
+            ]
         offered = dict(zip(shares, (len(h) for h in heads), strict=True))
         candidates = interleave(heads)[:n]
+        if flows:
+            candidates = _within_limits(candidates, flows)
         until = now + self.reservation_ms
+        if read_ahead:
+            # The next round's reads are not guarded: this round's claims may
+            # fill the queue's limit, and the next round's settle free it.
+            selects = [_select(q, now, k, flows.get(q), guarded=False) for q, k in shares.items()]
         riding = len(statements) + (len(selects) if read_ahead else 0)
         chosen = (candidates if admit is None else admit(candidates, riding)) if candidates else []
         # One token for the batch: its jobs on a queue then share their held
@@ -453,7 +640,14 @@ class D1Queue:
         token = _token()
         for job in chosen:
             job.reservation = token
-        claims = [_claim(j, now, until) for j in chosen]
+        claims: list[Statement] = []
+        at: list[int] = []  # each chosen job's CLAIM, in `claims`
+        takes: list[int] = []  # each chosen job's first TAKE_FLOW (-1: none)
+        for job in chosen:
+            flow = flows.get(job.queue) if flows else None
+            takes.append(len(claims) if flow is not None and not flow.limits.none else -1)
+            claims += _claim_under(job, now, until, flow)
+            at.append(len(claims) - 1)
         if not read_ahead:
             selects = []
         if not claims and not statements:
@@ -468,13 +662,19 @@ class D1Queue:
             return Round(marks, [], len(candidates), exc, found=offered)
         if statements:
             marks = await self._marks(outcomes, results, firsts, carried)
-        claimed = results[len(statements) : len(statements) + len(claims)]
+        base = len(statements)
+        claimed = [results[base + i] for i in at]
+        limited = sum(
+            1
+            for t, i in zip(takes, at, strict=True)
+            if t >= 0
+            and any(results[base + j].changes != 1 for j in range(t, i))
+            and not results[base + i].resent
+        )
         next_heads = (
             {
-                q: claim_order(r.rows, k)
-                for (q, k), r in zip(
-                    shares.items(), results[len(statements) + len(claims) :], strict=True
-                )
+                q: _order(r.rows, k, flows.get(q))
+                for (q, k), r in zip(shares.items(), results[base + len(claims) :], strict=True)
             }
             if read_ahead
             else None
@@ -493,7 +693,7 @@ class D1Queue:
         for job in won:
             key = _batch_key(job)
             self._batches[key] = self._batches.get(key, 0) + 1
-        return Round(marks, won, len(candidates), found=offered, ahead=next_heads)
+        return Round(marks, won, len(candidates), found=offered, ahead=next_heads, limited=limited)
 
     async def _landed(
         self, jobs: Sequence[QueuedJob], results: Sequence[Result], until: int
@@ -812,11 +1012,25 @@ class D1Queue:
         """What a drain reads first, in one round trip: the paused queues and,
         if `every_queue`, the names of every queue holding jobs (found by a
         walk of the key: about two rows read per queue, whatever it holds)."""
+        paused, names, _ = await self.survey_flows(every_queue=every_queue)
+        return paused, names
+
+    async def survey_flows(
+        self, *, every_queue: bool = False
+    ) -> tuple[set[str], list[str], dict[str, Flow]]:
+        """`survey`, and each queue's flow control (flow.flows_of: its stored
+        limits, else those its registry declares, and whether it has groups),
+        read from the same rows in the same round trip."""
         if not every_queue:
-            paused = await self.binding.run(sql.PAUSED_QUEUES)
-            return {str(r["name"]) for r in paused.rows}, []
-        paused, names = await self.binding.batch([(sql.PAUSED_QUEUES, ()), (sql.QUEUE_NAMES, ())])
-        return {str(r["name"]) for r in paused.rows}, [str(r["name"]) for r in names.rows]
+            queues = await self.binding.run(sql.QUEUE_FLOWS)
+            found: list[str] = []
+        else:
+            queues, names = await self.binding.batch([(sql.QUEUE_FLOWS, ()), (sql.QUEUE_NAMES, ())])
+            found = [str(r["name"]) for r in names.rows]
+        paused = {str(r["name"]) for r in queues.rows if r["paused"]}
+        declared = self.registry.limits() if self.registry is not None else {}
+        rows = [(str(r["name"]), r["limits"], bool(r["grouped"])) for r in queues.rows]
+        return paused, found, flows_of(rows, declared)
 
     async def job(self, id: str) -> QueuedJob | None:
         """The queued job `id`, or None (acknowledged, failed or never queued)."""

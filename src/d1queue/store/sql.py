@@ -17,7 +17,7 @@ JOB_COLUMNS = ", ".join(JOB_COLUMN_NAMES)
 reads their values (job.JOB_COLUMN_NAMES)."""
 
 FAILED_COLUMNS = (
-    "id, queue, name, payload, error, attempts, max_attempts, priority, created_at, failed_at"
+    "id, queue, name, payload, error, attempts, max_attempts, priority, created_at, failed_at, grp"
 )
 
 DELAYED_BAND = PRIORITY_RANGE[0] - 1
@@ -31,6 +31,13 @@ worker (until its lease ends) or waiting out a retry. Keyed by that time
 (available_at, which locked_until mirrors), so a claim reads only the due
 head of the band however many jobs are in flight (see
 migrations/0007_locked_band.sql, which states it as a literal)."""
+
+GROUP_SHIFT = 3001
+"""A grouped job due when pushed waits in the grouped band of its priority,
+priority + GROUP_SHIFT (2001..4001, above every plain band), keyed by its fair
+tag (migrations/0009_flow_control.sql states it as a literal)."""
+TOP_PRIORITY = PRIORITY_RANGE[1]
+GROUPED_BANDS = (PRIORITY_RANGE[0] + GROUP_SHIFT, TOP_PRIORITY + GROUP_SHIFT)
 
 UNLOCKED = f"band > {LOCKED_BAND}"
 """The id index's condition (migrations/0007_locked_band.sql). SQLite uses a
@@ -73,7 +80,11 @@ INSERT_JOB = _INSERT_INTO + _job_values(0) + " ON CONFLICT DO NOTHING"
 
 # Sent in the same batch as INSERT_JOB: the id now holding the key — ours if
 # the insert won, the earlier job's if it was a duplicate. One round trip.
-SELECT_UNIQUE_HOLDER = "SELECT id FROM d1queue_jobs WHERE unique_key = ?1"
+# The unique index leaves out a debounced job once claimed (debounce = 1 in
+# the locked band): a push with its key after it started queues a new job.
+# Every lookup by key carries the index's condition, so it uses the index.
+KEYED = f"(debounce = 0 OR {UNLOCKED})"
+SELECT_UNIQUE_HOLDER = f"SELECT id FROM d1queue_jobs WHERE unique_key = ?1 AND {KEYED}"
 
 
 # Candidates: the head of the ready band, in claim order (highest priority,
@@ -91,7 +102,7 @@ def _head(where: str) -> str:
 
 
 _HEADS = (
-    f"band > {DELAYED_BAND}",
+    f"band > {DELAYED_BAND} AND band <= {TOP_PRIORITY}",
     f"band = {DELAYED_BAND} AND available_at <= ?2",
     f"band = {LOCKED_BAND} AND available_at <= ?2",
 )
@@ -104,10 +115,214 @@ COUNT_DUE_CAPPED = (
     "SELECT "
     + " + ".join(
         f"(SELECT COUNT(*) FROM (SELECT 1 FROM d1queue_jobs WHERE queue = ?1 AND {where} LIMIT ?3))"
-        for where in _HEADS
+        for where in (*_HEADS, f"band > {TOP_PRIORITY}")
     )
     + " AS n"
 )
+
+# -- flow control (migrations/0009_flow_control.sql; core/flow.py) ------------
+
+# A grouped or debounced job's push: INSERT_JOB's ten values, ?11 its group
+# (NULL: none), ?12 the step between a group's tags in ms (1; the even
+# spacing of a group rate declared in code, unless the queue's stored limits
+# give one) and ?13 whether it is debounced. Due when pushed, a grouped job
+# goes to its priority's grouped band keyed by its fair tag: the later of
+# the band's head (the tag claims have reached; now, with the band empty)
+# and its group's last tag plus the step. A group's burst gets tags a step
+# apart; another group's job pushed behind it gets the head's tag, so it is
+# among the next claimed. A job pushed to wait goes to the delayed band like
+# any. Reads: the band's head, the group's flow row and the queue's row (one
+# each).
+_HEAD_TAG = (
+    "(SELECT available_at FROM d1queue_jobs WHERE queue = ?2 AND band = ?7 + "
+    f"{GROUP_SHIFT} ORDER BY available_at LIMIT 1)"
+)
+_LAST_TAG = "(SELECT tag FROM d1queue_flow WHERE queue = ?2 AND grp = ?11)"
+_RATE = "json_extract(limits, '$.group_rate.{}')"
+_STORED_STEP = (
+    f"(SELECT ({_RATE.format('period_s')} * 1000 + {_RATE.format('limit')} - 1) "
+    f"/ {_RATE.format('limit')} FROM d1queue_queues WHERE name = ?2)"
+)
+INSERT_FLOW_JOB = (
+    "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
+    "available_at, created_at, unique_key, band, grp, debounce) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+    "?7, CASE WHEN ?8 > ?9 OR ?11 IS NULL THEN ?8 ELSE max(COALESCE("
+    f"{_HEAD_TAG}, ?9), COALESCE({_LAST_TAG}, 0) + COALESCE({_STORED_STEP}, ?12)) END, ?9, ?10, "
+    f"CASE WHEN ?8 > ?9 THEN {DELAYED_BAND} WHEN ?11 IS NULL THEN ?7 ELSE ?7 + {GROUP_SHIFT} END, "
+    "?11, ?13) ON CONFLICT DO NOTHING"
+)
+
+# After INSERT_FLOW_JOB, in its batch: the group's last tag becomes the
+# job's (read back through the id index), if the job went to a grouped band.
+# Re-sent, it writes the same tag again or nothing. One row written.
+# ?1 id
+BUMP_TAG = (
+    "INSERT INTO d1queue_flow (queue, grp, tag) SELECT queue, grp, available_at "
+    f"FROM d1queue_jobs WHERE id = ?1 AND {UNLOCKED} AND band > {TOP_PRIORITY} "
+    "ON CONFLICT (queue, grp) DO UPDATE SET tag = excluded.tag "
+    "WHERE excluded.tag > d1queue_flow.tag"
+)
+
+# A queue's first grouped job marks it grouped: its drains read the grouped
+# bands from then on. Writes only the first time. ?1 queue ?2 now
+MARK_GROUPED = (
+    "INSERT INTO d1queue_queues (name, paused, updated_at, grouped) VALUES (?1, 0, ?2, 1) "
+    "ON CONFLICT (name) DO UPDATE SET grouped = 1 WHERE d1queue_queues.grouped = 0"
+)
+
+# Debounce, after the push's INSERT (with debounce = 1) in its batch: the
+# queued job that holds the key, if another and not started, takes the new
+# payload and starts at ?3 (now + debounce_s), in the delayed band. A job
+# that started (claimed, or waiting out a retry) is left alone; a debounced
+# one no longer holds the key then, so the INSERT queued a new job instead.
+# Re-sent, it writes the same values. ?1 unique_key ?2 payload ?3 start
+# ?4 the pushed job's id
+DEBOUNCE = (
+    f"UPDATE d1queue_jobs SET payload = ?2, band = {DELAYED_BAND}, available_at = ?3, "
+    f"locked_until = 0, debounce = 1 WHERE unique_key = ?1 AND {KEYED} AND {UNLOCKED} "
+    "AND id <> ?4 AND reserved_at IS NULL"
+)
+
+
+def _live_holders(queue: int, now: int) -> str:
+    """The entries of d1queue_flow.holders (of the row in scope) still
+    holding a place: the lease not over, and the job still held there by
+    that claim (found by its key: one seek). A settled job's entry, a retried
+    one's, an undone claim's and a lapsed lease's hold nothing."""
+    return (
+        "SELECT value FROM json_each(d1queue_flow.holders) "
+        f"WHERE json_extract(value, '$[0]') > ?{now} AND EXISTS (SELECT 1 FROM d1queue_jobs "
+        f"WHERE queue = ?{queue} AND band = {LOCKED_BAND} "
+        "AND available_at = json_extract(value, '$[0]') AND id = json_extract(value, '$[1]') "
+        "AND reservation = json_extract(value, '$[2]') AND reserved_at IS NOT NULL)"
+    )
+
+
+def _in_window(now: int, window: int) -> str:
+    return (
+        "SELECT value FROM json_each(d1queue_flow.starts) "
+        f"WHERE json_extract(value, '$[0]') > ?{now} - ?{window}"
+    )
+
+
+def _open(queue: int, now: int, n: int, rate: int, window: int) -> str:
+    """Whether the d1queue_flow row in scope admits one more claim: fewer
+    live holders than ?n (0: no concurrency limit), fewer claims in the
+    window than ?rate (0: no rate)."""
+    return (
+        f"(?{n} = 0 OR (SELECT COUNT(*) FROM ({_live_holders(queue, now)})) < ?{n}) "
+        f"AND (?{rate} = 0 OR (SELECT COUNT(*) FROM ({_in_window(now, window)})) < ?{rate})"
+    )
+
+
+# A claim's place under one d1queue_flow row's limits, taken in the claim's
+# batch just before its CLAIM_FLOW (statements in a batch run one after
+# another in one transaction: nothing comes between the check and the take).
+# The row is made on first use. Admitted, the claim's entry is added to the
+# holders (live ones kept) and its time to the starts (those in the window
+# kept), and `last` names it; refused, nothing changes and the CLAIM_FLOW
+# that follows finds another claim in `last` and changes nothing. Re-sent
+# after a lost reply, it finds its own entry and admits it again without
+# adding it twice. Cost: the row (one read, one written) and one seek per
+# entry of the holders: at most the limit's N, whatever the backlog.
+# ?1 queue ?2 row ('*' or the group) ?3 now ?4 lease end ?5 id ?6 token
+# ?7 concurrency (0: none) ?8 rate limit (0: none) ?9 rate window (ms)
+_MINE_HOLDING = (
+    "EXISTS (SELECT 1 FROM json_each(d1queue_flow.holders) "
+    "WHERE json_extract(value, '$[1]') = ?5 AND json_extract(value, '$[2]') = ?6)"
+)
+_MINE_STARTED = (
+    "EXISTS (SELECT 1 FROM json_each(d1queue_flow.starts) WHERE json_extract(value, '$[1]') = ?5)"
+)
+TAKE_FLOW = (
+    "INSERT INTO d1queue_flow (queue, grp, holders, starts, last) VALUES (?1, ?2, "
+    "CASE WHEN ?7 > 0 THEN json_array(json_array(?4, ?5, ?6)) ELSE '[]' END, "
+    "CASE WHEN ?8 > 0 THEN json_array(json_array(?3, ?5)) ELSE '[]' END, ?5 || ' ' || ?6) "
+    "ON CONFLICT (queue, grp) DO UPDATE SET "
+    "holders = CASE WHEN ?7 = 0 THEN '[]' "
+    f"WHEN {_MINE_HOLDING} THEN (SELECT json_group_array(json(value)) "
+    f"FROM ({_live_holders(1, 3)})) "
+    "ELSE json_insert((SELECT json_group_array(json(value)) "
+    f"FROM ({_live_holders(1, 3)})), '$[#]', json_array(?4, ?5, ?6)) END, "
+    "starts = CASE WHEN ?8 = 0 THEN '[]' "
+    f"WHEN {_MINE_STARTED} THEN (SELECT json_group_array(json(value)) FROM ({_in_window(3, 9)})) "
+    "ELSE json_insert((SELECT json_group_array(json(value)) "
+    f"FROM ({_in_window(3, 9)})), '$[#]', json_array(?3, ?5)) END, "
+    "last = excluded.last "
+    f"WHERE (?7 = 0 OR {_MINE_HOLDING} OR (SELECT COUNT(*) FROM ({_live_holders(1, 3)})) < ?7) "
+    f"AND (?8 = 0 OR {_MINE_STARTED} OR (SELECT COUNT(*) FROM ({_in_window(3, 9)})) < ?8)"
+)
+
+
+def _admitted(grp: int) -> str:
+    return (
+        f" AND (SELECT last FROM d1queue_flow WHERE queue = ?6 AND grp = ?{grp}) = ?4 || ' ' || ?3"
+    )
+
+
+def claim_flow(rows: int, *, lapsed: bool) -> str:
+    """CLAIM (or CLAIM_LAPSED) of a job under `rows` d1queue_flow rows
+    (1 or 2), each taken by TAKE_FLOW just before: it lands only if every
+    take admitted this very claim. CLAIM's parameters, then ?9 (and ?10)
+    the rows' keys."""
+    base = CLAIM_LAPSED if lapsed else CLAIM
+    return base + "".join(_admitted(9 + i) for i in range(rows))
+
+
+def select_flow_candidates(*, grouped: bool, guarded: bool, spaced: bool = False) -> str:
+    """SELECT_CANDIDATES for a queue with flow control. `grouped`: a fourth
+    range, the head of the grouped bands (by priority, then fair tag).
+    `guarded`: every range is read only while the queue's own row admits a
+    claim, a constant term SQLite tests once before reading any job, so a
+    round that finds the queue at its limit reads no job: one query, the
+    row and its holders' seeks. SELECT_CANDIDATES's parameters, then ?4
+    concurrency ?5 rate limit ?6 rate window (ms), the queue's (0: none).
+    `spaced`: the grouped bands are read only up to now: a group rate
+    spaces its group's tags over time, so a group's jobs not yet allowed
+    lie past now and are not read again and again."""
+    guard = (
+        f" AND COALESCE((SELECT {_open(1, 2, 4, 5, 6)} FROM d1queue_flow "
+        "WHERE queue = ?1 AND grp = '*'), 1)"
+        if guarded
+        else ""
+    )
+    grouped_head = f"band > {TOP_PRIORITY}" + (" AND available_at <= ?2" if spaced else "")
+    heads = (*_HEADS, grouped_head) if grouped else _HEADS
+    return " UNION ALL ".join(_head(where + guard) for where in heads)
+
+
+# What a drain reads of d1queue_queues (with its survey, in one round trip):
+# the paused queues, the limits set over the API, and which queues have had
+# grouped jobs. The same rows PAUSED_QUEUES reads (the table is small: a row
+# per queue ever paused, fanned out to, limited or grouped).
+QUEUE_FLOWS = (
+    "SELECT name, paused, limits, grouped FROM d1queue_queues "
+    "WHERE paused = 1 OR limits IS NOT NULL OR grouped = 1"
+)
+
+# Setting a queue's limits (PUT /v1/queues/{queue}/limits): a queue with no
+# row yet gets one. ?1 queue ?2 now ?3 limits (JSON)
+SET_LIMITS = (
+    "INSERT INTO d1queue_queues (name, paused, updated_at, limits) VALUES (?1, 0, ?2, ?3) "
+    "ON CONFLICT (name) DO UPDATE SET limits = ?3, updated_at = ?2"
+)
+# ?1 queue
+SELECT_LIMITS = "SELECT limits, grouped FROM d1queue_queues WHERE name = ?1"
+
+# A queue's jobs held now, in all and by group (the busiest ?3 groups): the
+# queue's locked band, past the lapsed leases (jobs in flight, and retries
+# waiting there, which are read and not counted). An operator's read.
+# ?1 queue ?2 now ?3 groups
+_HELD_NOW = (
+    f"FROM d1queue_jobs WHERE queue = ?1 AND band = {LOCKED_BAND} AND available_at > ?2 "
+    "AND reserved_at IS NOT NULL"
+)
+RUNNING = f"SELECT COUNT(*) AS n {_HELD_NOW}"
+RUNNING_BY_GROUP = (
+    f"SELECT COALESCE(grp, '') AS grp, COUNT(*) AS n {_HELD_NOW} GROUP BY grp "
+    "ORDER BY n DESC, grp LIMIT ?3"
+)
+
 
 RECLAIM_NOTE = "lease expired before the job was settled (worker died or overran)"
 _NOTE = "'" + RECLAIM_NOTE.replace("'", "''") + "'"
@@ -200,7 +415,7 @@ RETRY = (
 # ?1 error ?2 failed_at ?3 id ?4 reservation ?5 queue ?6 lease end
 FAIL_RECORD = (
     f"INSERT OR REPLACE INTO d1queue_failed_jobs ({FAILED_COLUMNS}) "
-    "SELECT id, queue, name, payload, ?1, attempts, max_attempts, priority, created_at, ?2 "
+    "SELECT id, queue, name, payload, ?1, attempts, max_attempts, priority, created_at, ?2, grp "
     "FROM d1queue_jobs WHERE " + _held(5, 6, 3, 4)
 )
 
@@ -269,10 +484,10 @@ SELECT_JOB = _by_id(f"SELECT {JOB_COLUMNS} FROM d1queue_jobs", "id = ?1") + " LI
 # gave it. ?1 now ?2 id ?3 allowances (JSON) ?4 the default allowance
 RETRY_FAILED_INSERT = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
-    "available_at, created_at, unique_key, last_error, band) "
+    "available_at, created_at, unique_key, last_error, band, grp) "
     "SELECT id, queue, name, payload, attempts, "
     "attempts + COALESCE(json_extract(?3, '$.\"' || name || '\"'), ?4), "
-    "priority, ?1, ?1, NULL, error, priority "
+    "priority, ?1, ?1, NULL, error, priority, grp "
     "FROM d1queue_failed_jobs WHERE id = ?2"
 )
 RETRY_FAILED_DELETE = "DELETE FROM d1queue_failed_jobs WHERE id = ?1"
@@ -312,7 +527,9 @@ def select_unique_holders(n: int) -> str:
     if not 1 <= n <= 100:
         raise ValueError(f"1..100 keys per statement, not {n}")
     return (
-        "SELECT id, unique_key FROM d1queue_jobs WHERE unique_key IN (" + ", ".join(["?"] * n) + ")"
+        "SELECT id, unique_key FROM d1queue_jobs WHERE unique_key IN ("
+        + ", ".join(["?"] * n)
+        + f") AND {KEYED}"
     )
 
 
