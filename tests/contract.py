@@ -11,11 +11,13 @@ concurrent calls interleave: real I/O orders them differently every run.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter
 from typing import Any
 
 from d1queue import D1Queue, Fail, Outcome, QueuedJob, Registry, drain, sql
 from d1queue.core.config import Config
+from d1queue.core.flow import Limits, Rate
 
 
 class Clock:
@@ -34,7 +36,12 @@ class Clock:
 async def fresh(db: Any, clock: Clock) -> D1Queue:
     queue = D1Queue(db, clock=clock)
     await queue.binding.batch(
-        [("DELETE FROM d1queue_jobs", ()), ("DELETE FROM d1queue_failed_jobs", ())]
+        [
+            ("DELETE FROM d1queue_jobs", ()),
+            ("DELETE FROM d1queue_failed_jobs", ()),
+            ("DELETE FROM d1queue_flow", ()),
+            ("DELETE FROM d1queue_queues", ()),
+        ]
     )
     return queue
 
@@ -401,6 +408,171 @@ async def case_a_batch_ack_counts_the_jobs_that_moved_on(db: Any, clock: Clock) 
     (left,) = await rows(queue)
     assert left["id"] == taken[0].id and left["reservation"] == taken[0].reservation
     assert await other.acknowledge(taken[0]) is True
+
+
+# -- flow control -------------------------------------------------------------------
+
+
+class Recorder:
+    """What the handlers themselves saw: how many of the queue's jobs, and of
+    each group's, ran at once, and when each started (the case's clock)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.now: Counter[str] = Counter()
+        self.most: Counter[str] = Counter()
+        self.starts: list[tuple[int, str, Any]] = []
+        self.runs: Counter[Any] = Counter()
+
+    async def run(self, group: str, payload: Any) -> None:
+        self.starts.append((self.clock(), group, payload))
+        self.runs[payload] += 1
+        for key in ("*", group):
+            self.now[key] += 1
+            self.most[key] = max(self.most[key], self.now[key])
+        await asyncio.sleep(0.002)  # the other drains claim meanwhile
+        for key in ("*", group):
+            self.now[key] -= 1
+
+
+def recorded(recorder: Recorder) -> Registry:
+    reg = Registry()
+
+    @reg.job("flow.work", queue="lim", group=lambda p: p["g"], timeout_s=5)
+    async def work(payload: Any) -> None:
+        await recorder.run(payload["g"], payload["i"])
+
+    return reg
+
+
+async def case_limits_hold_across_overlapping_drains(db: Any, clock: Clock) -> None:
+    """concurrency 3 and group_concurrency 1 over 4 groups, 6 drains at once,
+    again and again until every job ran: never more than 3 running, never 2
+    of one group, every job once."""
+    queue = await fresh(db, clock)
+    await queue.set_limits("lim", Limits(concurrency=3, group_concurrency=1))
+    rec = Recorder(clock)
+    reg = recorded(rec)
+    queue = D1Queue(db, clock=clock, registry=reg)
+    for i in range(24):
+        await queue.dispatch("flow.work", {"g": "abcd"[i % 4], "i": i})
+    config = Config(plan="paid", batch_size=4, concurrency=4, queues=("lim",))
+    limited = 0
+    for _ in range(40):
+        if sum(rec.runs.values()) >= 24:
+            break
+        reports = await asyncio.gather(*(drain(queue, reg, config) for _ in range(6)))
+        limited += sum(r.limited for r in reports)
+    assert rec.runs == Counter(range(24)), rec.runs
+    assert rec.most["*"] <= 3, rec.most
+    assert all(rec.most[g] <= 1 for g in "abcd"), rec.most
+    assert rec.most["*"] >= 2, "more than one group ran at once"
+    assert limited > 0, "some drain met the limit"
+    assert await rows(queue) == []
+
+
+async def case_a_dead_workers_place_frees_when_its_lease_lapses(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    await queue.set_limits("lim", Limits(concurrency=1))
+    rec = Recorder(clock)
+    reg = recorded(rec)
+    queue = D1Queue(db, clock=clock, registry=reg, reservation_s=60)
+    for i in range(2):
+        await queue.dispatch("flow.work", {"g": "a", "i": i})
+    _, _, flows = await queue.survey_flows()
+    dead = await queue.settle_and_claim((), "lim", 1, flows=flows)
+    assert len(dead.jobs) == 1  # claimed, and its worker dies: never settled
+    config = Config(plan="paid", queues=("lim",))
+    report = await drain(queue, reg, config)
+    assert report.claimed == 0 and report.limited >= 1 and not rec.runs
+    clock.advance(61)  # the lease lapses: the place is free, the job reclaimable
+    for _ in range(3):
+        await drain(queue, reg, config)
+    assert rec.runs == Counter({0: 1, 1: 1}), rec.runs
+
+
+async def case_a_rate_is_a_sliding_window(db: Any, clock: Clock) -> None:
+    """rate 2 per 10 s: drains every 3 s for a minute; no 10 s window (and
+    its guard) holds more than 2 starts."""
+    queue = await fresh(db, clock)
+    await queue.set_limits("lim", Limits(rate=Rate(2, 10)))
+    rec = Recorder(clock)
+    reg = recorded(rec)
+    queue = D1Queue(db, clock=clock, registry=reg)
+    for i in range(10):
+        await queue.dispatch("flow.work", {"g": "ab"[i % 2], "i": i})
+    config = Config(plan="paid", queues=("lim",), batch_size=10, concurrency=10)
+    for _ in range(20):
+        await asyncio.gather(drain(queue, reg, config), drain(queue, reg, config))
+        clock.advance(3)
+    times = sorted(t for t, _, _ in rec.starts)
+    assert len(times) >= 6, times
+    window = 10_000 + 1_000  # period_s and flow.RATE_GUARD_MS
+    assert all(b - a >= window for a, b in zip(times, times[2:], strict=False)), times
+
+
+async def case_a_group_rate_holds_per_group(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    await queue.set_limits("lim", Limits(group_rate=Rate(1, 5)))
+    rec = Recorder(clock)
+    reg = recorded(rec)
+    queue = D1Queue(db, clock=clock, registry=reg)
+    for i in range(9):
+        await queue.dispatch("flow.work", {"g": "abc"[i % 3], "i": i})
+    config = Config(plan="paid", queues=("lim",), batch_size=10, concurrency=10)
+    for _ in range(12):
+        await asyncio.gather(drain(queue, reg, config), drain(queue, reg, config))
+        clock.advance(2)
+    assert rec.runs == Counter(range(9)), rec.runs
+    for g in "abc":
+        times = sorted(t for t, group, _ in rec.starts if group == g)
+        assert all(b - a >= 6_000 for a, b in itertools.pairwise(times)), (g, times)
+    first = [group for _, group, _ in sorted(rec.starts)[:3]]
+    assert sorted(first) == ["a", "b", "c"], "every group started in the first round"
+
+
+async def case_groups_take_turns(db: Any, clock: Clock) -> None:
+    """A group with many due jobs does not hold back another group's one,
+    nor the jobs with no group, by more than one round."""
+    queue = await fresh(db, clock)
+    started: list[Any] = []
+    reg = Registry()
+
+    @reg.job("turns", queue="fair")
+    async def turns(payload: Any) -> None:
+        started.append(payload)
+
+    queue = D1Queue(db, clock=clock, registry=reg)
+    await queue.push_many(
+        [QueuedJob.new("turns", f"big{i}", queue="fair", group="big") for i in range(60)]
+    )
+    await queue.dispatch("turns", "small", group="small")
+    await queue.dispatch("turns", "plain")
+    await drain(queue, reg, Config(queues=("fair",), batch_size=4, max_jobs=4))
+    assert "small" in started and "plain" in started, started
+    job = await queue.job(await queue.push(QueuedJob.new("turns", "x", queue="fair")))
+    assert job is not None and job.group is None
+
+
+async def case_debounce_replaces_the_queued_job(db: Any, clock: Clock) -> None:
+    queue = await fresh(db, clock)
+    first = QueuedJob.new("d", 1, unique_key="k", debounce_s=5, at_ms=clock())
+    id1 = await queue.push(first)
+    clock.advance(2)
+    second = QueuedJob.new("d", 2, unique_key="k", debounce_s=5, at_ms=clock())
+    assert await queue.push(second) == id1 and second.debounced
+    job = await queue.job(id1)
+    assert job is not None and job.payload == 2 and job.available_at == clock() + 5_000
+    assert await queue.reserve("default") is None, "not due before the last push + 5 s"
+    clock.advance(5)
+    running = await queue.reserve("default")
+    assert running is not None and running.id == id1 and running.payload == 2
+    third = QueuedJob.new("d", 3, unique_key="k", debounce_s=5, at_ms=clock())
+    id3 = await queue.push(third)
+    assert id3 != id1 and not third.debounced, "a started job is not debounced"
+    assert await queue.complete(running)
+    plain = QueuedJob.new("d", 4, unique_key="k", at_ms=clock())
+    assert await queue.push(plain) == id3, "unique still holds the queued one"
 
 
 CASES = {name: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Self, Unpack
 
 from ..core.bounds import MAX_SAFE_INT, check_name, clamp_delay_s
-from ..core.flow import NO_GROUP, QUEUE_ROW, Flow, flows_of
+from ..core.flow import NO_GROUP, QUEUE_ROW, Flow, Limits, flows_of
 from ..core.job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
@@ -150,6 +150,10 @@ def _claim(job: QueuedJob, now: int, until: int) -> Statement:
         sql.CLAIM_LAPSED if job.held else sql.CLAIM,
         (now, until, job.reservation, job.id, job.attempts, job.queue, job.band, job.available_at),
     )
+
+
+UNSURVEYED = Flow(grouped=True)
+"""A queue's Flow for a claim that did not survey it: groups maybe, no limits."""
 
 
 def _select(q: str, now: int, k: int, flow: Flow | None, *, guarded: bool) -> Statement:
@@ -596,11 +600,17 @@ class D1Queue:
         candidates come from `select_flow_candidates` (groups in turn; none
         read while the queue is at its limit) and each of their claims takes
         its place under the limits in the claim batch (TAKE_FLOW before its
-        CLAIM). `Round.limited` counts the claims a limit refused."""
+        CLAIM). `Round.limited` counts the claims a limit refused. Without
+        `flows` (a caller that did not survey) the grouped bands are read and
+        no limit applies: limits are the drain's."""
         shares = {queue: n} if isinstance(queue, str) else dict(queue)
         for name in shares:
             check_name("queue", name)
-        flows = {q: f for q, f in (flows or {}).items() if q in shares and f.active}
+        if flows is None:
+            # Not surveyed (reserve, claim_round): the grouped bands are
+            # read too, so no job is out of sight; no limit is applied.
+            flows = dict.fromkeys(shares, UNSURVEYED)
+        flows = {q: f for q, f in flows.items() if q in shares and f.active}
         now = self.clock()
         statements, firsts, carried = self._settle_statements(outcomes, now)
         selects = [_select(q, now, k, flows.get(q), guarded=True) for q, k in shares.items()]
@@ -1003,6 +1013,13 @@ class D1Queue:
         needs it, since a claim takes over a lapsed lease when it meets one."""
         result = await self.binding.run(sql.RECLAIM_EXPIRED, self.clock())
         return result.changes
+
+    async def set_limits(self, queue: str, limits: Limits) -> None:
+        """Store `queue`'s flow limits, replacing any: they hold from the next
+        claim batch of every drain, on a queue with no jobs yet too. One row
+        written; sending it again writes the same."""
+        check_name("queue", queue)
+        await self.binding.run(sql.SET_LIMITS, queue, self.clock(), limits.to_json())
 
     async def paused_queues(self) -> set[str]:
         """The names of the paused queues."""

@@ -280,15 +280,21 @@ def select_flow_candidates(*, grouped: bool, guarded: bool, spaced: bool = False
     `spaced`: the grouped bands are read only up to now: a group rate
     spaces its group's tags over time, so a group's jobs not yet allowed
     lie past now and are not read again and again."""
-    guard = (
-        f" AND COALESCE((SELECT {_open(1, 2, 4, 5, 6)} FROM d1queue_flow "
-        "WHERE queue = ?1 AND grp = '*'), 1)"
-        if guarded
-        else ""
-    )
     grouped_head = f"band > {TOP_PRIORITY}" + (" AND available_at <= ?2" if spaced else "")
     heads = (*_HEADS, grouped_head) if grouped else _HEADS
-    return " UNION ALL ".join(_head(where + guard) for where in heads)
+    text = " UNION ALL ".join(_head(where) for where in heads)
+    if not guarded:
+        return text
+    # The guard is the queue's name itself: the key's first column is
+    # sought for a scalar subquery SQLite evaluates once, which gives NULL
+    # when the queue is at its limit, and no key equals NULL. (A guard as a
+    # term of its own would be tested row by row, reading the whole range
+    # when every row fails it.)
+    guard = (
+        f"(SELECT ?1 WHERE COALESCE((SELECT {_open(1, 2, 4, 5, 6)} FROM d1queue_flow "
+        "WHERE queue = ?1 AND grp = '*'), 1))"
+    )
+    return text.replace("WHERE queue = ?1 AND", f"WHERE queue = {guard} AND")
 
 
 # What a drain reads of d1queue_queues (with its survey, in one round trip):
