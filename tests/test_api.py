@@ -210,6 +210,7 @@ async def test_stats_pause_resume_clear(
         "failed": 0,
         "oldest_ready_age_s": 2.0,
         "paused": False,
+        "limits": None,
     }
     everything = (await client("GET", "/v1/queues")).body["queues"]
     assert [(s["queue"], s["failed"]) for s in everything] == [("a", 0), ("b", 1)]

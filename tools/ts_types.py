@@ -94,6 +94,11 @@ RPC: dict[str, Method] = {
         ("queues", "queueStats"),
         "Without a queue: every queue (`{queues}`); with one: that queue's stats.",
     ),
+    "limits": Method({"queue": Arg("path", "limits", "queue")}, ("limits",)),
+    "set_limits": Method(
+        {"queue": Arg("path", "setLimits", "queue"), "limits": Arg("body", "setLimits")},
+        ("setLimits",),
+    ),
     "job": Method({"id": Arg("path", "job", "id")}, ("job",)),
     "cancel": Method({"id": Arg("path", "cancel", "id")}, ("cancel",)),
     "retry_failed": Method({"id": Arg("path", "retryFailed", "id")}, ("retryFailed",)),

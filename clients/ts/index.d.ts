@@ -42,6 +42,16 @@ export interface Job<N extends string = string> {
    */
   unique_key?: string | null;
   /**
+   * the key of the queue's per-group limits and fair turns (a tenant, an account, an upstream host); without it, the job's registration may derive one from the payload. Jobs with no group are one group of their own
+   * pattern `^[A-Za-z0-9._:-]{1,255}$`
+   */
+  group?: string | null;
+  /**
+   * with unique_key: the queued job holding the key takes this payload and starts debounce_s from now (200, debounced: true); with no such job, or once it started, a new job starts debounce_s from now (201)
+   * maximum 31536000
+   */
+  debounce_s?: number | null;
+  /**
    * with several shards (D1QUEUE_SHARDS), the key whose hash picks the job's shard instead of its queue's name; a queue pinned in D1QUEUE_SHARD_MAP ignores it. Not stored: the job's id names its shard
    * minLength 1; maxLength 255
    */
@@ -76,6 +86,16 @@ export interface JobByName<N extends string = string> {
    */
   unique_key?: string | null;
   /**
+   * the key of the queue's per-group limits and fair turns (a tenant, an account, an upstream host); without it, the job's registration may derive one from the payload. Jobs with no group are one group of their own
+   * pattern `^[A-Za-z0-9._:-]{1,255}$`
+   */
+  group?: string | null;
+  /**
+   * with unique_key: the queued job holding the key takes this payload and starts debounce_s from now (200, debounced: true); with no such job, or once it started, a new job starts debounce_s from now (201)
+   * maximum 31536000
+   */
+  debounce_s?: number | null;
+  /**
    * with several shards (D1QUEUE_SHARDS), the key whose hash picks the job's shard instead of its queue's name; a queue pinned in D1QUEUE_SHARD_MAP ignores it. Not stored: the job's id names its shard
    * minLength 1; maxLength 255
    */
@@ -95,6 +115,77 @@ export interface Stats {
   failed: number;
   oldest_ready_age_s?: number | null;
   paused: boolean;
+  /** its flow limits (null: none); `reserved` is their use */
+  limits?: Json;
+}
+
+/**
+ * a queue's flow limits, across every invocation; a field absent or null is no limit of that kind (docs/flow-control.md)
+ */
+export interface Limits {
+  /**
+   * at most N of the queue's jobs running
+   * minimum 1; maximum 1000
+   */
+  concurrency?: number | null;
+  /**
+   * at most N running per group
+   * minimum 1; maximum 1000
+   */
+  group_concurrency?: number | null;
+  /** at most `limit` starts in any window of `period_s` seconds */
+  rate?: {
+    /** minimum 1; maximum 1000 */
+    limit: number;
+    /** minimum 1; maximum 86400 */
+    period_s: number;
+  } | null;
+  /** the same, per group */
+  group_rate?: {
+    /** minimum 1; maximum 1000 */
+    limit: number;
+    /** minimum 1; maximum 86400 */
+    period_s: number;
+  } | null;
+}
+
+export interface LimitsState {
+  queue: string;
+  /**
+   * a queue's flow limits, across every invocation; a field absent or null is no limit of that kind (docs/flow-control.md)
+   */
+  limits: {
+    /**
+     * at most N of the queue's jobs running
+     * minimum 1; maximum 1000
+     */
+    concurrency: number | null;
+    /**
+     * at most N running per group
+     * minimum 1; maximum 1000
+     */
+    group_concurrency: number | null;
+    /** at most `limit` starts in any window of `period_s` seconds */
+    rate: {
+      /** minimum 1; maximum 1000 */
+      limit: number;
+      /** minimum 1; maximum 86400 */
+      period_s: number;
+    } | null;
+    /** the same, per group */
+    group_rate: {
+      /** minimum 1; maximum 1000 */
+      limit: number;
+      /** minimum 1; maximum 86400 */
+      period_s: number;
+    } | null;
+  };
+  /** set over the API, declared in code, or none */
+  source: "api" | "code" | "none";
+  /** the queue's jobs held now */
+  running: number;
+  /** the busiest groups' jobs held now ('' for no group) */
+  running_by_group: JsonObject;
 }
 
 export interface JobState {
@@ -119,6 +210,7 @@ export interface JobState {
   created_at?: number;
   reserved_until?: number | null;
   unique_key?: string | null;
+  group?: string | null;
   last_error?: string | null;
   /** failed jobs: why */
   error?: string;
@@ -192,6 +284,10 @@ export interface Pushed {
   id: string;
   queue: string;
   deduplicated: boolean;
+  /**
+   * a push with debounce_s: the queued job holding its key took its payload and start (the id is that job's)
+   */
+  debounced?: boolean;
   /** the queue is paused: its jobs wait until it is resumed */
   paused: boolean;
   /**
@@ -205,6 +301,8 @@ export interface Pushed {
 export interface PushedBatch {
   ids: string[];
   deduplicated: boolean[];
+  /** with any debounce_s in the batch: per job, as a single push says */
+  debounced?: boolean[];
   /** the queue is paused: its jobs wait until it is resumed */
   paused: boolean;
   /**
@@ -444,6 +542,37 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       400: ErrorBody;
+    };
+  };
+  /** A queue's flow limits and their use now (operationId `limits`) */
+  "GET /v1/queues/{queue}/limits": {
+    operationId: "limits";
+    params: { queue: string };
+    query: {};
+    body: never;
+    ok: LimitsState;
+    responses: {
+      200: LimitsState;
+      401: ErrorBody;
+      503: ErrorBody;
+      400: ErrorBody;
+    };
+  };
+  /**
+   * Replace a queue's flow limits (null: none of that kind); works on a queue with no jobs yet (operationId `setLimits`)
+   */
+  "PUT /v1/queues/{queue}/limits": {
+    operationId: "setLimits";
+    params: { queue: string };
+    query: {};
+    body: Limits;
+    ok: LimitsState;
+    responses: {
+      200: LimitsState;
+      401: ErrorBody;
+      503: ErrorBody;
+      400: ErrorBody;
+      422: ErrorBody;
     };
   };
   /** A job's state (operationId `job`) */
@@ -688,6 +817,17 @@ export interface D1Queue<N extends string = string> {
    */
   stats(queue?: string | null): Promise<Queues | Stats>;
   /**
+   * A queue's flow limits and their use now (as GET /v1/queues/{queue}/limits).
+   * `queue`: the path parameter `queue` of GET /v1/queues/{queue}/limits
+   */
+  limits(queue: string): Promise<LimitsState>;
+  /**
+   * Replace a queue's flow limits (null: none of that kind); works on a queue with no jobs yet (as PUT /v1/queues/{queue}/limits).
+   * `queue`: the path parameter `queue` of PUT /v1/queues/{queue}/limits
+   * `limits`: the body of PUT /v1/queues/{queue}/limits
+   */
+  set_limits(queue: string, limits: Limits): Promise<LimitsState>;
+  /**
    * A job's state (as GET /v1/jobs/{id}).
    * `id`: the path parameter `id` of GET /v1/jobs/{id}
    */
@@ -737,4 +877,4 @@ export interface D1Queue<N extends string = string> {
 }
 
 /** The method names of `D1Queue`, in the entrypoint's order. */
-export type D1QueueMethod = "dispatch" | "dispatch_job" | "dispatch_json" | "dispatch_batch" | "stats" | "job" | "cancel" | "retry_failed" | "put_schedule" | "schedules" | "schedule" | "delete_schedule" | "pause_schedule" | "resume_schedule";
+export type D1QueueMethod = "dispatch" | "dispatch_job" | "dispatch_json" | "dispatch_batch" | "stats" | "limits" | "set_limits" | "job" | "cancel" | "retry_failed" | "put_schedule" | "schedules" | "schedule" | "delete_schedule" | "pause_schedule" | "resume_schedule";

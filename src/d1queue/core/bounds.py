@@ -50,9 +50,14 @@ an account, an upstream host): the names' alphabet, as long as a unique_key."""
 GROUP_PATTERN = re.compile(GROUP_RULE)
 
 
+def is_group(value: object) -> TypeGuard[str]:
+    """Whether `value` is a string of GROUP_RULE's shape."""
+    return isinstance(value, str) and GROUP_PATTERN.fullmatch(value) is not None
+
+
 def check_group(value: object) -> str:
     """`value`, if it is a well-formed group; else InvalidName."""
-    if not (isinstance(value, str) and GROUP_PATTERN.fullmatch(value) is not None):
+    if not is_group(value):
         raise InvalidName("group", value, GROUP_RULE)
     return value
 

@@ -15,12 +15,16 @@ from .bounds import (
     MAX_JSON_DEPTH,
     MAX_SAFE_INT,
     MAX_UNIQUE_KEY,
+    PRIORITY_RANGE,
     check_group,
     check_name,
     json_depth,
     json_loads,
     value_depth,
 )
+
+GROUPED_ABOVE = PRIORITY_RANGE[1]
+"""Bands above every priority are the grouped bands (store/sql.py GROUP_SHIFT)."""
 
 DEFAULT_QUEUE = "default"
 """The queue of a job whose dispatch and registration name none."""
@@ -215,6 +219,13 @@ class QueuedJob:
             return json.dumps(self.payload, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"payload is not JSON-serialisable: {exc}") from exc
+
+    @property
+    def waiting_turn(self) -> bool:
+        """A grouped job in its priority's grouped band (sql.GROUP_SHIFT):
+        due, claimed when its group's turn comes (its available_at is its
+        fair tag there, not a time to wait for)."""
+        return self.band is not None and self.band > GROUPED_ABOVE
 
     @property
     def exhausted(self) -> bool:

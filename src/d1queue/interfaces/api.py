@@ -211,6 +211,9 @@ class Api:
     async def _resume(self, queue: str, **_: Any) -> tuple[int, Any]:
         return 200, await self.service.set_paused(queue, False)
 
+    async def _put_limits(self, queue: str, *, body: bytes, **_: Any) -> tuple[int, Any]:
+        return 200, await self.service.set_limits(queue, json_object(body))
+
     async def _queues(self, **_: Any) -> tuple[int, Any]:
         return 200, await self.service.queues()
 
@@ -247,6 +250,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/queues/{queue}", _on_path(Service.queue_stats)),
     Route("POST", "/v1/queues/{queue}/pause", Api._pause),
     Route("POST", "/v1/queues/{queue}/resume", Api._resume),
+    Route("GET", "/v1/queues/{queue}/limits", _on_path(Service.limits)),
+    Route("PUT", "/v1/queues/{queue}/limits", Api._put_limits),
     Route("GET", "/v1/jobs/{id}", _on_path(Service.job)),
     Route("DELETE", "/v1/jobs/{id}", _on_path(Service.cancel)),
     Route(

@@ -93,7 +93,8 @@ class Client:
         self, queue: str | None, name: str, payload: Any = None, /, **options: Any
     ) -> dict[str, Any]:
         """Push one job: `options` are the job's other fields (delay_s,
-        max_attempts, priority, unique_key, partition). `queue` None: the
+        max_attempts, priority, unique_key, group, debounce_s, partition).
+        `queue` None: the
         job's registered queue (or `queue=` among the options, as POST
         /v1/jobs takes it). Answers {id, queue, deduplicated, paused,
         drained, warnings}."""
@@ -122,6 +123,17 @@ class Client:
         if queue is None:
             return await self._transport.call("stats")
         return await self._transport.call("stats", _segment(check_queue, queue))
+
+    async def limits(self, queue: str) -> dict[str, Any]:
+        """A queue's flow limits and their use now ({queue, limits, source,
+        running, running_by_group})."""
+        return await self._transport.call("limits", _segment(check_queue, queue))
+
+    async def set_limits(self, queue: str, **limits: Any) -> dict[str, Any]:
+        """Replace a queue's flow limits: `concurrency`, `group_concurrency`
+        (int or None), `rate`, `group_rate` ({"limit": N, "period_s": S} or
+        None); a kind not given is none. Answers as `limits`."""
+        return await self._transport.call("set_limits", _segment(check_queue, queue), limits)
 
 
 def _segment(check: Callable[[Any], str], value: Any) -> str:
@@ -161,6 +173,10 @@ class _Http(_Transport):
             return await self._send("DELETE", f"/v1/jobs/{seg[0]}")
         if method == "stats":
             return await self._send("GET", f"/v1/queues/{seg[0]}" if seg else "/v1/queues")
+        if method == "limits":
+            return await self._send("GET", f"/v1/queues/{seg[0]}/limits")
+        if method == "set_limits":
+            return await self._send("PUT", f"/v1/queues/{seg[0]}/limits", args[1])
         raise AssertionError(f"no route for {method}")
 
     async def _send(self, method: str, path: str, body: Any = None) -> dict[str, Any]:

@@ -587,9 +587,9 @@ class D1QueueEntrypoint(WorkerEntrypoint):
     # -- RPC --------------------------------------------------------------------------
 
     async def dispatch(self, queue: str, job: Any) -> dict[str, Any]:
-        """Push `job` ({name, payload?, delay_s?, priority?, unique?, id?, ...},
-        as POST /v1/queues/{queue}/jobs) to `queue`: {id, queue, deduplicated,
-        paused, drained, warnings}."""
+        """Push `job` ({name, payload?, delay_s?, priority?, unique_key?,
+        group?, debounce_s?, ...}, as POST /v1/queues/{queue}/jobs) to
+        `queue`: {id, queue, deduplicated, paused, drained, warnings}."""
         return await self._service().dispatch(str(queue), _py(job))
 
     async def dispatch_job(self, job: Any) -> dict[str, Any]:
@@ -615,6 +615,15 @@ class D1QueueEntrypoint(WorkerEntrypoint):
         /v1/queues/{queue})."""
         service = self._service()
         return await (service.queues() if queue is None else service.queue_stats(str(queue)))
+
+    async def limits(self, queue: str) -> dict[str, Any]:
+        """A queue's flow limits and their use now (GET /v1/queues/{queue}/limits)."""
+        return await self._service().limits(str(queue))
+
+    async def set_limits(self, queue: str, limits: Any) -> dict[str, Any]:
+        """Replace a queue's flow limits ({concurrency, group_concurrency,
+        rate, group_rate}, null meaning none; PUT /v1/queues/{queue}/limits)."""
+        return await self._service().set_limits(str(queue), _py(limits))
 
     async def job(self, id: str) -> dict[str, Any]:
         """A queued job's state (GET /v1/jobs/{id}); a completed job is gone."""

@@ -12,7 +12,9 @@ import copy
 from typing import Any
 
 from ..core.bounds import (
+    GROUP_RULE,
     ID_RULE,
+    LIMIT_RANGE,
     MAX_ATTEMPTS,
     MAX_BATCH,
     MAX_DELAY_S,
@@ -21,8 +23,10 @@ from ..core.bounds import (
     MAX_PAYLOAD_BYTES,
     MAX_UNIQUE_KEY,
     NAME_RULE,
+    PERIOD_RANGE,
     PRIORITY_RANGE,
 )
+from ..core.flow import LIMIT_FIELDS
 from ..core.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from ..core.schedule import (
     CATCH_UP_POLICIES,
@@ -94,6 +98,21 @@ JOB_IN: dict[str, Any] = {
             "description": "a queued job holding the same key (on the same shard: "
             "with shards, keys are unique per D1 database) makes this push store nothing",
         },
+        "group": {
+            "type": ["string", "null"],
+            "pattern": f"^{GROUP_RULE}$",
+            "description": "the key of the queue's per-group limits and fair turns (a "
+            "tenant, an account, an upstream host); without it, the job's registration "
+            "may derive one from the payload. Jobs with no group are one group of their own",
+        },
+        "debounce_s": {
+            "type": ["number", "null"],
+            "exclusiveMinimum": 0,
+            "maximum": MAX_DELAY_S,
+            "description": "with unique_key: the queued job holding the key takes this "
+            "payload and starts debounce_s from now (200, debounced: true); with no such "
+            "job, or once it started, a new job starts debounce_s from now (201)",
+        },
         "partition": {
             "type": ["string", "null"],
             "minLength": 1,
@@ -115,6 +134,53 @@ STATS = {
         "failed": {"type": "integer"},
         "oldest_ready_age_s": {"type": ["number", "null"]},
         "paused": {"type": "boolean"},
+        "limits": {
+            "oneOf": [{"$ref": "#/components/schemas/Limits"}, {"type": "null"}],
+            "description": "its flow limits (null: none); `reserved` is their use",
+        },
+    },
+}
+_COUNT = {"type": "integer", "minimum": LIMIT_RANGE[0], "maximum": LIMIT_RANGE[1]}
+_RATE = {
+    "type": ["object", "null"],
+    "required": ["limit", "period_s"],
+    "additionalProperties": False,
+    "properties": {
+        "limit": _COUNT,
+        "period_s": {"type": "integer", "minimum": PERIOD_RANGE[0], "maximum": PERIOD_RANGE[1]},
+    },
+}
+LIMITS = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "concurrency": _COUNT
+        | {"type": ["integer", "null"], "description": "at most N of the queue's jobs running"},
+        "group_concurrency": _COUNT
+        | {"type": ["integer", "null"], "description": "at most N running per group"},
+        "rate": _RATE
+        | {"description": "at most `limit` starts in any window of `period_s` seconds"},
+        "group_rate": _RATE | {"description": "the same, per group"},
+    },
+    "description": "a queue's flow limits, across every invocation; a field absent or "
+    "null is no limit of that kind (docs/flow-control.md)",
+}
+LIMITS_STATE = {
+    "type": "object",
+    "required": ["queue", "limits", "source", "running", "running_by_group"],
+    "properties": {
+        "queue": {"type": "string"},
+        "limits": LIMITS | {"required": list(LIMIT_FIELDS)},
+        "source": {
+            "enum": ["api", "code", "none"],
+            "description": "set over the API, declared in code, or none",
+        },
+        "running": {"type": "integer", "description": "the queue's jobs held now"},
+        "running_by_group": {
+            "type": "object",
+            "additionalProperties": {"type": "integer"},
+            "description": "the busiest groups' jobs held now ('' for no group)",
+        },
     },
 }
 JOB_OUT = {
@@ -140,6 +206,7 @@ JOB_OUT = {
         "created_at": {"type": "integer", "description": "epoch ms"},
         "reserved_until": {"type": ["integer", "null"]},
         "unique_key": {"type": ["string", "null"]},
+        "group": {"type": ["string", "null"]},
         "last_error": {"type": ["string", "null"]},
         "error": {"type": "string", "description": "failed jobs: why"},
         "failed_at": {"type": "integer"},
@@ -189,6 +256,11 @@ PUSHED = {
         "id": {"type": "string"},
         "queue": {"type": "string"},
         "deduplicated": {"type": "boolean"},
+        "debounced": {
+            "type": "boolean",
+            "description": "a push with debounce_s: the queued job holding its key took its "
+            "payload and start (the id is that job's)",
+        },
         **NOTES,
     },
 }
@@ -198,6 +270,11 @@ PUSHED_BATCH = {
     "properties": {
         "ids": {"type": "array", "items": {"type": "string"}},
         "deduplicated": {"type": "array", "items": {"type": "boolean"}},
+        "debounced": {
+            "type": "array",
+            "items": {"type": "boolean"},
+            "description": "with any debounce_s in the batch: per job, as a single push says",
+        },
         **NOTES,
     },
 }
@@ -303,6 +380,8 @@ SPEC: dict[str, Any] = {
             "Job": JOB_IN,
             "JobByName": JOB_BY_NAME,
             "Stats": STATS,
+            "Limits": LIMITS,
+            "LimitsState": LIMITS_STATE,
             "JobState": JOB_OUT,
             "Error": ERROR,
             "ScheduleIn": SCHEDULE_IN,
@@ -400,6 +479,19 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "Stop draining a queue (pushes still accepted)", STATS_OK, 400
     ),
     ("POST", "/v1/queues/{queue}/resume"): _op("Drain a paused queue again", STATS_OK, 400),
+    ("GET", "/v1/queues/{queue}/limits"): _op(
+        "A queue's flow limits and their use now",
+        {"200": _json(_ref("LimitsState"), "limits")},
+        400,
+    ),
+    ("PUT", "/v1/queues/{queue}/limits"): _op(
+        "Replace a queue's flow limits (null: none of that kind); works on a queue with no "
+        "jobs yet",
+        {"200": _json(_ref("LimitsState"), "the limits now")},
+        400,
+        422,
+        requestBody={"required": True, "content": {"application/json": {"schema": _ref("Limits")}}},
+    ),
     ("POST", "/v1/jobs"): _push(
         "JobByName",
         "Push a job by name: to its `queue` if given, else to the queue it is registered with",
@@ -509,6 +601,8 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/queues/{queue}"): "queueStats",
     ("POST", "/v1/queues/{queue}/pause"): "pauseQueue",
     ("POST", "/v1/queues/{queue}/resume"): "resumeQueue",
+    ("GET", "/v1/queues/{queue}/limits"): "limits",
+    ("PUT", "/v1/queues/{queue}/limits"): "setLimits",
     ("GET", "/v1/jobs/{id}"): "job",
     ("DELETE", "/v1/jobs/{id}"): "cancel",
     ("GET", "/v1/failed"): "failed",

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..core.bounds import (
+    GROUP_RULE,
     ID_PATTERN,
     ID_RULE,
     MAX_ATTEMPTS,
@@ -26,11 +27,13 @@ from ..core.bounds import (
     MAX_UNIQUE_KEY,
     NAME_RULE,
     PRIORITY_RANGE,
+    is_group,
     is_name,
     json_depth,
     value_depth,
 )
 from ..core.config import Config
+from ..core.flow import Limits, LimitsError
 from ..core.job import QueuedJob, new_id
 from ..core.registry import Registry, spec_for
 from ..core.schedule import DEFAULT_CATCH_UP, DEFAULT_TZ, ScheduleDef, ScheduleError
@@ -47,7 +50,17 @@ SCHEDULE_FIELDS = {"id", "cron", "name", "payload", "queue", "tz", "catch_up"}
 SCHEDULE_ERROR_CODES = {"cron": "invalid_cron", "tz": "unknown_timezone"}
 """422 codes naming what is wrong with a schedule; other fields: `invalid`."""
 
-JOB_FIELDS = {"name", "payload", "delay_s", "max_attempts", "priority", "unique_key", "partition"}
+JOB_FIELDS = {
+    "name",
+    "payload",
+    "delay_s",
+    "max_attempts",
+    "priority",
+    "unique_key",
+    "partition",
+    "group",
+    "debounce_s",
+}
 """A job's fields in a push whose queue is in the path (or the RPC argument)."""
 JOB_FIELDS_WITH_QUEUE = JOB_FIELDS | {"queue"}
 """A job's fields in a push by name alone (POST /v1/jobs, RPC dispatch_job):
@@ -208,6 +221,23 @@ class Service:
         key = obj.get("unique_key")
         if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY):
             raise invalid(f"{where}unique_key must be a string of 1 to {MAX_UNIQUE_KEY} characters")
+        group = obj.get("group")
+        if group is not None and not is_group(group):
+            raise invalid(f"{where}group must match {GROUP_RULE}")
+        debounce = obj.get("debounce_s")
+        if debounce is not None:
+            if (
+                isinstance(debounce, bool)
+                or not isinstance(debounce, int | float)
+                or not 0 < debounce <= MAX_DELAY_S
+            ):
+                raise invalid(
+                    f"{where}debounce_s must be a number above 0 and at most {MAX_DELAY_S}"
+                )
+            if key is None:
+                raise invalid(
+                    f"{where}debounce_s needs a unique_key: the key names what it debounces"
+                )
         partition = obj.get("partition")
         if partition is not None and (
             not isinstance(partition, str) or not 1 <= len(partition) <= MAX_PARTITION
@@ -221,6 +251,8 @@ class Service:
                 max_attempts=max_attempts,
                 priority=priority,
                 unique_key=key,
+                group=group,
+                debounce_s=debounce,
                 at_ms=self.queue.clock(),
             )
             size = len(job.payload_json().encode())
@@ -278,12 +310,16 @@ class Service:
         shard = shard_of_id(job.id)
         job_id, paused = await self.shards.queue(shard).push_noting_paused(job)
         await self._pushed(job.queue, shard)
-        return {
+        out = {
             "id": job_id,
             "queue": job.queue,
             "deduplicated": job_id != job.id,
             **self._notes(job.queue, paused),
         }
+        if job.debounce_s:
+            # The job holding the key took this push's payload and start.
+            out["debounced"] = job.debounced
+        return out
 
     async def dispatch_batch(self, queue: str, jobs: Any) -> dict[str, Any]:
         check_queue(queue)
@@ -300,11 +336,14 @@ class Service:
                 )
         results, paused = await self.shards.queue(shards[0]).push_many_noting_paused(parsed)
         await self._pushed(queue, shards[0])
-        return {
+        out: dict[str, Any] = {
             "ids": [i for i, _ in results],
             "deduplicated": [d for _, d in results],
             **self._notes(queue, paused),
         }
+        if any(j.debounce_s for j in parsed):
+            out["debounced"] = [j.debounced for j in parsed]
+        return out
 
     # -- queues -----------------------------------------------------------------
 
@@ -322,6 +361,23 @@ class Service:
     async def clear(self, queue: str) -> dict[str, Any]:
         return {"deleted": await self.admin.clear(check_queue(queue))}
 
+    async def limits(self, queue: str) -> dict[str, Any]:
+        """The queue's flow limits and their use now."""
+        return (await self.admin.limits(check_queue(queue))).as_dict()
+
+    async def set_limits(self, queue: str, obj: Any) -> dict[str, Any]:
+        """Replace the queue's flow limits (null fields: none of that kind):
+        the whole body is checked before anything is written."""
+        check_queue(queue)
+        if value_depth(obj) > MAX_JSON_DEPTH:  # RPC arguments are not parsed by api.py
+            raise too_deep("the limits")
+        try:
+            limits = Limits.parse(obj)
+        except LimitsError as exc:
+            raise invalid(str(exc)) from None
+        await self.admin.set_limits(queue, limits)
+        return await self.limits(queue)
+
     # -- jobs -------------------------------------------------------------------
 
     async def job(self, id: str) -> dict[str, Any]:
@@ -335,7 +391,8 @@ class Service:
         state = (
             "reserved"  # a lapsed lease is ready: the next claim takes it over
             if found.reserved_until is not None and found.reserved_until > now
-            else ("ready" if found.available_at <= now else "delayed")
+            # A grouped job waiting its turn is ready whatever its fair tag.
+            else ("ready" if found.available_at <= now or found.waiting_turn else "delayed")
         )
         return {
             "id": found.id,
@@ -350,6 +407,7 @@ class Service:
             "created_at": found.created_at,
             "reserved_until": found.reserved_until,
             "unique_key": found.unique_key,
+            "group": found.group,
             "last_error": found.last_error,
         }
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from ..core.bounds import check_name
+from ..core.flow import Limits
 from ..core.job import QueuedJob, row_to_job
 from . import sql
 from .failed import (
@@ -18,6 +19,7 @@ from .failed import (
     FailedJob,
     FailedJobs,
 )
+from .flow import QueueLimits, effective, read_limits
 from .queue import D1Queue
 
 CURSOR_RULE = FAILED_CURSOR_RULE
@@ -33,6 +35,9 @@ class QueueStats:
     failed: int = 0
     oldest_ready_age_s: float | None = None
     paused: bool = False
+    limits: dict[str, Any] | None = None
+    """Its flow limits in the PUT body's shape (None: none); `reserved` is
+    their use: the jobs held now."""
 
 
 T = TypeVar("T")
@@ -70,12 +75,23 @@ class Admin:
         for r in results[1].rows:
             if r["queue"] is not None:
                 entry(r["queue"]).failed = int(r["failed"])
+        stored = {}
         for r in results[2].rows:
             if name is None or r["name"] == name:
                 entry(r["name"]).paused = bool(r["paused"])
+                stored[r["name"]] = r["limits"]
         if name is not None:
             entry(name)
+        for s in by_name.values():
+            limits, _ = effective(self.queue, s.queue, stored.get(s.queue))
+            s.limits = None if limits.none else limits.as_dict()
         return sorted(by_name.values(), key=lambda s: s.queue)
+
+    async def set_limits(self, name: str, limits: Limits) -> None:
+        await self.queue.set_limits(name, limits)
+
+    async def limits(self, name: str) -> QueueLimits:
+        return await read_limits(self.queue, name)
 
     async def set_paused(self, name: str, paused: bool) -> None:
         """A paused queue is not drained; pushes to it are still accepted."""

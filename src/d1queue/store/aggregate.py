@@ -19,14 +19,17 @@ With one shard every call is the one admin.py or schedules.py makes.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
+from ..core.flow import Limits
 from ..core.job import QueuedJob
 from ..core.registry import Registry, spec_for
 from ..core.shards import merge_pages
 from .admin import Admin, QueueStats
 from .failed import FailedJob, decode_cursor, encode_cursor
+from .flow import BUSIEST_GROUPS, QueueLimits
 from .schedules import Schedule, ScheduleDef, Schedules
 from .shardset import ShardQueue, ShardSet
 
@@ -48,6 +51,7 @@ def merge_stats(per_shard: list[list[QueueStats]]) -> list[QueueStats]:
             m.reserved += s.reserved
             m.failed += s.failed
             m.paused = m.paused or s.paused
+            m.limits = m.limits or s.limits
             ages = [a for a in (m.oldest_ready_age_s, s.oldest_ready_age_s) if a is not None]
             m.oldest_ready_age_s = max(ages) if ages else None
     return sorted(merged.values(), key=lambda s: s.queue)
@@ -99,6 +103,23 @@ class ShardedAdmin:
 
     async def prune_failed(self, older_than_s: float) -> int:
         return sum(await self._each(lambda a: a.prune_failed(older_than_s)))
+
+    async def set_limits(self, name: str, limits: Limits) -> None:
+        """On every shard: each database enforces them over its own claims
+        (docs/flow-control.md, "Shards")."""
+        await self._each(lambda a: a.set_limits(name, limits))
+
+    async def limits(self, name: str) -> QueueLimits:
+        """The queue's limits (its home shard's, which every shard is given)
+        and its jobs held now on every shard, added up."""
+        per_shard = await self._each(lambda a: a.limits(name))
+        out = per_shard[0]
+        by_group: Counter[str] = Counter()
+        for shard in per_shard:
+            by_group.update(shard.running_by_group)
+        out.running = sum(shard.running for shard in per_shard)
+        out.running_by_group = dict(by_group.most_common(BUSIEST_GROUPS))
+        return out
 
     async def clear(self, queue: str) -> int:
         """Delete every job on `queue`, on every shard; how many."""

@@ -545,7 +545,8 @@ def select_unique_holders(n: int) -> str:
 # every job is read once, as counting needs, and no table is scanned.
 # ?1 now
 _RESERVED = "(j.reserved_at IS NOT NULL AND j.locked_until > ?1)"
-_READY = "(j.locked_until <= ?1 AND j.available_at <= ?1)"
+# A grouped job waiting its turn is ready whatever its fair tag says.
+_READY = "(j.locked_until <= ?1 AND (j.available_at <= ?1 OR j.band > 1000))"
 _JOB_STATS = (
     f"SELECT j.queue AS queue, SUM({_RESERVED}) AS reserved, SUM({_READY}) AS ready, "
     f"SUM(NOT {_RESERVED} AND NOT {_READY}) AS delayed, "
@@ -564,7 +565,7 @@ FAILED_COUNTS = (
     "WHERE f.queue = q.name) AS failed FROM q WHERE q.name IS NOT NULL"
 )
 FAILED_COUNT_ONE = "SELECT queue, COUNT(*) AS failed FROM d1queue_failed_jobs WHERE queue = ?1"
-QUEUE_STATES = "SELECT name, paused FROM d1queue_queues"
+QUEUE_STATES = "SELECT name, paused, limits FROM d1queue_queues"
 PAUSED_QUEUES = "SELECT name FROM d1queue_queues WHERE paused = 1"
 
 # ?1 name ?2 paused (0/1) ?3 now
@@ -815,7 +816,8 @@ STATS_BY_QUEUE = (
 
 _JOB_STATE = (
     "CASE WHEN reserved_at IS NOT NULL AND locked_until > ?7 THEN 'reserved' "
-    "WHEN locked_until <= ?7 AND available_at <= ?7 THEN 'ready' ELSE 'delayed' END"
+    f"WHEN locked_until <= ?7 AND (available_at <= ?7 OR band > {TOP_PRIORITY}) THEN 'ready' "
+    "ELSE 'delayed' END"
 )
 
 # A page of one queue's jobs in claim order (the key's order: ready band by
