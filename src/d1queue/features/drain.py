@@ -585,8 +585,6 @@ class Drain:
         for name in turns:
             if not done.found.get(name):
                 active.remove(name)  # nothing ready on this queue (or at its limit)
-                if name in self.flows and self.flows[name].limits.queue_wide:
-                    report.limited += 1
         if done.limited:
             # A queue whose every claim this round a limit refused is at its
             # limit: other invocations hold its places. Its jobs wait for a

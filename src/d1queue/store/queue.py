@@ -176,6 +176,8 @@ def _order(rows: Sequence[Sequence[Any]], n: int, flow: Flow | None) -> list[Que
     queue with groups, the grouped bands' head (groups in turn, by fair tag)
     taking turns with the rest (jobs with no group, due delayed ones and
     retries), priority first."""
+    if rows and rows[-1][0] is None:  # the guard's row: no job was read
+        rows = rows[:-1]
     if flow is None or not flow.grouped:
         return claim_order(rows, n)
     jobs = [values_to_job(r) for r in rows]
@@ -615,6 +617,7 @@ class D1Queue:
         statements, firsts, carried = self._settle_statements(outcomes, now)
         selects = [_select(q, now, k, flows.get(q), guarded=True) for q, k in shares.items()]
         marks: list[Mark] = []
+        held_back = 0
         if ahead is not None and all(q in ahead for q in shares):
             heads = [ahead[q][:k] for q, k in shares.items()]
         else:
@@ -634,6 +637,9 @@ class D1Queue:
                 _order(r.rows, k, flows.get(q))
                 for r, (q, k) in zip(found, shares.items(), strict=True)
             ]
+            # A queue its guard held back (at its limit) answered one row
+            # of NULLs: none of its jobs was read.
+            held_back = sum(1 for r in found if r.rows and r.rows[-1][0] is None)
         offered = dict(zip(shares, (len(h) for h in heads), strict=True))
         candidates = interleave(heads)[:n]
         if flows:
@@ -661,7 +667,7 @@ class D1Queue:
         if not read_ahead:
             selects = []
         if not claims and not statements:
-            return Round(marks, [], len(candidates), found=offered)
+            return Round(marks, [], len(candidates), found=offered, limited=held_back)
         try:
             results = await self.binding.batch([*statements, *claims, *selects], positional=True)
         except Exception as exc:
@@ -674,7 +680,7 @@ class D1Queue:
             marks = await self._marks(outcomes, results, firsts, carried)
         base = len(statements)
         claimed = [results[base + i] for i in at]
-        limited = sum(
+        limited = held_back + sum(
             1
             for t, i in zip(takes, at, strict=True)
             if t >= 0

@@ -286,15 +286,21 @@ def select_flow_candidates(*, grouped: bool, guarded: bool, spaced: bool = False
     if not guarded:
         return text
     # The guard is the queue's name itself: the key's first column is
-    # sought for a scalar subquery SQLite evaluates once, which gives NULL
-    # when the queue is at its limit, and no key equals NULL. (A guard as a
-    # term of its own would be tested row by row, reading the whole range
-    # when every row fails it.)
+    # sought for the value of `g`, evaluated once, which holds no row when
+    # the queue is at its limit, and no key equals NULL. (A guard as a term
+    # of its own would be tested row by row, reading the whole range when
+    # every row fails it.) A last row of NULLs (no id) says the guard held
+    # the round back: the drain counts the queue as limited.
     guard = (
-        f"(SELECT ?1 WHERE COALESCE((SELECT {_open(1, 2, 4, 5, 6)} FROM d1queue_flow "
-        "WHERE queue = ?1 AND grp = '*'), 1))"
+        "WITH g(q) AS MATERIALIZED (SELECT ?1 WHERE COALESCE((SELECT "
+        f"{_open(1, 2, 4, 5, 6)} FROM d1queue_flow WHERE queue = ?1 AND grp = '*'), 1)) "
     )
-    return text.replace("WHERE queue = ?1 AND", f"WHERE queue = {guard} AND")
+    nulls = ", ".join(["NULL"] * len(JOB_COLUMN_NAMES))
+    return (
+        guard
+        + text.replace("WHERE queue = ?1 AND", "WHERE queue = (SELECT q FROM g) AND")
+        + f" UNION ALL SELECT {nulls} WHERE NOT EXISTS (SELECT 1 FROM g)"
+    )
 
 
 # What a drain reads of d1queue_queues (with its survey, in one round trip):
