@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from d1queue import sql
+from d1queue import QueuedJob, sql
 from d1queue.interfaces.testing import MIGRATIONS, SqliteD1
 from d1queue.store.queue import D1Queue
 
@@ -184,3 +184,31 @@ async def test_the_queue_runs_the_moved_jobs_as_before(tmp_path: Path) -> None:
     assert await queue.dispatch("t", unique_key="key10") == "j0010"
     found = await queue.job("j0001")
     assert found is not None and found.available_at == FUTURE + 1, "looked up by id"
+
+
+async def test_0009_keeps_every_row_and_the_unique_lock(tmp_path: Path) -> None:
+    """Flow control adds columns, a table and a narrower unique index: every
+    job, failure and queue row is kept as it was, with no group and not
+    debounced, and a held unique key still refuses a second job."""
+    db = populated_v2(tmp_path)
+    db.apply_migrations(up_to(tmp_path, "0008_dashboard_signouts.sql"))
+    before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    failed = db.query("SELECT * FROM d1queue_failed_jobs")
+    queues = db.query("SELECT * FROM d1queue_queues")
+    assert db.apply_migrations(MIGRATIONS) == ["0009_flow_control.sql"]
+    after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    assert after.keys() == before.keys() and len(after) == 300
+    for id, old in before.items():
+        new = after[id]
+        assert {k: new[k] for k in old} == old, id
+        assert (new["grp"], new["debounce"]) == (None, 0), id
+    assert [
+        {k: r[k] for k in failed[0]} for r in db.query("SELECT * FROM d1queue_failed_jobs")
+    ] == (failed)
+    assert [
+        {k: r[k] for k in queues[0]} for r in db.query("SELECT * FROM d1queue_queues")
+    ] == queues
+    keyed = next(r for r in before.values() if r["unique_key"] is not None)
+    queue = D1Queue(db, clock=Clock(NOW))
+    job = QueuedJob.new("t", 1, queue=keyed["queue"], unique_key=keyed["unique_key"])
+    assert await queue.push(job) == keyed["id"], "the key is still held"
