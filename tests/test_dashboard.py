@@ -784,3 +784,177 @@ async def test_d1_unavailable_is_a_503_page_with_retry_after_and_a_bug_a_500_wit
     assert reply.status == 500 and "retry-after" not in reply.headers
     assert "secret_column" not in reply.body and "log" in reply.body
     assert (await browser.get("/ui")).status == 200
+
+
+# -- flow limits -------------------------------------------------------------------
+
+LIMITS_FORM = {
+    "concurrency": "3",
+    "group_concurrency": "1",
+    "rate_limit": "5",
+    "rate_period_s": "10",
+    "group_rate_limit": "",
+    "group_rate_period_s": "",
+}
+LIMITS = {
+    "concurrency": 3,
+    "group_concurrency": 1,
+    "rate": {"limit": 5, "period_s": 10},
+    "group_rate": None,
+}
+
+
+def stored_limits(db: SqliteD1) -> dict[str, Any]:
+    return {r["name"]: r["limits"] for r in db.query("SELECT name, limits FROM d1queue_queues")}
+
+
+async def test_the_pages_show_limits_their_use_and_groups(
+    browser: Browser, service: Service
+) -> None:
+    await service.dispatch("mail", {"name": "echo", "payload": 0})
+    body = (await browser.get("/ui")).body
+    assert '<th scope="col" class="hide-narrow">Limits</th>' in body
+    assert '<td class="hide-narrow"><span class="muted">none</span></td>' in body
+    body = (await browser.get("/ui/queues/mail")).body
+    assert "None: drains claim this queue" in body
+    assert "<dt>Concurrency</dt><dd>no limit (0 running)</dd>" in body
+
+    await service.set_limits("mail", {**LIMITS, "group_rate": {"limit": 2, "period_s": 120}})
+    ids = [
+        (await service.dispatch("mail", {"name": "echo", "payload": i, "group": g}))["id"]
+        for i, g in enumerate(["acct:1", "b"])
+    ]
+    await service.dispatch("mail", {"name": "echo", "group": "acct:1", "delay_s": 60})
+    held = await service.queue.reserve_batch("mail", 3)
+    assert len(held) == 3  # a job of each group: acct:1, b, and no group
+    body = (await browser.get("/ui")).body
+    row = re.search(r'<tr><th scope="row"><a href="/ui/queues/mail">mail</a></th>(.*?)</tr>', body)
+    assert row, body
+    assert (
+        "concurrency 3/3 running, group concurrency 1, rate 5 per 10 s, group rate 2 per 2 min"
+        in row.group(1)
+    )
+
+    body = (await browser.get("/ui/queues/mail")).body
+    assert "Set here or over the API" in body
+    assert "<dt>Concurrency</dt><dd>3 of 3 running</dd>" in body
+    assert "<dt>Per group</dt><dd>at most 1 running</dd>" in body
+    assert "<dt>Rate</dt><dd>5 claims per 10 s</dd>" in body
+    assert "<dt>Rate per group</dt><dd>2 claims per 2 min</dd>" in body
+    # The busiest groups; jobs without a group are a group of their own.
+    assert '<th scope="row">acct:1</th><td class="num">1 / 1</td>' in body
+    assert '<span class="muted">no group</span></th><td class="num">1 / 1</td>' in body
+    # The form is filled with the limits in force.
+    for name, value in {
+        **LIMITS_FORM,
+        "group_rate_limit": "2",
+        "group_rate_period_s": "120",
+    }.items():
+        assert re.search(rf'name="{name}" value="{value}"', body), name
+    # The job list's Group column, and the job page's.
+    assert '<td class="hide-narrow">acct:1</td>' in body
+    assert '<td class="hide-narrow"><span class="muted">—</span></td>' in body
+    job = (await browser.get(f"/ui/jobs/{ids[1]}")).body
+    assert "<dt>Group</dt><dd>b</dd>" in job
+
+
+async def test_limits_are_set_from_the_queue_page_after_confirming(
+    browser: Browser, service: Service, db: SqliteD1
+) -> None:
+    await browser.get("/ui/queues/mail")
+    form = {"csrf": browser.csrf(), "back": "/ui/queues/mail?state=ready", **LIMITS_FORM}
+    confirm = await browser.post("/ui/queues/mail/limits", form)
+    assert confirm.status == 200, confirm.body
+    assert (
+        "Set the flow limits of queue mail to <strong>concurrency 3, group concurrency 1, "
+        "rate 5 per 10 s</strong>?" in confirm.body
+    )
+    assert "Now: no limits (0 running)" in confirm.body and ">Set limits</button>" in confirm.body
+    assert 'name="confirm" value="yes"' in confirm.body
+    assert stored_limits(db) == {}, "nothing is written before confirming"
+
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', confirm.body))
+    assert fields["back"] == "/ui/queues/mail?state=ready"
+    reply = await browser.post("/ui/queues/mail/limits", fields)
+    assert reply.status == 303
+    assert reply.headers["location"] == "/ui/queues/mail?state=ready&notice=limits_set"
+    assert (await service.limits("mail"))["limits"] == LIMITS
+    assert (await service.limits("mail"))["source"] == "api"
+    body = (await browser.get(reply.headers["location"])).body
+    assert "Limits saved" in body and "<dt>Concurrency</dt><dd>0 of 3 running</dd>" in body
+    overview = (await browser.get("/ui")).body
+    assert "concurrency 0/3 running, group concurrency 1, rate 5 per 10 s" in overview
+
+    # Every field empty: no limits at all, stored as such.
+    empty = {k: "" for k in LIMITS_FORM}
+    reply = await browser.post(
+        "/ui/queues/mail/limits", {"csrf": browser.csrf(), "confirm": "yes", **empty}
+    )
+    assert reply.headers["location"] == "/ui/queues/mail?notice=limits_set"
+    assert (await service.limits("mail"))["limits"] == dict.fromkeys(LIMITS)
+    assert (await service.queue_stats("mail"))["limits"] is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"concurrency": "0"}, "concurrency must be an integer from 1 to 1000, got 0"),
+        ({"concurrency": "-2"}, "got -2"),
+        ({"concurrency": "2.5"}, "got &#x27;2.5&#x27;"),
+        ({"group_concurrency": "1001"}, "group_concurrency must be an integer from 1 to 1000"),
+        ({"concurrency": "<b>x</b>"}, "got &#x27;&lt;b&gt;x&lt;/b&gt;&#x27;"),
+        ({"concurrency": "9" * 40}, "got &#x27;99999999999999999999999…&#x27;"),
+        ({"rate_limit": "5"}, "rate needs limit and period_s"),
+        ({"group_rate_period_s": "10"}, "group_rate needs limit and period_s"),
+        ({"rate_limit": "5", "rate_period_s": "86401"}, "period_s must be an integer from 1"),
+        ({"group_rate_limit": "x", "group_rate_period_s": "1"}, "group_rate.limit must be"),
+    ],
+)
+async def test_bad_limits_are_a_422_page_at_either_step_and_write_nothing(
+    browser: Browser, service: Service, db: SqliteD1, fields: dict[str, str], message: str
+) -> None:
+    await service.set_limits("mail", {"concurrency": 7})
+    before = stored_limits(db)
+    csrf = browser.csrf()
+    for confirm in ("", "yes"):
+        form = {"csrf": csrf, **dict.fromkeys(LIMITS_FORM, ""), **fields, "confirm": confirm}
+        reply = await browser.post("/ui/queues/mail/limits", form)
+        assert reply.status == 422, reply.body
+        assert 'role="alert"' in reply.body and message in reply.body
+        assert "Nothing was changed" in reply.body
+        assert "location" not in reply.headers
+    assert stored_limits(db) == before
+
+
+async def test_setting_limits_needs_the_csrf_token_and_a_session(
+    browser: Browser, board: Dashboard, clock: Clock, db: SqliteD1
+) -> None:
+    form = {**LIMITS_FORM, "confirm": "yes"}
+    for token in ({}, {"csrf": ""}, {"csrf": "x" * 43}):
+        reply = await browser.post("/ui/queues/mail/limits", {**form, **token})
+        assert reply.status == 403 and "security token" in reply.body, token
+    reply = await browser.post(
+        "/ui/queues/mail/limits", {**form, "csrf": browser.csrf()}, origin="https://evil.example"
+    )
+    assert reply.status == 403
+    reply = await Browser(board, clock).post("/ui/queues/mail/limits", form)
+    assert reply.status == 401
+    assert stored_limits(db) == {}
+    reply = await browser.post("/ui/queues/bad%20name/limits", {**form, "csrf": browser.csrf()})
+    assert reply.status == 400 and stored_limits(db) == {}
+
+
+async def test_limits_declared_in_code_are_shown_as_such(
+    db: SqliteD1, clock: Clock, browser: Browser, service: Service
+) -> None:
+    service.registry.limit("mail", concurrency=2)
+    body = (await browser.get("/ui/queues/mail")).body
+    assert "Declared in the Worker&#x27;s code" in body
+    assert "<dt>Concurrency</dt><dd>0 of 2 running</dd>" in body
+    assert 'name="concurrency" value="2"' in body
+    await browser.get("/ui/queues/mail")
+    confirm = await browser.post(
+        "/ui/queues/mail/limits", {"csrf": browser.csrf(), **LIMITS_FORM, "concurrency": "4"}
+    )
+    assert "replace the limits declared in code" in confirm.body
+    assert "Now: concurrency 2" in confirm.body

@@ -202,6 +202,51 @@ def test_pause_and_resume(context: BrowserContext, ui_host: Host) -> None:
     assert ui_host.api("GET", "/v1/queues/mail").json()["paused"] is True
 
 
+def test_limits_are_set_through_the_queue_page_after_confirming(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    job = {"name": "example.echo", "payload": 1, "group": "acct:7", "delay_s": 3600}
+    pushed = ui_host.api("POST", "/v1/queues/flow/jobs", job)  # delayed: no drain runs it
+    assert pushed.status == 201, pushed.text
+    page = context.new_page()
+    sign_in(page)
+    expect(queue_row(page, "flow")).to_contain_text("none")
+    page.get_by_role("link", name="flow", exact=True).click()
+    expect(page.get_by_text("None: drains claim this queue's jobs")).to_be_visible()
+    expect(page.get_by_role("cell", name="acct:7")).to_be_visible()  # the job list's Group
+    page.get_by_label("Concurrency", exact=True).fill("3")
+    page.get_by_label("Group concurrency").fill("1")
+    page.get_by_label("Rate: claims", exact=True).fill("5")
+    page.get_by_label("Rate: per seconds", exact=True).fill("10")
+    page.get_by_role("button", name="Change limits").click()
+    expect(page.get_by_text("Set the flow limits of queue flow to")).to_contain_text(
+        "concurrency 3, group concurrency 1, rate 5 per 10 s"
+    )
+    shot(page, "14-confirm-limits")
+    # Nothing is stored before confirming.
+    assert ui_host.api("GET", "/v1/queues/flow/limits").json()["source"] == "none"
+    page.get_by_role("button", name="Set limits").click()
+    expect(page.get_by_role("status")).to_have_text(
+        "Limits saved: every drain claims under them from its next claim."
+    )
+    expect(page.get_by_text("0 of 3 running")).to_be_visible()
+    expect(page.get_by_text("5 claims per 10 s")).to_be_visible()
+    expect(page.get_by_label("Concurrency", exact=True)).to_have_value("3")
+    shot(page, "15-queue-limits")
+    got = ui_host.api("GET", "/v1/queues/flow/limits").json()
+    assert got["source"] == "api"
+    assert got["limits"] == {
+        "concurrency": 3,
+        "group_concurrency": 1,
+        "rate": {"limit": 5, "period_s": 10},
+        "group_rate": None,
+    }
+    page.goto("/ui")
+    expect(queue_row(page, "flow")).to_contain_text(
+        "concurrency 0/3 running, group concurrency 1, rate 5 per 10 s"
+    )
+
+
 def test_a_state_change_without_its_csrf_token_is_refused(
     context: BrowserContext, ui_host: Host
 ) -> None:

@@ -101,6 +101,7 @@ class Dashboard:
                 Route("GET", "/ui/queues/{queue}", pages.queue_page),
                 Route("POST", "/ui/queues/{queue}/pause", pages.pause),
                 Route("POST", "/ui/queues/{queue}/resume", pages.resume),
+                Route("POST", "/ui/queues/{queue}/limits", pages.set_limits),
                 Route("GET", "/ui/jobs/{id}", pages.job_page),
                 Route("POST", "/ui/jobs/{id}/cancel", pages.cancel),
                 Route("POST", "/ui/jobs/{id}/run", pages.run_now),

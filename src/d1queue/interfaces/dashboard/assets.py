@@ -64,7 +64,15 @@ form.inline { display: inline; margin: 0; }
 input[type=text], input[type=password], input[type=search], select { font: inherit;
   padding: .35rem .5rem; border: 1px solid var(--line); border-radius: 6px;
   background: var(--bg); color: var(--fg); min-width: 10rem; max-width: 100%; }
+input[type=number] { font: inherit; padding: .35rem .5rem; border: 1px solid var(--line);
+  border-radius: 6px; background: var(--bg); color: var(--fg); width: 9rem; max-width: 100%; }
 .field { margin: 0 0 1rem; }
+.limits-form { margin: 0 0 1rem; padding: .75rem; background: var(--panel);
+  border: 1px solid var(--line); border-radius: 6px; }
+.limits-form .fields { display: flex; flex-wrap: wrap; gap: .6rem 1rem; }
+.limits-form label { display: block; font-size: .85rem; color: var(--muted); }
+.table-wrap.narrow { max-width: 24rem; margin: 0 0 1rem; }
+caption { text-align: left; padding: .45rem .6rem; font-weight: 600; }
 .signin { max-width: 26rem; margin: 3rem auto; padding: 1.5rem; border: 1px solid var(--line);
   border-radius: 8px; background: var(--panel); }
 .signin input { width: 100%; }

@@ -1,18 +1,22 @@
 """The dashboard's pages and the actions behind their forms: the overview,
-a queue, a job, the failed jobs, the schedules. Each handler gets a request
-the dashboard already admitted (auth.py): signed in, and for an action
-carrying the session's CSRF token. Input is checked before anything is
-written; a bad value is a 400 page that says what was wrong. Payloads are
+a queue (and its flow limits), a job, the failed jobs, the schedules. Each
+handler gets a request the dashboard already admitted (auth.py): signed in,
+and for an action carrying the session's CSRF token. Input is checked before
+anything is written; a bad value is a 400 page that says what was wrong (422
+for limits, as the API answers the same body). Payloads are
 shown with their secrets masked (mask.py), error texts scrubbed of them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from ...core.bounds import ID_PATTERN, NAME_RULE, is_name
+from ...core.bounds import ID_PATTERN, LIMIT_RANGE, NAME_RULE, PERIOD_RANGE, is_name
+from ...core.flow import LIMIT_FIELDS, Limits, LimitsError
 from ...store import stats as counters
 from ...store.dashboard import PAGE, STATES, Store
 from ..router import Reply
@@ -46,6 +50,7 @@ NOTICES = {
     "already_ready": "The job was already due; nothing changed.",
     "retried": "{n} failed job(s) put back on their queues.",
     "removed": "{n} failed job(s) removed for good.",
+    "limits_set": "Limits saved: every drain claims under them from its next claim.",
 }
 """The messages an action's redirect may ask a page to show (`?notice=`):
 fixed texts, so nothing from the URL is shown as a message."""
@@ -119,6 +124,7 @@ class Pages:
                 else '<span class="badge running">Running</span>'
             )
             failed = s.failed if s else 0
+            limits = _limits_brief(s.limits, s.reserved) if s else _limits_brief(None, 0)
             failed_link = (
                 f'<a href="/ui/failed{h.qs({"queue": name})}">{failed}</a>' if failed else "0"
             )
@@ -132,6 +138,7 @@ class Pages:
                 f'<td class="hide-narrow">{h.age(s.oldest_ready_age_s if s else None)}</td>'
                 f"<td>{state}</td>"
                 f'<td class="num">{d.hour}</td><td class="num hide-narrow">{d.day}</td>'
+                f'<td class="hide-narrow">{limits}</td>'
                 f"<td>{button}</td></tr>"
             )
         if rows:
@@ -144,6 +151,7 @@ class Pages:
                 '<th scope="col" class="hide-narrow">Oldest ready</th>'
                 '<th scope="col">State</th><th scope="col" class="num">Done 1 h</th>'
                 '<th scope="col" class="num hide-narrow">Done 24 h</th>'
+                '<th scope="col" class="hide-narrow">Limits</th>'
                 '<th scope="col">Action</th></tr>'
                 f"</thead><tbody>{''.join(rows)}</tbody></table></div>"
             )
@@ -179,6 +187,7 @@ class Pages:
             page = await self.store.queue_jobs(queue, state=state, name=name, cursor=cursor or None)
         except ValueError as exc:
             raise Refused(400, str(exc)) from None
+        flow = await self.service.limits(queue)  # one round trip (a shard each)
         now = request.now_ms
         here = f"/ui/queues/{h.q(queue)}" + h.qs({"state": state, "name": name, "cursor": cursor})
         action = "resume" if stats.paused else "pause"
@@ -215,6 +224,7 @@ class Pages:
                 "<tr>"
                 f'<td class="mono"><a href="/ui/jobs/{h.q(r["id"])}">{h.e(r["id"])}</a></td>'
                 f"<td>{h.e(r['name'])}</td>"
+                f'<td class="hide-narrow">{_group(r["grp"])}</td>'
                 f'<td><span class="badge {h.e(r["state"])}">{h.e(r["state"])}</span></td>'
                 f'<td class="num">{r["attempts"]} / {r["max_attempts"]}</td>'
                 f'<td class="num hide-narrow">{r["priority"]}</td>'
@@ -226,6 +236,7 @@ class Pages:
             listing = (
                 '<div class="table-wrap"><table><caption class="visually-hidden">Jobs</caption>'
                 '<thead><tr><th scope="col">Job id</th><th scope="col">Name</th>'
+                '<th scope="col" class="hide-narrow">Group</th>'
                 '<th scope="col">State</th><th scope="col" class="num">Attempts</th>'
                 '<th scope="col" class="num hide-narrow">Priority</th>'
                 '<th scope="col">Available at</th><th scope="col" class="hide-narrow">'
@@ -256,6 +267,9 @@ class Pages:
             f"{notice(request)}"
             f'<div id="queue-summary" data-live>{summary}'
             f'<div class="actions">{control}</div></div>'
+            '<h2 id="limits-h">Flow limits</h2>'
+            f'<div id="queue-limits" data-live>{_limits_usage(flow)}</div>'
+            f"{_limits_form(request, queue, flow['limits'], here)}"
             f'<h2 id="jobs-h">Jobs</h2>{filters}'
             f'<section id="jobs" data-live aria-labelledby="jobs-h">{listing}{pager}</section>'
         )
@@ -266,6 +280,42 @@ class Pages:
         back = safe_back(request.field("back"), f"/ui/queues/{h.q(queue)}", "back")
         await self.service.set_paused(queue, paused)
         return redirect(with_notice(back, "paused" if paused else "resumed"))
+
+    async def set_limits(self, request: Request, queue: str) -> Reply:
+        """Replace the queue's flow limits from the queue page's form: first a
+        confirmation page giving the limits now and those sent, then (with
+        `confirm=yes`) the write, through the API's own Service.set_limits.
+        Limits the form's values do not make (Limits.parse's rule) are a 422
+        page saying why, at either step, and nothing is written."""
+        check_name("queue", queue)
+        home = f"/ui/queues/{h.q(queue)}"
+        back = safe_back(request.field("back"), home, "back")
+        limits = limits_of_form(request)
+        if request.field("confirm") != "yes":
+            now = await self.service.limits(queue)
+            new = _limits_text(limits.as_dict()) or "no limits"
+            was = _limits_text(now["limits"]) or "no limits"
+            note = (
+                "<p>These replace the limits declared in code (Registry.limit) for this "
+                "queue, until set again here or over the API.</p>"
+                if now["source"] == "code"
+                else ""
+            )
+            fields = "".join(h.hidden(k, v) for k, v in _form_values(limits.as_dict()).items())
+            body = (
+                f"<h1>Confirm</h1><p>Set the flow limits of queue {h.e(queue)} to "
+                f"<strong>{h.e(new)}</strong>?</p><p>Now: {h.e(was)} "
+                f"({h.e(now['running'])} running). Every drain claims under the new limits "
+                "from its next claim; jobs running now are not stopped.</p>"
+                f'{note}<form method="post" action="{home}/limits">{csrf_field(request)}'
+                f"{fields}{h.hidden('back', back)}{h.hidden('confirm', 'yes')}"
+                '<div class="actions"><button type="submit" class="primary" autofocus>'
+                f'Set limits</button><a class="button" href="{h.e(back)}">Go back</a>'
+                "</div></form>"
+            )
+            return Reply(200, html_page(request, "Confirm", body))
+        await self.service.set_limits(queue, limits.as_dict())
+        return redirect(with_notice(back, "limits_set"))
 
     async def pause(self, request: Request, queue: str) -> Reply:
         return await self._set_paused(request, queue, True)
@@ -300,6 +350,7 @@ class Pages:
             ("Id", f'<span class="mono">{h.e(job["id"])}</span>'),
             ("Queue", f'<a href="/ui/queues/{h.q(job["queue"])}">{h.e(job["queue"])}</a>'),
             ("Name", h.e(job["name"])),
+            ("Group", _group(job.get("group"))),
             ("State", f'<span class="badge {h.e(job["state"])}">{h.e(job["state"])}</span>'),
             ("Attempts", f"{job['attempts']} of {job['max_attempts']}"),
             ("Priority", h.e(job["priority"])),
@@ -597,6 +648,191 @@ class Pages:
 
     async def resume_schedule(self, request: Request, id: str) -> Reply:
         return await self._set_schedule_paused(request, id, False)
+
+
+_INTEGER = re.compile(r"-?[0-9]{1,12}")
+"""A form's number, read as an integer for Limits.parse to judge; any other
+text goes to it as the text, which it refuses saying what it got."""
+
+_FORM_FIELDS = {
+    "rate": ("rate_limit", "rate_period_s"),
+    "group_rate": ("group_rate_limit", "group_rate_period_s"),
+}
+"""The form's two fields of each rate: its limit and its period_s."""
+
+
+def _form_number(request: Request, name: str) -> object:
+    """A field of the limits form: None when empty, an int when it is one,
+    else its text (cut short: it is only quoted in the error)."""
+    text = request.field(name).strip()
+    if not text:
+        return None
+    if _INTEGER.fullmatch(text):
+        return int(text)
+    return text if len(text) <= 24 else text[:23] + "…"
+
+
+def limits_of_form(request: Request) -> Limits:
+    """The limits the queue page's form sends, judged by Limits.parse, the
+    rule the API applies to a PUT body: an empty field is no limit of that
+    kind, a rate with one of its two fields filled is refused. A 422 page
+    with LimitsError's message otherwise, before anything is written."""
+    body: dict[str, Any] = {}
+    for name in LIMIT_FIELDS:
+        if name in _FORM_FIELDS:
+            limit, period = (_form_number(request, f) for f in _FORM_FIELDS[name])
+            if limit is None and period is None:
+                body[name] = None
+                continue
+            body[name] = {
+                k: v for k, v in (("limit", limit), ("period_s", period)) if v is not None
+            }
+        else:
+            body[name] = _form_number(request, name)
+    try:
+        return Limits.parse(body)
+    except LimitsError as exc:
+        raise Refused(422, f"Nothing was changed: {exc}.") from None
+
+
+def _form_values(limits: Mapping[str, Any]) -> dict[str, str]:
+    """A limits body (the PUT body's shape) as the form's fields ("" for none)."""
+    out = {}
+    for name in LIMIT_FIELDS:
+        value = limits.get(name)
+        if name in _FORM_FIELDS:
+            limit, period = _FORM_FIELDS[name]
+            out[limit] = "" if value is None else str(value["limit"])
+            out[period] = "" if value is None else str(value["period_s"])
+        else:
+            out[name] = "" if value is None else str(value)
+    return out
+
+
+def _period(seconds: int) -> str:
+    """A rate's period as an operator reads it: 10 s, 1 min, 2 h, 1 d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+def _limits_text(limits: Mapping[str, Any] | None, running: int | None = None) -> str:
+    """A limits body in words ("" for none): `running` is the queue's jobs
+    held now, shown against its concurrency."""
+    if not limits:
+        return ""
+    parts = []
+    n = limits.get("concurrency")
+    if n is not None:
+        parts.append(
+            f"concurrency {running}/{n} running" if running is not None else f"concurrency {n}"
+        )
+    n = limits.get("group_concurrency")
+    if n is not None:
+        parts.append(f"group concurrency {n}")
+    for name, label in (("rate", "rate"), ("group_rate", "group rate")):
+        rate = limits.get(name)
+        if rate is not None:
+            parts.append(f"{label} {rate['limit']} per {_period(rate['period_s'])}")
+    return ", ".join(parts)
+
+
+def _limits_brief(limits: Mapping[str, Any] | None, running: int) -> str:
+    """The overview's Limits cell, from the stats' read alone."""
+    text = _limits_text(limits, running)
+    return h.e(text) if text else '<span class="muted">none</span>'
+
+
+def _group(group: str | None) -> str:
+    return h.e(group) if group is not None else '<span class="muted">—</span>'
+
+
+NO_GROUP = '<span class="muted">no group</span>'
+"""Jobs pushed without a group: Service.limits names them ""."""
+
+SOURCES = {
+    "api": "Set here or over the API (PUT /v1/queues/…/limits).",
+    "code": "Declared in the Worker's code (Registry.limit); saving the form below replaces them.",
+    "none": "None: drains claim this queue's jobs as fast as they run them.",
+}
+
+
+def _limits_usage(flow: Mapping[str, Any]) -> str:
+    """The queue page's limits and their use now (Service.limits)."""
+    limits, running = flow["limits"], flow["running"]
+    source = h.e(SOURCES.get(flow["source"], ""))
+    rows = []
+    n = limits["concurrency"]
+    rows.append(
+        (
+            "Concurrency",
+            f"{running} of {n} running" if n is not None else f"no limit ({running} running)",
+        )
+    )
+    n = limits["group_concurrency"]
+    rows.append(("Per group", f"at most {n} running" if n is not None else "no limit"))
+    for name, label in (("rate", "Rate"), ("group_rate", "Rate per group")):
+        rate = limits[name]
+        rows.append(
+            (
+                label,
+                f"{rate['limit']} claims per {_period(rate['period_s'])}"
+                if rate is not None
+                else "no limit",
+            )
+        )
+    props = "".join(f"<dt>{k}</dt><dd>{h.e(v)}</dd>" for k, v in rows)
+    busiest = flow["running_by_group"]
+    groups = ""
+    if busiest:
+        cap = limits["group_concurrency"]
+        of = f" / {cap}" if cap is not None else ""
+        cells = "".join(
+            f'<tr><th scope="row">{h.e(g) if g else NO_GROUP}</th><td class="num">{k}{of}</td></tr>'
+            for g, k in busiest.items()
+        )
+        groups = (
+            '<div class="table-wrap narrow"><table><caption>Running now, busiest groups '
+            'first</caption><thead><tr><th scope="col">Group</th>'
+            f'<th scope="col" class="num">Running</th></tr></thead><tbody>{cells}</tbody>'
+            "</table></div>"
+        )
+    return f'<p class="muted">{source}</p><dl class="props">{props}</dl>{groups}'
+
+
+def _limits_form(request: Request, queue: str, limits: Mapping[str, Any], back: str) -> str:
+    """The form changing the queue's limits, filled with those in force;
+    sent, it asks to confirm (Pages.set_limits)."""
+    values = _form_values(limits)
+    lo, hi = LIMIT_RANGE
+    plo, phi = PERIOD_RANGE
+    labels = {
+        "concurrency": "Concurrency",
+        "group_concurrency": "Group concurrency",
+        "rate_limit": "Rate: claims",
+        "rate_period_s": "Rate: per seconds",
+        "group_rate_limit": "Group rate: claims",
+        "group_rate_period_s": "Group rate: per seconds",
+    }
+    fields = "".join(
+        f'<div><label for="l-{name}">{label}</label>'
+        f'<input type="number" id="l-{name}" name="{name}" value="{h.e(values[name])}" '
+        f'min="{plo if name.endswith("period_s") else lo}" '
+        f'max="{phi if name.endswith("period_s") else hi}" step="1" inputmode="numeric">'
+        "</div>"
+        for name, label in labels.items()
+    )
+    return (
+        f'<form method="post" action="/ui/queues/{h.q(queue)}/limits" class="limits-form" '
+        'aria-labelledby="limits-h">'
+        f"{csrf_field(request)}{h.hidden('back', back)}"
+        f'<div class="fields">{fields}</div>'
+        f'<p class="muted">An empty field is no limit of that kind; a rate needs both its '
+        f"claims ({lo} to {hi}) and its period ({plo} to {phi} seconds).</p>"
+        '<div class="actions"><button type="submit">Change limits</button>'
+        '<span class="muted">(you will be asked to confirm)</span></div></form>'
+    )
 
 
 def _origin(request: Request) -> str:
