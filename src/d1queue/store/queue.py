@@ -152,10 +152,6 @@ def _claim(job: QueuedJob, now: int, until: int) -> Statement:
     )
 
 
-UNSURVEYED = Flow(grouped=True)
-"""A queue's Flow for a claim that did not survey it: groups maybe, no limits."""
-
-
 def _select(q: str, now: int, k: int, flow: Flow | None, *, guarded: bool) -> Statement:
     """The candidate SELECT of queue `q` for `k` jobs: SELECT_CANDIDATES, or
     with flow control select_flow_candidates (guarded by the queue's own
@@ -603,16 +599,14 @@ class D1Queue:
         read while the queue is at its limit) and each of their claims takes
         its place under the limits in the claim batch (TAKE_FLOW before its
         CLAIM). `Round.limited` counts the claims a limit refused. Without
-        `flows` (a caller that did not survey) the grouped bands are read and
-        no limit applies: limits are the drain's."""
+        `flows` (a caller that did not survey) no limit applies: limits are
+        the drain's."""
         shares = {queue: n} if isinstance(queue, str) else dict(queue)
         for name in shares:
             check_name("queue", name)
-        if flows is None:
-            # Not surveyed (reserve, claim_round): the grouped bands are
-            # read too, so no job is out of sight; no limit is applied.
-            flows = dict.fromkeys(shares, UNSURVEYED)
-        flows = {q: f for q, f in flows.items() if q in shares and f.active}
+        # Not surveyed (reserve, claim_round): no limit applies, and the
+        # plain SELECT reads the grouped bands with the ready one.
+        flows = {q: f for q, f in (flows or {}).items() if q in shares and f.active}
         now = self.clock()
         statements, firsts, carried = self._settle_statements(outcomes, now)
         selects = [_select(q, now, k, flows.get(q), guarded=True) for q, k in shares.items()]

@@ -102,7 +102,7 @@ def _head(where: str) -> str:
 
 
 _HEADS = (
-    f"band > {DELAYED_BAND} AND band <= {TOP_PRIORITY}",
+    f"band > {DELAYED_BAND}",
     f"band = {DELAYED_BAND} AND available_at <= ?2",
     f"band = {LOCKED_BAND} AND available_at <= ?2",
 )
@@ -115,7 +115,7 @@ COUNT_DUE_CAPPED = (
     "SELECT "
     + " + ".join(
         f"(SELECT COUNT(*) FROM (SELECT 1 FROM d1queue_jobs WHERE queue = ?1 AND {where} LIMIT ?3))"
-        for where in (*_HEADS, f"band > {TOP_PRIORITY}")
+        for where in _HEADS
     )
     + " AS n"
 )
@@ -280,8 +280,16 @@ def select_flow_candidates(*, grouped: bool, guarded: bool, spaced: bool = False
     `spaced`: the grouped bands are read only up to now: a group rate
     spaces its group's tags over time, so a group's jobs not yet allowed
     lie past now and are not read again and again."""
+    # With groups, the ready band's head is read apart from the grouped
+    # bands' (which sort above it in the key), so the two take turns. A
+    # queue without groups reads them as one range: SELECT_CANDIDATES's,
+    # which sees a grouped job too (one pushed since the drain's survey).
     grouped_head = f"band > {TOP_PRIORITY}" + (" AND available_at <= ?2" if spaced else "")
-    heads = (*_HEADS, grouped_head) if grouped else _HEADS
+    heads = (
+        (f"{_HEADS[0]} AND band <= {TOP_PRIORITY}", *_HEADS[1:], grouped_head)
+        if grouped
+        else _HEADS
+    )
     text = " UNION ALL ".join(_head(where) for where in heads)
     if not guarded:
         return text
