@@ -288,3 +288,25 @@ async def test_the_grouped_bands_are_read_by_a_plain_reserve(db: SqliteD1, clock
     assert job is not None and job.group == "a"
     assert await queue.complete(job)
     assert Counter(r["grp"] for r in db.query("SELECT grp FROM d1queue_jobs")) == Counter()
+
+
+def test_jobs_without_a_group_take_one_place_in_each_turn_of_the_groups() -> None:
+    from d1queue.core.job import JOB_COLUMN_NAMES
+    from d1queue.store.queue import _order
+
+    def row(id: str, group: str | None, at: int, priority: int = 0) -> list[Any]:
+        band = priority + sql.GROUP_SHIFT if group else priority
+        values = {
+            "id": id, "queue": "q", "name": "x", "payload": "1", "attempts": 0,
+            "max_attempts": 3, "priority": priority, "available_at": at, "reserved_at": None,
+            "locked_until": 0, "reservation": None, "created_at": 0, "unique_key": None,
+            "last_error": None, "band": band, "grp": group,
+        }  # fmt: skip
+        return [values[c] for c in JOB_COLUMN_NAMES]
+
+    rows = [row(f"{g}{i}", g, 10 * i + k) for i in range(2) for k, g in enumerate("abc")]
+    rows += [row(f"r{i}", None, 100 + i) for i in range(3)]
+    rows.append(row("urgent", None, 500, priority=5))
+    order = [j.id for j in _order(rows, 20, Flow(grouped=True))]
+    assert order == ["urgent", "r0", "a0", "b0", "c0", "r1", "a1", "b1", "c1", "r2"]
+    assert [j.id for j in _order(rows, 4, Flow(grouped=True))] == order[:4]

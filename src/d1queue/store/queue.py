@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any, Literal, Protocol, Self, Unpack
 
 from ..core.bounds import MAX_SAFE_INT, check_name, clamp_delay_s
@@ -170,33 +171,34 @@ def _select(q: str, now: int, k: int, flow: Flow | None, *, guarded: bool) -> St
 def _order(rows: Sequence[Sequence[Any]], n: int, flow: Flow | None) -> list[QueuedJob]:
     """The first `n` candidates in claim order: `claim_order`, and for a
     queue with groups, the grouped bands' head (groups in turn, by fair tag)
-    taking turns with the rest (jobs with no group, due delayed ones and
-    retries), priority first."""
+    with the rest (jobs with no group, due delayed ones and retries) as one
+    group more: at each priority, one of the rest opens every turn of the
+    groups. (A turn ends where a group comes round again.)"""
     if rows and rows[-1][0] is None:  # the guard's row: no job was read
         rows = rows[:-1]
     if flow is None or not flow.grouped:
         return claim_order(rows, n)
     jobs = [values_to_job(r) for r in rows]
-    grouped = [j for j in jobs if (j.band or 0) > sql.TOP_PRIORITY]
-    rest = [j for j in jobs if (j.band or 0) <= sql.TOP_PRIORITY]
-    grouped.sort(key=lambda j: (-j.priority, j.available_at, j.id))
-    rest.sort(key=lambda j: (-j.priority, j.available_at, j.id))
+    jobs.sort(key=lambda j: (-j.priority, j.available_at, j.id))
     out: list[QueuedJob] = []
-    g = r = 0
-    take_grouped = True
-    while len(out) < n and (g < len(grouped) or r < len(rest)):
-        if g < len(grouped) and r < len(rest) and grouped[g].priority != rest[r].priority:
-            take_grouped = grouped[g].priority > rest[r].priority
-        elif g >= len(grouped) or r >= len(rest):
-            take_grouped = g < len(grouped)
-        if take_grouped:
-            out.append(grouped[g])
-            g += 1
-        else:
-            out.append(rest[r])
-            r += 1
-        take_grouped = not take_grouped
-    return out
+    for _, level in groupby(jobs, key=lambda j: j.priority):
+        at = list(level)
+        grouped = [j for j in at if j.waiting_turn]
+        rest = deque(j for j in at if not j.waiting_turn)
+        turn: set[str | None] = set()
+        if rest:
+            out.append(rest.popleft())
+        for job in grouped:
+            if job.group in turn:
+                turn.clear()
+                if rest:
+                    out.append(rest.popleft())
+            turn.add(job.group)
+            out.append(job)
+        out += rest
+        if len(out) >= n:
+            break
+    return out[:n]
 
 
 def _within_limits(candidates: list[QueuedJob], flows: Mapping[str, Flow]) -> list[QueuedJob]:
