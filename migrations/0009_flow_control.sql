@@ -32,7 +32,7 @@ CREATE TABLE d1queue_flow (
     queue   TEXT    NOT NULL,
     grp     TEXT    NOT NULL,               -- '*': the queue's; '': jobs with no group
     holders TEXT    NOT NULL DEFAULT '[]',  -- [[lease end, id, token], ...]
-    starts  TEXT    NOT NULL DEFAULT '[]',  -- [[claimed at, id], ...] within the window
+    starts  TEXT    NOT NULL DEFAULT '[]',  -- [[claimed at, id, attempt], ...] within the window
     tag     INTEGER NOT NULL DEFAULT 0,     -- the group's last fair tag
     last    TEXT    NOT NULL DEFAULT '',    -- 'id token' of the last claim admitted
     PRIMARY KEY (queue, grp)

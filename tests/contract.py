@@ -15,7 +15,7 @@ import itertools
 from collections import Counter
 from typing import Any
 
-from d1queue import D1Queue, Fail, Outcome, QueuedJob, Registry, drain, sql
+from d1queue import D1Queue, Fail, Outcome, QueuedJob, Registry, Retry, drain, sql
 from d1queue.core.config import Config
 from d1queue.core.flow import Limits, Rate
 
@@ -491,6 +491,26 @@ async def case_a_dead_workers_place_frees_when_its_lease_lapses(db: Any, clock: 
     assert rec.runs == Counter({0: 1, 1: 1}), rec.runs
 
 
+async def case_a_claim_its_group_refuses_spends_nothing_of_the_queues_rate(
+    db: Any, clock: Clock
+) -> None:
+    """group_concurrency 1 and rate 2 per 10 s: a claim refused because its
+    group is busy takes no place in the queue's window, so another group's
+    job still starts in it."""
+    queue = await fresh(db, clock)
+    await queue.set_limits("lim", Limits(group_concurrency=1, rate=Rate(2, 10)))
+    for name in ("a1", "a2"):
+        await queue.push(QueuedJob.new("w", name, queue="lim", group="a", at_ms=clock()))
+    _, _, flows = await queue.survey_flows()
+    first = await queue.settle_and_claim((), "lim", 1, flows=flows)
+    assert [j.payload for j in first.jobs] == ["a1"]
+    refused = await queue.settle_and_claim((), "lim", 1, flows=flows)
+    assert refused.jobs == [] and refused.limited == 1, "a2 waits for a1's group"
+    await queue.push(QueuedJob.new("w", "b1", queue="lim", group="b", at_ms=clock()))
+    other = await queue.settle_and_claim((), "lim", 2, flows=flows)
+    assert [j.payload for j in other.jobs] == ["b1"], "one start of the window is left"
+
+
 async def case_a_rate_is_a_sliding_window(db: Any, clock: Clock) -> None:
     """rate 2 per 10 s: drains every 3 s for a minute; no 10 s window (and
     its guard) holds more than 2 starts."""
@@ -509,6 +529,40 @@ async def case_a_rate_is_a_sliding_window(db: Any, clock: Clock) -> None:
     assert len(times) >= 6, times
     window = 10_000 + 1_000  # period_s and flow.RATE_GUARD_MS
     assert all(b - a >= window for a, b in zip(times, times[2:], strict=False)), times
+
+
+async def case_a_job_run_again_counts_again_against_the_rate(db: Any, clock: Clock) -> None:
+    """rate 3 per 10 s: a job retried a second after its first start starts
+    again inside the window, a start of its own (not the re-send of its
+    first claim, which a lost reply makes); two more jobs pushed then share
+    the one start left, the other waits for the window to move on."""
+    queue = await fresh(db, clock)
+    await queue.set_limits("lim", Limits(rate=Rate(3, 10)))
+    starts: list[tuple[int, str, int]] = []
+    reg = Registry()
+
+    @reg.job("again", queue="lim")
+    async def again(payload: Any, ctx: Any) -> None:
+        starts.append((clock(), payload, ctx.attempt))
+        if payload == "a" and ctx.attempt == 1:
+            raise Retry("once more", delay_s=1)
+
+    queue = D1Queue(db, clock=clock, registry=reg)
+    config = Config(plan="paid", queues=("lim",))
+    await queue.dispatch("again", "a")
+    await drain(queue, reg, config)
+    clock.advance(1)
+    await drain(queue, reg, config)
+    assert [(p, n) for _, p, n in starts] == [("a", 1), ("a", 2)], starts
+    await queue.dispatch("again", "b")
+    await queue.dispatch("again", "c")
+    for _ in range(15):
+        clock.advance(1)
+        await drain(queue, reg, config)
+    assert sorted((p, n) for _, p, n in starts) == [("a", 1), ("a", 2), ("b", 1), ("c", 1)]
+    times = sorted(t for t, _, _ in starts)
+    window = 10_000 + 1_000  # period_s and flow.RATE_GUARD_MS
+    assert all(d - a >= window for a, d in zip(times, times[3:], strict=False)), times
 
 
 async def case_a_group_rate_holds_per_group(db: Any, clock: Clock) -> None:

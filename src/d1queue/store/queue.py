@@ -233,8 +233,9 @@ def _within_limits(candidates: list[QueuedJob], flows: Mapping[str, Flow]) -> li
 
 def _claim_under(job: QueuedJob, now: int, until: int, flow: Flow | None) -> list[Statement]:
     """The claim of `job`: its CLAIM, or under flow limits a TAKE_FLOW per
-    d1queue_flow row that applies (its group's, then its queue's) and the
-    CLAIM that lands only if they admitted it."""
+    d1queue_flow row that applies (its group's, then its queue's, taken only
+    if the group's admitted it: TAKE_FLOW_AFTER) and the CLAIM that lands
+    only if they admitted it."""
     if flow is None or flow.limits.none:
         return [_claim(job, now, until)]
     limits = flow.limits
@@ -243,10 +244,12 @@ def _claim_under(job: QueuedJob, now: int, until: int, flow: Flow | None) -> lis
         rows.append(QUEUE_ROW)
     out: list[Statement] = [
         (
-            sql.TAKE_FLOW,
-            (job.queue, row, now, until, job.id, job.reservation, *limits.row(row)),
+            (sql.TAKE_FLOW, (*take, job.attempts))
+            if k == 0
+            else (sql.TAKE_FLOW_AFTER, (*take, job.attempts, rows[0]))  # if the first admitted it
         )
-        for row in rows
+        for k, row in enumerate(rows)
+        for take in [(job.queue, row, now, until, job.id, job.reservation, *limits.row(row))]
     ]
     _, params = _claim(job, now, until)
     out.append((sql.claim_flow(len(rows), lapsed=job.held), (*params, *rows)))

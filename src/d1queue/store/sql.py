@@ -223,22 +223,30 @@ def _open(queue: int, now: int, n: int, rate: int, window: int) -> str:
 # kept), and `last` names it; refused, nothing changes and the CLAIM_FLOW
 # that follows finds another claim in `last` and changes nothing. Re-sent
 # after a lost reply, it finds its own entry and admits it again without
-# adding it twice. Cost: the row (one read, one written) and one seek per
-# entry of the holders: at most the limit's N, whatever the backlog.
+# adding it twice. A start is the claim of one attempt: [claimed at, id,
+# attempts as read]. The same job claimed again for a later attempt (after
+# a retry, or its lease lapsed) is a start of its own, counted again; two
+# drains racing for one candidate read the same attempt, and only one claim
+# of it can land, so the loser adds no start. Cost: the row (one read, one
+# written) and one seek per entry of the holders: at most the limit's N,
+# whatever the backlog.
 # ?1 queue ?2 row ('*' or the group) ?3 now ?4 lease end ?5 id ?6 token
 # ?7 concurrency (0: none) ?8 rate limit (0: none) ?9 rate window (ms)
+# ?10 the job's attempts as read (before this claim)
 _MINE_HOLDING = (
     "EXISTS (SELECT 1 FROM json_each(d1queue_flow.holders) "
     "WHERE json_extract(value, '$[1]') = ?5 AND json_extract(value, '$[2]') = ?6)"
 )
 _MINE_STARTED = (
-    "EXISTS (SELECT 1 FROM json_each(d1queue_flow.starts) WHERE json_extract(value, '$[1]') = ?5)"
+    "EXISTS (SELECT 1 FROM json_each(d1queue_flow.starts) "
+    "WHERE json_extract(value, '$[1]') = ?5 AND json_extract(value, '$[2]') = ?10)"
 )
-TAKE_FLOW = (
-    "INSERT INTO d1queue_flow (queue, grp, holders, starts, last) VALUES (?1, ?2, "
-    "CASE WHEN ?7 > 0 THEN json_array(json_array(?4, ?5, ?6)) ELSE '[]' END, "
-    "CASE WHEN ?8 > 0 THEN json_array(json_array(?3, ?5)) ELSE '[]' END, ?5 || ' ' || ?6) "
-    "ON CONFLICT (queue, grp) DO UPDATE SET "
+_TAKE_VALUES = (
+    "?1, ?2, CASE WHEN ?7 > 0 THEN json_array(json_array(?4, ?5, ?6)) ELSE '[]' END, "
+    "CASE WHEN ?8 > 0 THEN json_array(json_array(?3, ?5, ?10)) ELSE '[]' END, ?5 || ' ' || ?6"
+)
+_TAKE_UPDATE = (
+    " ON CONFLICT (queue, grp) DO UPDATE SET "
     "holders = CASE WHEN ?7 = 0 THEN '[]' "
     f"WHEN {_MINE_HOLDING} THEN (SELECT json_group_array(json(value)) "
     f"FROM ({_live_holders(1, 3)})) "
@@ -247,10 +255,31 @@ TAKE_FLOW = (
     "starts = CASE WHEN ?8 = 0 THEN '[]' "
     f"WHEN {_MINE_STARTED} THEN (SELECT json_group_array(json(value)) FROM ({_in_window(3, 9)})) "
     "ELSE json_insert((SELECT json_group_array(json(value)) "
-    f"FROM ({_in_window(3, 9)})), '$[#]', json_array(?3, ?5)) END, "
+    f"FROM ({_in_window(3, 9)})), '$[#]', json_array(?3, ?5, ?10)) END, "
     "last = excluded.last "
     f"WHERE (?7 = 0 OR {_MINE_HOLDING} OR (SELECT COUNT(*) FROM ({_live_holders(1, 3)})) < ?7) "
     f"AND (?8 = 0 OR {_MINE_STARTED} OR (SELECT COUNT(*) FROM ({_in_window(3, 9)})) < ?8)"
+)
+_INTO_FLOW = "INSERT INTO d1queue_flow (queue, grp, holders, starts, last) "
+TAKE_FLOW = _INTO_FLOW + f"VALUES ({_TAKE_VALUES})" + _TAKE_UPDATE
+
+# TAKE_FLOW of a claim's second row (the queue's, after its group's): taken
+# only if the first admitted this claim (its `last` names it), else nothing
+# is written, so a claim its group refuses (a busy group's next job) spends
+# no start of the queue's rate window, which would hold back every other
+# group's jobs. (A place it took would not count: a holder is live only
+# while its job is held.) The other way round, a claim the queue's row
+# refuses after its group's admitted it leaves a start in the group's
+# window: rarer, as a queue at its limit is seldom read at all (the
+# candidates' guard), and that start is the job's own when its attempt is
+# claimed within the window. TAKE_FLOW's parameters, then ?11 the first
+# row's key. (INSERT ... SELECT ... WHERE: the WHERE tells SQLite's parser
+# that ON CONFLICT begins the upsert.)
+TAKE_FLOW_AFTER = (
+    _INTO_FLOW
+    + f"SELECT {_TAKE_VALUES} WHERE (SELECT last FROM d1queue_flow "
+    + "WHERE queue = ?1 AND grp = ?11) = ?5 || ' ' || ?6"
+    + _TAKE_UPDATE
 )
 
 
