@@ -37,6 +37,7 @@ from .contract import Recorder, recorded
         {"concurrency": 0},
         {"concurrency": -1},
         {"concurrency": 1.5},
+        {"concurrency": float("inf")},
         {"concurrency": True},
         {"concurrency": "3"},
         {"group_concurrency": 1001},
@@ -310,3 +311,24 @@ def test_jobs_without_a_group_take_one_place_in_each_turn_of_the_groups() -> Non
     order = [j.id for j in _order(rows, 20, Flow(grouped=True))]
     assert order == ["urgent", "r0", "a0", "b0", "c0", "r1", "a1", "b1", "c1", "r2"]
     assert [j.id for j in _order(rows, 4, Flow(grouped=True))] == order[:4]
+
+
+async def test_a_rated_claim_whose_batch_came_back_late_is_put_back_unrun(
+    db: SqliteD1,
+) -> None:
+    """A rate counts a claim at the time read before its batch went out; a
+    batch D1 re-sent (or answered slowly) would start its handlers too long
+    after that for the rate's guard: the claims are undone, their starts
+    kept (which only holds the rate back)."""
+    times = iter([1_000_000, 1_000_000 + RATE_GUARD_MS])
+    queue = D1Queue(db, clock=lambda: next(times, 1_000_000 + RATE_GUARD_MS))
+    await queue.set_limits("lim", Limits(rate=Rate(5, 10)))
+    await queue.push(QueuedJob.new("x", 1, queue="lim", at_ms=1))
+    times = iter([1_000_000, 1_000_000 + RATE_GUARD_MS])
+    _, _, flows = await queue.survey_flows()
+    done = await queue.settle_and_claim((), "lim", 1, flows=flows)
+    assert done.jobs == [] and done.limited == 1
+    (row,) = db.query("SELECT band, attempts, reserved_at FROM d1queue_jobs")
+    assert row == {"band": 0, "attempts": 0, "reserved_at": None}, "back where it was"
+    (flow,) = db.query("SELECT starts FROM d1queue_flow WHERE grp = '*'")
+    assert len(json.loads(flow["starts"])) == 1, "its start still counts"

@@ -48,8 +48,14 @@ class LimitsError(ValueError):
     """A limits body or declaration that cannot be stored."""
 
 
+def _whole(value: object) -> object:
+    """An integral float as the int it is: JSON Schema's integer takes 3.0."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _count(field: str, value: object) -> int:
     lo, hi = LIMIT_RANGE
+    value = _whole(value)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise LimitsError(f"{field} must be an integer from {lo} to {hi}, got {value!r}")
     return value
@@ -90,7 +96,8 @@ class Rate:
             raise LimitsError(f"{field}: unknown fields {', '.join(extra)}")
         if "limit" not in value or "period_s" not in value:
             raise LimitsError(f"{field} needs limit and period_s")
-        return cls(_count(f"{field}.limit", value["limit"]), value["period_s"])
+        period = _whole(value["period_s"])
+        return cls(_count(f"{field}.limit", value["limit"]), period)  # type: ignore[arg-type]
 
     def as_dict(self) -> dict[str, int]:
         return {"limit": self.limit, "period_s": self.period_s}

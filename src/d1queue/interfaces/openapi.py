@@ -70,6 +70,9 @@ JOB_IN: dict[str, Any] = {
     "type": "object",
     "required": ["name"],
     "additionalProperties": False,
+    # debounce_s names what it debounces by the job's unique_key.
+    "if": {"required": ["debounce_s"], "properties": {"debounce_s": {"type": "number"}}},
+    "then": {"required": ["unique_key"], "properties": {"unique_key": {"type": "string"}}},
     "properties": {
         "name": NAME_SCHEMA | {"description": "a registered job name"},
         "payload": {

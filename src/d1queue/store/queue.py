@@ -18,7 +18,7 @@ from itertools import groupby
 from typing import Any, Literal, Protocol, Self, Unpack
 
 from ..core.bounds import MAX_SAFE_INT, check_name, clamp_delay_s
-from ..core.flow import NO_GROUP, QUEUE_ROW, Flow, Limits, flows_of
+from ..core.flow import NO_GROUP, QUEUE_ROW, RATE_GUARD_MS, Flow, Limits, flows_of
 from ..core.job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
@@ -695,6 +695,22 @@ class D1Queue:
             else None
         )
         landed = await self._landed(chosen, claimed, until)
+        if flows and self.clock() - now > RATE_GUARD_MS // 2:
+            # The batch came back late (D1 re-sent it, or was slow): a rate
+            # counted these claims at `now`, and their handlers would start
+            # too long after it for the rate's guard. Put them back unrun;
+            # their starts stay counted, which only holds the rate back.
+            late = [
+                i
+                for i, (job, took) in enumerate(zip(chosen, landed, strict=True))
+                if took and (flow := flows.get(job.queue)) is not None and flow.limits.rated
+            ]
+            if late:
+                await self._unclaim([chosen[i] for i in late], until)
+                for i in late:
+                    landed[i] = False
+                limited += len(late)
+                event(log, "d1queue.claim.late", logging.WARNING, jobs=len(late))
         won = []
         for job, took in zip(chosen, landed, strict=True):
             if took:
