@@ -26,8 +26,8 @@ saw is asserted: no timing of the Worker's own, no elapsed duration.
   all 3 places), then, the leases lapsed, the new host finishes everything,
   the limits holding throughout, across both hosts.
 - Rates: `rate` 2 per 2 s on one queue and `group_rate` 1 per 2 s on
-  another (3 groups), no faults: no window of 2 s holds more handler starts
-  at the target than the limit, per queue and per group.
+  another (3 groups), under the same D1 faults: no window of 2 s holds more
+  handler starts at the target than the limit, per queue and per group.
 
 Duplicates allowed: a job runs again only after a lease lapse, never while
 its first run is in flight (the per-job count at the target never passes 1).
@@ -45,10 +45,12 @@ claim recorded in d1queue_flow.holders to the same past time, which is what
 waiting would have made of them: the place is then freed by its lease's end,
 not by the job's row having moved.
 
-Rates need wall-clock waiting; they are kept small (about 10 s). They run
-without D1 faults: a rate counts claims, and holds on handler starts only as
-long as a handler starts within RATE_GUARD_MS of its claim (core/flow.py), which a
-claim batch re-sent after D1 faults (the binding's backoff) can outlast."""
+Rates need wall-clock waiting; they are kept small (about 10 s). A rate
+counts claims, and holds on handler starts as long as a handler starts
+within RATE_GUARD_MS of its claim (core/flow.py): a claim batch that came
+back later than half of that (re-sent after a fault, with the binding's
+backoff) is put back unrun, its start still counted.
+"""
 
 from __future__ import annotations
 
@@ -648,7 +650,7 @@ def test_rates_hold_on_handler_starts(recorder: Recorder) -> None:
     rated, group_rated = "flow-rate", "flow-group-rate"
     rate = {"limit": 2, "period_s": 2}
     group_rate = {"limit": 1, "period_s": 2}
-    host = start_host(*host_args(SEED + 3, faults=False))
+    host = start_host(*host_args(SEED + 3, faults=True))
     try:
         set_limits(host, rated, {**LIMITS, "concurrency": None, "group_concurrency": None,
                                  "rate": rate})  # fmt: skip
@@ -663,8 +665,10 @@ def test_rates_hold_on_handler_starts(recorder: Recorder) -> None:
             assert time.monotonic() < deadline, "not drained"
             cycle(host, answers)
             time.sleep(0.1)
+        faults = host.faults()
     finally:
         host.stop()
+    assert faults["lost_before"] + faults["lost_after"] + faults["overloaded"] > 0, faults
 
     queue_starts = [r.start for r in recorder.of(rated)]
     by_group: dict[str, list[float]] = {}
