@@ -219,38 +219,60 @@ def _open(queue: int, now: int, n: int, rate: int, window: int) -> str:
 # batch just before its CLAIM_FLOW (statements in a batch run one after
 # another in one transaction: nothing comes between the check and the take).
 # The row is made on first use. Admitted, the claim's entry is added to the
-# holders (live ones kept) and its time to the starts (those in the window
-# kept), and `last` names it; refused, nothing changes and the CLAIM_FLOW
-# that follows finds another claim in `last` and changes nothing. Re-sent
-# after a lost reply, it finds its own entry and admits it again without
-# adding it twice. Cost: the row (one read, one written) and one seek per
-# entry of the holders: at most the limit's N, whatever the backlog.
+# holders and its time to the starts, and `last` names it; refused, nothing
+# changes and the CLAIM_FLOW that follows finds another claim in `last` and
+# changes nothing. Re-sent after a lost reply, it finds its own entry and
+# admits it again without adding it twice.
+#
+# The entries a take counts: the first take of a claim batch on a row keeps
+# the live holders (lease not over, job still held by that claim: one seek
+# each) and the starts in the window. A later take of the same batch (its
+# token in `last`: an earlier take of the batch admitted a claim, and wrote
+# what it checked) counts the row's entries as they are: nothing outside the
+# batch's transaction changed them since, its settles ran before its first
+# take, and the entries added since are its own claims'. (One of those whose
+# CLAIM then lost its job to another drain still counts until the next
+# batch's check: a place left unused for the rest of the batch, never one
+# taken twice.)
+#
+# Cost, as D1 counts rows read: the row itself nothing (an upsert's own row
+# is not counted); json_each counts a row per entry and a seek a row when it
+# finds the job. So the first take of a batch on a row reads its entries and
+# the live holders' jobs: once to prune them (its SET), and once more to
+# count them (its WHERE) if the row holds as many entries as its limit (with
+# fewer, the count needs no check); at most 2 x 2N for a limit of N,
+# whatever the backlog. A later take of the batch reads nothing
+# (json_array_length and instr read no row). Written: the row, when
+# admitted.
 # ?1 queue ?2 row ('*' or the group) ?3 now ?4 lease end ?5 id ?6 token
 # ?7 concurrency (0: none) ?8 rate limit (0: none) ?9 rate window (ms)
-_MINE_HOLDING = (
-    "EXISTS (SELECT 1 FROM json_each(d1queue_flow.holders) "
-    "WHERE json_extract(value, '$[1]') = ?5 AND json_extract(value, '$[2]') = ?6)"
+_SAME_BATCH = "substr(d1queue_flow.last, instr(d1queue_flow.last, ' ') + 1) = ?6"
+_HOLDERS = (
+    f"CASE WHEN {_SAME_BATCH} THEN d1queue_flow.holders ELSE (SELECT json_group_array(json(value)) "
+    f"FROM ({_live_holders(1, 3)})) END"
 )
-_MINE_STARTED = (
-    "EXISTS (SELECT 1 FROM json_each(d1queue_flow.starts) WHERE json_extract(value, '$[1]') = ?5)"
+_STARTS = (
+    f"CASE WHEN {_SAME_BATCH} THEN d1queue_flow.starts ELSE (SELECT json_group_array(json(value)) "
+    f"FROM ({_in_window(3, 9)})) END"
 )
+# The claim's own entry, found in the row's text (json_array and
+# json_group_array write it so: [lease end,"id","token"], [time,"id"]).
+_MINE_HOLDING = "instr(d1queue_flow.holders, ',' || json_quote(?5) || ',' || json_quote(?6) || ']')"
+_MINE_STARTED = "instr(d1queue_flow.starts, ',' || json_quote(?5) || ']')"
 TAKE_FLOW = (
     "INSERT INTO d1queue_flow (queue, grp, holders, starts, last) VALUES (?1, ?2, "
     "CASE WHEN ?7 > 0 THEN json_array(json_array(?4, ?5, ?6)) ELSE '[]' END, "
     "CASE WHEN ?8 > 0 THEN json_array(json_array(?3, ?5)) ELSE '[]' END, ?5 || ' ' || ?6) "
     "ON CONFLICT (queue, grp) DO UPDATE SET "
-    "holders = CASE WHEN ?7 = 0 THEN '[]' "
-    f"WHEN {_MINE_HOLDING} THEN (SELECT json_group_array(json(value)) "
-    f"FROM ({_live_holders(1, 3)})) "
-    "ELSE json_insert((SELECT json_group_array(json(value)) "
-    f"FROM ({_live_holders(1, 3)})), '$[#]', json_array(?4, ?5, ?6)) END, "
-    "starts = CASE WHEN ?8 = 0 THEN '[]' "
-    f"WHEN {_MINE_STARTED} THEN (SELECT json_group_array(json(value)) FROM ({_in_window(3, 9)})) "
-    "ELSE json_insert((SELECT json_group_array(json(value)) "
-    f"FROM ({_in_window(3, 9)})), '$[#]', json_array(?3, ?5)) END, "
+    f"holders = CASE WHEN ?7 = 0 THEN '[]' WHEN {_MINE_HOLDING} THEN d1queue_flow.holders "
+    f"ELSE json_insert({_HOLDERS}, '$[#]', json_array(?4, ?5, ?6)) END, "
+    f"starts = CASE WHEN ?8 = 0 THEN '[]' WHEN {_MINE_STARTED} THEN d1queue_flow.starts "
+    f"ELSE json_insert({_STARTS}, '$[#]', json_array(?3, ?5)) END, "
     "last = excluded.last "
-    f"WHERE (?7 = 0 OR {_MINE_HOLDING} OR (SELECT COUNT(*) FROM ({_live_holders(1, 3)})) < ?7) "
-    f"AND (?8 = 0 OR {_MINE_STARTED} OR (SELECT COUNT(*) FROM ({_in_window(3, 9)})) < ?8)"
+    "WHERE (?7 = 0 OR json_array_length(d1queue_flow.holders) < ?7 OR "
+    f"{_MINE_HOLDING} OR json_array_length({_HOLDERS}) < ?7) "
+    "AND (?8 = 0 OR json_array_length(d1queue_flow.starts) < ?8 OR "
+    f"{_MINE_STARTED} OR json_array_length({_STARTS}) < ?8)"
 )
 
 
@@ -269,7 +291,9 @@ def claim_flow(rows: int, *, lapsed: bool) -> str:
     return base + "".join(_admitted(9 + i) for i in range(rows))
 
 
-def select_flow_candidates(*, grouped: bool, guarded: bool, spaced: bool = False) -> str:
+def select_flow_candidates(
+    *, grouped: bool, guarded: bool, spaced: bool = False, marked: bool = False
+) -> str:
     """SELECT_CANDIDATES for a queue with flow control. `grouped`: a fourth
     range, the head of the grouped bands (by priority, then fair tag).
     `guarded`: every range is read only while the queue's own row admits a
@@ -279,22 +303,37 @@ def select_flow_candidates(*, grouped: bool, guarded: bool, spaced: bool = False
     concurrency ?5 rate limit ?6 rate window (ms), the queue's (0: none).
     `spaced`: the grouped bands are read only up to now: a group rate
     spaces its group's tags over time, so a group's jobs not yet allowed
-    lie past now and are not read again and again."""
+    lie past now and are not read again and again. `marked`: the grouped
+    bands are read only on a queue marked grouped (MARK_GROUPED, sent with
+    every grouped push): a claim that did not survey the queues (reserve,
+    claim_round) pays for them only there. The mark's row is one seek, which
+    reads no row where the queue has none (a queue never paused, limited or
+    grouped), so a plain queue's SELECT reads what SELECT_CANDIDATES does."""
     grouped_head = f"band > {TOP_PRIORITY}" + (" AND available_at <= ?2" if spaced else "")
-    heads = (*_HEADS, grouped_head) if grouped else _HEADS
-    text = " UNION ALL ".join(_head(where) for where in heads)
+    # Each range's queue: ?1, or with `guarded` the guard's value, or for
+    # the grouped range with `marked` the mark's.
+    queue = "(SELECT q FROM guard)" if guarded else "?1"
+    heads = [_head(where).replace("queue = ?1", f"queue = {queue}") for where in _HEADS]
+    if grouped:
+        mark = queue
+        if marked:
+            # A scalar SQLite evaluates once (as the guard below): NULL, and
+            # no key, unless the queue is marked.
+            mark = f"(SELECT name FROM d1queue_queues WHERE name = {queue} AND grouped = 1)"
+        heads.append(_head(grouped_head).replace("queue = ?1", f"queue = {mark}"))
+    text = " UNION ALL ".join(heads)
     if not guarded:
         return text
     # The guard is the queue's name itself: the key's first column is
-    # sought for a scalar subquery SQLite evaluates once, which gives NULL
-    # when the queue is at its limit, and no key equals NULL. (A guard as a
-    # term of its own would be tested row by row, reading the whole range
-    # when every row fails it.)
-    guard = (
-        f"(SELECT ?1 WHERE COALESCE((SELECT {_open(1, 2, 4, 5, 6)} FROM d1queue_flow "
-        "WHERE queue = ?1 AND grp = '*'), 1))"
+    # sought for a scalar subquery SQLite evaluates once per range, which
+    # gives NULL when the queue is at its limit, and no key equals NULL. (A
+    # guard as a term of its own would be tested row by row, reading the
+    # whole range when every row fails it.) The check itself runs once, in
+    # a materialized CTE each range reads one row of: not once per range.
+    return (
+        f"WITH guard(q) AS MATERIALIZED (SELECT ?1 WHERE COALESCE((SELECT {_open(1, 2, 4, 5, 6)} "
+        "FROM d1queue_flow WHERE queue = ?1 AND grp = '*'), 1)) " + text
     )
-    return text.replace("WHERE queue = ?1 AND", f"WHERE queue = {guard} AND")
 
 
 # What a drain reads of d1queue_queues (with its survey, in one round trip):
