@@ -15,8 +15,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from d1queue import Config, D1Queue, Fail, Registry, drain
+from d1queue.core.flow import Limits
+from d1queue.store import sql as sql_module
 from d1queue.store.binding import Binding, Result
-from d1queue.store.sql import CLAIM, DELAYED_BAND, LOCKED_BAND
+from d1queue.store.sql import (
+    CLAIM,
+    DELAYED_BAND,
+    GROUP_SHIFT,
+    LOCKED_BAND,
+    MARK_GROUPED,
+    TOP_PRIORITY,
+)
 
 from .seed_driver import FAILED, JOBS, SCHEMA, SeedQueue, seed_drain
 
@@ -92,6 +101,8 @@ class InstrumentedD1:
     def __init__(self, inner: Any, latency_s: float = 0.0, *, reuse_prepared: bool = False) -> None:
         self.inner, self.latency_s = inner, latency_s
         self.rows: dict[str, dict[str, int]] = {}
+        self.by_sql: dict[str, list[int]] = {}
+        """[statements, rows read, rows written] by SQL text."""
         self._prepared: dict[str, Any] | None = {} if reuse_prepared else None
 
     async def wait(self) -> None:
@@ -106,7 +117,23 @@ class InstrumentedD1:
             entry["statements"] += 1
             entry["rows_read"] += _field(meta, "rows_read")
             entry["rows_written"] += _field(meta, "rows_written")
+            by = self.by_sql.setdefault(sql, [0, 0, 0])
+            by[0] += 1
+            by[1] += _field(meta, "rows_read")
+            by[2] += _field(meta, "rows_written")
         return results
+
+    def by_statement(self) -> dict[str, dict[str, int]]:
+        """`by_sql` under the statements' names in d1queue.store.sql."""
+        out: dict[str, dict[str, int]] = {}
+        for text, (n, read, written) in self.by_sql.items():
+            entry = out.setdefault(
+                statement_name(text), {"statements": 0, "rows_read": 0, "rows_written": 0}
+            )
+            entry["statements"] += n
+            entry["rows_read"] += read
+            entry["rows_written"] += written
+        return out
 
     def prepare(self, sql: str) -> _Statement:
         if self._prepared is None:
@@ -121,6 +148,21 @@ class InstrumentedD1:
         await self.wait()
         results = await self.inner.batch([s.inner for s in statements])
         return self.tally([s.sql for s in statements], list(results))
+
+
+def statement_name(text: str) -> str:
+    """The name in d1queue.store.sql of the statement `text` (a made one,
+    such as a claim under flow limits, by its maker), else its first words."""
+    for name, value in vars(sql_module).items():
+        if name.isupper() and value == text:
+            return name
+    if text.startswith(CLAIM.split(",")[0]) and "d1queue_flow" in text:
+        lapsed = "lapsed, " if "last_error" in text else ""
+        return f"claim_flow({lapsed}{text.count('SELECT last FROM d1queue_flow')} rows)"
+    if "FROM d1queue_jobs WHERE queue = " in text and " UNION ALL " in text:
+        guarded = "guarded, " if text.startswith("WITH guard") else ""
+        return f"select_flow_candidates({guarded}{text.count('UNION ALL') + 1} ranges)"
+    return " ".join(text.split()[:4])
 
 
 # -- the backlog ---------------------------------------------------------------
@@ -221,12 +263,14 @@ async def invocation(
     latency_ms: float | None = None,
     reuse_prepared: bool = False,
     queue: str = QUEUE,
+    by_statement: bool = False,
 ) -> dict[str, Any]:
     """One drain invocation of `design` ("d1queue" or "seed") on `queue`,
     topped up to `backlog_n` jobs first (None: as it is), through an
     InstrumentedD1 waiting `latency_ms` per round trip (and reusing prepared
     statements if asked). Returns what the drain claimed, what its binding
-    counted, and the rows by statement kind."""
+    counted, and the rows by statement kind (and, if asked, by statement:
+    InstrumentedD1.by_statement)."""
     if backlog_n is not None:
         await top_up(db, design, backlog_n, queue)
     target = InstrumentedD1(db, (latency_ms or 0) / 1000, reuse_prepared=reuse_prepared)
@@ -278,6 +322,8 @@ async def invocation(
         }
     out["wall_s"] = wall
     out["rows_by_kind"] = target.rows
+    if by_statement:
+        out["by_statement"] = target.by_statement()
     out["batch_size"] = batch_size if design == "d1queue" else 1
     return out
 
@@ -654,4 +700,172 @@ async def depth_check(db: Any, size: int, repeats: int = 5) -> dict[str, Any]:
         "depth": {k: json_depth(b) for k, b in bodies.items()},
         "parse_normal_ms": least_ms(json.loads, bodies["normal job"]),
     }
+    return out
+
+
+# -- flow control: limits, fair groups, a limited round --------------------------------
+
+FLOW_QUEUE = "flow"
+"""The queue of the flow-control scenarios."""
+
+_SEED_FLOW_JOBS = (
+    "INSERT INTO d1queue_jobs (id, queue, name, payload, max_attempts, priority, band, "
+    "available_at, created_at, grp) "
+    "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?1 - 1) "
+    "SELECT printf('f%012d', ?2 + i), ?3, 'bench.noop', 'null', 3, 0, "
+    f"CASE WHEN ?4 > 0 THEN {GROUP_SHIFT} ELSE 0 END, ?5 + CASE WHEN ?4 > 0 "
+    "THEN i / CAST(?4 AS INTEGER) ELSE i END, ?5, "
+    "CASE WHEN ?4 > 0 THEN printf('g%05d', i % CAST(?4 AS INTEGER)) END FROM n"
+)
+"""`?1` due jobs of priority 0 on queue `?3`, ids from `?2`: in `?4` groups
+(0: none) as pushes of the groups' jobs in turn leave them (INSERT_FLOW_JOB:
+in the grouped band, keyed by fair tag: the groups' first jobs at `?5`,
+their second ones a step later, and so on), or plain ones in push order.
+(The CASTs: D1 binds a number as REAL, and i / 10.0 is no tag.)"""
+
+_SEED_FLOW_TAGS = (
+    "INSERT INTO d1queue_flow (queue, grp, tag) SELECT queue, grp, MAX(available_at) "
+    f"FROM d1queue_jobs WHERE queue = ?1 AND band > {TOP_PRIORITY} GROUP BY grp "
+    "ON CONFLICT (queue, grp) DO UPDATE SET tag = excluded.tag"
+)
+"""Each group's last tag, as the pushes' BUMP_TAG leave it."""
+
+
+def _flow_config(queue: str, query_budget: int = 1000) -> Config:
+    return Config(
+        plan="paid",
+        max_jobs=UNCAPPED,
+        queues=(queue,),
+        time_budget_s=TIME_BUDGET_S,
+        query_budget=query_budget,
+        batch_size=BATCH,
+        reservation_s=RESERVATION_S,
+        stats=False,
+    )
+
+
+async def flow_reset(db: Any, queue: str = FLOW_QUEUE) -> dict[str, Any]:
+    """`queue` with no job, no flow row, no limits and no mark."""
+    await Binding(db).batch(
+        [
+            ("DELETE FROM d1queue_jobs WHERE queue = ?1", (queue,)),
+            ("DELETE FROM d1queue_flow WHERE queue = ?1", (queue,)),
+            ("DELETE FROM d1queue_queues WHERE name = ?1", (queue,)),
+        ]
+    )
+    return {"ok": True}
+
+
+async def flow_seed(
+    db: Any,
+    n: int,
+    groups: int = 0,
+    limits: dict[str, Any] | None = None,
+    queue: str = FLOW_QUEUE,
+) -> dict[str, Any]:
+    """`queue` afresh with `n` due jobs in `groups` groups (0: no group),
+    as pushes leave them (the groups' tags, the queue marked grouped), and
+    `limits` (a PUT body) stored for it, if given."""
+    await flow_reset(db, queue)
+    b = Binding(db)
+    if n:
+        await b.run(_SEED_FLOW_JOBS, n, _SEQ[0], queue, groups, NOW_MS - 600_000)
+        _SEQ[0] += n
+    if groups:
+        await b.batch([(_SEED_FLOW_TAGS, (queue,)), (MARK_GROUPED, (queue, NOW_MS))])
+    if limits is not None:
+        await D1Queue(db).set_limits(queue, Limits.parse(limits))
+    return {"ok": True}
+
+
+async def flow_drain(
+    db: Any,
+    n: int,
+    groups: int = 0,
+    limits: dict[str, Any] | None = None,
+    query_budget: int = 100,
+) -> dict[str, Any]:
+    """One drain invocation of FLOW_QUEUE, seeded afresh by `flow_seed`,
+    bounded by `query_budget`: `invocation`'s figures, by statement too."""
+    await flow_seed(db, n, groups, limits)
+    out = await invocation(
+        db,
+        "d1queue",
+        query_budget=query_budget,
+        queue=FLOW_QUEUE,
+        reuse_prepared=True,  # counted, not timed
+        by_statement=True,
+    )
+    await flow_reset(db)
+    return out
+
+
+async def flow_life(
+    db: Any,
+    n: int,
+    groups: int = 0,
+    limits: dict[str, Any] | None = None,
+    queue: str = "flow-life",
+) -> dict[str, Any]:
+    """`n` jobs dispatched one at a time to `queue` (the i-th in group
+    i mod `groups`; none with 0), `limits` stored first if given, then
+    drained: rows read and written by the pushes and by the drain."""
+    await flow_reset(db, queue)
+    if limits is not None:
+        await D1Queue(db).set_limits(queue, Limits.parse(limits))
+    target = InstrumentedD1(db)
+    q = D1Queue(target, reservation_s=RESERVATION_S)
+    for i in range(n):
+        group = f"g{i % groups:05d}" if groups else None
+        await q.dispatch("bench.noop", {"i": i}, queue=queue, group=group)
+    pushed = _usage(q.binding)
+    push_statements = target.by_statement()
+    report = await drain(q, REGISTRY, _flow_config(queue))
+    total = _usage(q.binding)
+    await flow_reset(db, queue)
+    return {
+        "jobs": n,
+        "groups": groups,
+        "done": report.completed,
+        "rounds": report.rounds,
+        "push_queries": pushed["queries"],
+        "push_rows_read": pushed["rows_read"],
+        "push_rows_written": pushed["rows_written"],
+        "push_by_statement": push_statements,
+        "drain_queries": total["queries"] - pushed["queries"],
+        "drain_rows_read": total["rows_read"] - pushed["rows_read"],
+        "drain_rows_written": total["rows_written"] - pushed["rows_written"],
+        "rows_written": total["rows_written"],
+        "by_statement": target.by_statement(),
+    }
+
+
+async def limited_round(
+    db: Any, backlog: int, concurrency: int = 10, queue: str = FLOW_QUEUE
+) -> dict[str, Any]:
+    """A drain that finds `queue` at its limit: `concurrency` jobs claimed
+    by another drain (held, their leases running), `backlog` jobs queued
+    behind them. The drain's queries and rows read, by statement."""
+    await flow_seed(db, concurrency, 0, {"concurrency": concurrency}, queue)
+    other = D1Queue(db, reservation_s=RESERVATION_S)
+    _, _, flows = await other.survey_flows()
+    held = await other.settle_and_claim((), queue, concurrency, flows=flows)
+    if len(held.jobs) != concurrency:
+        raise RuntimeError(f"the other drain holds {len(held.jobs)} of {concurrency}")
+    if backlog:
+        await Binding(db).run(_SEED_FLOW_JOBS, backlog, _SEQ[0], queue, 0, NOW_MS - 600_000)
+        _SEQ[0] += backlog
+    target = InstrumentedD1(db)
+    q = D1Queue(target, reservation_s=RESERVATION_S)
+    report = await drain(q, REGISTRY, _flow_config(queue))
+    out = {
+        "backlog": backlog,
+        "held": concurrency,
+        "claimed": report.claimed,
+        "limited": report.limited,
+        "stopped": report.stopped,
+        **_usage(q.binding),
+        "by_statement": target.by_statement(),
+    }
+    await flow_reset(db, queue)
     return out

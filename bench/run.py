@@ -75,6 +75,16 @@ class Plan:
         self.free_consumer_jobs = 50 if quick else 200
         # The JSON depth check on 1 MiB bodies (bench/depth.py): runs of each.
         self.depth_repeats = 3 if quick else 5
+        # Flow control (bench/inside.py, flow_*): drains of a queue with
+        # grouped jobs, with and without limits, at these backlogs (each one
+        # of `backlogs`, whose plain figures they are set beside) and group
+        # counts, each bounded by `flow_budget` queries; job lives with
+        # groups and limits; and a drain meeting its queue at its limit.
+        self.flow_backlogs = (1_000,) if quick else (1_000, 20_000)
+        self.flow_groups = (10, 10_000)
+        self.flow_limits = {"concurrency": 10, "group_concurrency": 1}
+        self.flow_budget = 50 if quick else 100
+        self.flow_life_jobs = 25 if quick else 100
 
 
 def log(message: str) -> None:
@@ -98,6 +108,10 @@ def runtime_figures(plan: Plan) -> dict[str, Any]:
         for backlog in plan.backlogs:
             out["backlogs"][str(backlog)] = per_backlog(call, plan, backlog)
             call("clear")
+        # Next, on tables as empty as the plain runs had them (a queue's
+        # batch acknowledgement reads a row past its range when another
+        # queue's jobs follow it in the key).
+        out["flow"] = flow_costs(call, plan)
         out["life"] = {}
         for design in DESIGNS:
             for fail in (False, True):
@@ -134,6 +148,47 @@ def delayed_backlog(call: Callable[..., Any], plan: Plan) -> dict[str, Any]:
         # reserved_at), so its jobs in flight are left out of its backlog.
         seed = call("seed_design_claim_cost", delayed=plan.delayed, due=due)
         out[f"{due}/{in_flight}" if in_flight else str(due)] = {"d1queue": ours, "seed": seed}
+    return out
+
+
+def flow_costs(call: Callable[..., Any], plan: Plan) -> dict[str, Any]:
+    """What flow control costs (bench/README.md): drains of grouped jobs with
+    fair turns alone and under `plan.flow_limits`, by backlog and number of
+    groups; job lives (pushed one at a time, then drained) with groups and
+    limits; and a drain that finds its queue at its limit."""
+    limits = plan.flow_limits
+    out: dict[str, Any] = {"limits": limits, "budget": plan.flow_budget}
+    drains: dict[str, Any] = {}
+    for backlog in plan.flow_backlogs:
+        for groups in plan.flow_groups:
+            for kind, lim in (("fair", None), ("limits", limits)):
+                log(f"flow: {kind}, backlog {backlog:,} in {groups:,} groups")
+                drains[f"{kind}/{backlog}/{groups}"] = call(
+                    "flow_drain",
+                    n=backlog,
+                    groups=groups,
+                    limits=lim,
+                    query_budget=plan.flow_budget,
+                )
+    out["drains"] = drains
+    n = plan.flow_life_jobs
+    lives: dict[str, Any] = {}
+    for groups, kind, lim in (
+        (0, "limits", limits),
+        (10, "fair", None),
+        (10, "limits", limits),
+        (n, "fair", None),
+        (n, "limits", limits),
+    ):
+        log(f"flow: job life, {kind}, {n} jobs in {groups or 'no'} groups")
+        lives[f"{kind}/{groups}"] = call("flow_life", n=n, groups=groups, limits=lim)
+    out["lives"] = lives
+    out["limited"] = {}
+    for backlog in plan.flow_backlogs:
+        log(f"flow: a drain meeting its limit, backlog {backlog:,}")
+        out["limited"][str(backlog)] = call(
+            "limited_round", backlog=backlog, concurrency=limits["concurrency"]
+        )
     return out
 
 
@@ -257,6 +312,80 @@ def _by_kind(rows: dict[str, dict[str, int]], key: str, per: int) -> dict[str, f
     return {kind: r[key] / per for kind, r in sorted(rows.items()) if per}
 
 
+def _statement_group(name: str) -> str:
+    """A statement's part in a claim's cost (bench/README.md)."""
+    if name.startswith("TAKE_FLOW"):
+        return "TAKE_FLOW"
+    if name.startswith(("claim_flow", "CLAIM")):
+        return "CLAIM"
+    if name.startswith(("select_flow_candidates", "SELECT_CANDIDATES", "QUEUE_FLOWS")):
+        return "SELECT"
+    if name.startswith("DELETE_HELD"):
+        return "DELETE"
+    return name
+
+
+def _per(by_statement: dict[str, dict[str, int]], key: str, per: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, r in by_statement.items():
+        group = _statement_group(name)
+        out[group] = out.get(group, 0.0) + r[key] / per
+    return out
+
+
+def flow_figures(raw: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any]:
+    """Per claimed job and per job life, beside the plain queue's figure at
+    the same backlog (`plain`: figures()'s per-backlog figures)."""
+    drains = {}
+    for key, r in raw["drains"].items():
+        kind, backlog, groups = key.split("/")
+        claimed = r["claimed"]
+        drains[key] = {
+            "kind": kind,
+            "backlog": int(backlog),
+            "groups": int(groups),
+            "claimed": claimed,
+            "rows_read_per_job": _div(r["rows_read"], claimed),
+            "plain_rows_read_per_job": plain[backlog]["d1queue"]["rows_read_per_job"],
+            "rows_written_per_job": _div(r["rows_written"], claimed),
+            "queries_per_job": _div(r["queries"], claimed),
+            "plain_queries_per_job": plain[backlog]["d1queue"]["queries_per_job"],
+            "rows_read_per_job_by_statement": _per(r["by_statement"], "rows_read", claimed),
+        }
+    lives = {}
+    for key, r in raw["lives"].items():
+        n = r["jobs"]
+        lives[key] = {
+            "groups": r["groups"],
+            "done": r["done"],
+            "rows_written_per_job": r["rows_written"] / n,
+            "push_rows_written_per_job": r["push_rows_written"] / n,
+            "push_rows_read_per_job": r["push_rows_read"] / n,
+            "push_queries_per_job": r["push_queries"] / n,
+            "drain_rows_written_per_job": r["drain_rows_written"] / n,
+            "rows_written_per_job_by_statement": _per(r["by_statement"], "rows_written", n),
+        }
+    limited = {}
+    for backlog, r in raw["limited"].items():
+        selects = {k: v for k, v in r["by_statement"].items() if k != "QUEUE_FLOWS"}
+        limited[backlog] = {
+            "held": r["held"],
+            "claimed": r["claimed"],
+            "queries": r["queries"],
+            "rows_read": r["rows_read"],
+            "survey_rows_read": r["by_statement"].get("QUEUE_FLOWS", {}).get("rows_read", 0),
+            "select_rows_read": sum(v["rows_read"] for v in selects.values()),
+            "queries_after_survey": sum(v["statements"] for v in selects.values()),
+        }
+    return {
+        "limits": raw["limits"],
+        "budget": raw["budget"],
+        "drains": drains,
+        "lives": lives,
+        "limited": limited,
+    }
+
+
 def cpu_per_job(plan: Plan) -> dict[str, Any]:
     """CPU per drained job on both binding paths (bench/cpu.py, bench/README.md)."""
     out = {}
@@ -318,6 +447,7 @@ def figures(
                 "select_rows_read": c["select_rows_read"],
             }
     retry = {d: _div(r["rows_written"], r["retried"]) for d, r in runtime["retry"].items()}
+    flow = flow_figures(runtime["flow"], per_backlog)
     schedules = runtime["schedules"]
     return {
         "host_probe": runtime["probe"],
@@ -327,6 +457,7 @@ def figures(
         "rows_written_per_retry": retry,
         "schedules": schedules,
         "life": life,
+        "flow": flow,
         "push_to_start": {
             "d1queue_drain_on_push_s": push["median_s"],
             "d1queue_drain_on_push_p90_s": push["p90_s"],
@@ -547,6 +678,7 @@ def table_rows(fig: dict[str, Any]) -> list[Row]:
                 "",
             )
         )
+    rows += flow_rows(fig["flow"], life["d1queue/complete"]["rows_written_per_job"])
     p = fig["push_to_start"]
     rows.append(
         (
@@ -582,6 +714,151 @@ def table_rows(fig: dict[str, Any]) -> list[Row]:
                 )
             )
     rows += bench_depth.rows(fig["depth_check"])
+    return rows
+
+
+def _parts(by: dict[str, float]) -> str:
+    order = ("push", "SELECT", "TAKE_FLOW", "CLAIM", "DELETE")
+    names = sorted(by, key=lambda k: order.index(k) if k in order else len(order))
+    return " + ".join(f"{by[k]:,.2f} {k}" for k in names if by[k]) or "0"
+
+
+def flow_rows(flow: dict[str, Any], plain_life: float) -> list[Row]:
+    """The flow-control lines of the table (bench/README.md)."""
+    rows: list[Row] = []
+    lim = flow["limits"]
+    limits = f"limits ({lim['concurrency']}; {lim['group_concurrency']} a group)"
+
+    def where(d: dict[str, Any]) -> str:
+        return f"{_k(d['backlog'])}, {d['groups']:,} groups"
+
+    for kind, label in (
+        ("fair", "rows read / claimed job: groups, no limits"),
+        ("limits", f"rows read / claimed job: groups + {limits}"),
+    ):
+        first = True
+        for d in flow["drains"].values():
+            if d["kind"] != kind:
+                continue
+            ours, plain = d["rows_read_per_job"], d["plain_rows_read_per_job"]
+            extra = ours - plain if ours is not None and plain is not None else None
+            verdict = ""
+            if extra is not None:
+                verdict = f"≤ plain + 3: {'met' if extra <= 3 else 'NOT met'} (+{extra:.2f})"
+            rows.append(
+                (
+                    label if first else "",
+                    where(d),
+                    _num(ours),
+                    f"{_num(plain)} (plain queue)",
+                    _ratio(ours, plain),
+                    verdict,
+                )
+            )
+            first = False
+    deepest = max(
+        (d for d in flow["drains"].values() if d["kind"] == "limits"),
+        key=lambda d: (d["backlog"], -d["groups"]),
+    )
+    rows.append(
+        (
+            "  by statement, per claimed job",
+            where(deepest),
+            _parts(deepest["rows_read_per_job_by_statement"]),
+            "",
+            "",
+            "",
+        )
+    )
+    for kind, label in (
+        ("fair", "D1 queries / drained job: groups, no limits"),
+        ("limits", f"D1 queries / drained job: groups + {limits}"),
+    ):
+        first = True
+        for d in flow["drains"].values():
+            if d["kind"] != kind:
+                continue
+            rows.append(
+                (
+                    label if first else "",
+                    where(d),
+                    _num(d["queries_per_job"], 3),
+                    f"{_num(d['plain_queries_per_job'], 3)} (plain queue)",
+                    _ratio(d["queries_per_job"], d["plain_queries_per_job"]),
+                    "",
+                )
+            )
+            first = False
+    lives = flow["lives"]
+    n = max(life["groups"] for life in lives.values())
+    for key, label, target in (
+        ("limits/0", f"rows written / job life: {limits}", True),
+        ("fair/10", "rows written / job life: groups, no limits", False),
+        (f"fair/{n}", "", False),
+        ("limits/10", f"rows written / job life: groups + {limits}", True),
+        (f"limits/{n}", "", True),
+    ):
+        life = lives[key]
+        a = life["rows_written_per_job"]
+        verdict = ""
+        if target:
+            ok = "met" if a <= plain_life + 2 else "NOT met"
+            verdict = f"≤ plain + 2: {ok} (+{a - plain_life:.2f})"
+        groups = life["groups"]
+        rows.append(
+            (
+                label,
+                "no group"
+                if not groups
+                else ("a group each" if groups == n else f"{groups} groups"),
+                _num(a),
+                f"{_num(plain_life)} (plain queue)",
+                _ratio(a, plain_life),
+                verdict,
+            )
+        )
+    life = lives["limits/10"]
+    push = life["push_rows_written_per_job"]
+    parts = {"push": push, **life["rows_written_per_job_by_statement"]}
+    for name in ("INSERT_FLOW_JOB", "BUMP_TAG", "MARK_GROUPED"):
+        parts.pop(name, None)
+    rows.append(("  by statement", "10 groups", _parts(parts), "", "", ""))
+    for i, (key, groups) in enumerate((("fair/10", "10 groups"), (f"fair/{n}", "a group each"))):
+        life = lives[key]
+        rows.append(
+            (
+                "" if i else "pushed grouped job: queries / rows read / written",
+                groups,
+                f"{_num(life['push_queries_per_job'])} / {_num(life['push_rows_read_per_job'])} / "
+                f"{_num(life['push_rows_written_per_job'])}",
+                "1 / 0 / 2 (plain queue)",
+                "",
+                "",
+            )
+        )
+    limited = flow["limited"]
+    selects = {r["select_rows_read"] for r in limited.values()}
+    for backlog, r in limited.items():
+        # The queue's limit row, its holders' entries and their held jobs
+        # (one seek each), and the guard's own row per range: none of the
+        # backlog, the same at any backlog.
+        bound = 1 + 2 * r["held"] + 4
+        met = (
+            r["queries_after_survey"] == 1 and len(selects) == 1 and r["select_rows_read"] <= bound
+        )
+        rows.append(
+            (
+                f"a drain meeting its limit ({r['held']} held): queries / rows read"
+                if backlog == min(limited, key=int)
+                else "",
+                _k(int(backlog)),
+                f"{r['queries']} / {r['rows_read']} (survey {r['survey_rows_read']}, "
+                f"SELECT {r['select_rows_read']})",
+                "",
+                "",
+                "1 query after survey, no backlog row: " + ("met" if met else "NOT met"),
+            )
+        )
     return rows
 
 

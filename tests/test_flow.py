@@ -24,6 +24,7 @@ from d1queue.core.flow import (
     flows_of,
 )
 from d1queue.interfaces.testing import SqliteD1
+from d1queue.store import queue as queue_module
 
 from .conftest import Clock
 from .contract import Recorder, recorded
@@ -332,3 +333,83 @@ async def test_a_rated_claim_whose_batch_came_back_late_is_put_back_unrun(
     assert row == {"band": 0, "attempts": 0, "reserved_at": None}, "back where it was"
     (flow,) = db.query("SELECT starts FROM d1queue_flow WHERE grp = '*'")
     assert len(json.loads(flow["starts"])) == 1, "its start still counts"
+
+
+# -- what a claim under limits reads (its costs in Miniflare's rows are in
+# tests/runtime/test_counts_runtime.py) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("limits", "grouped", "reads"),
+    [
+        (NO_LIMITS, True, 25),
+        (Limits(concurrency=10), False, 10),
+        (Limits(rate=Rate(4, 60)), True, 4),
+        (Limits(concurrency=10, rate=Rate(4, 60)), True, 4),
+        (Limits(concurrency=10, group_concurrency=1), True, 20),
+        (Limits(concurrency=10, group_concurrency=2), False, 2),
+        (Limits(group_concurrency=1), True, 25),
+        (Limits(group_concurrency=3), False, 3),
+        (Limits(concurrency=40), True, 25),
+    ],
+)
+def test_a_round_reads_no_more_candidates_than_its_limits_let_it_claim(
+    limits: Limits, grouped: bool, reads: int
+) -> None:
+    assert queue_module._reads(25, Flow(limits, grouped)) == reads
+    assert queue_module._reads(25, None) == 25
+
+
+async def test_a_limited_queue_drains_whole_in_rounds_of_its_limit(
+    db: SqliteD1, clock: Clock
+) -> None:
+    """A read cut to the limit that comes back full is not a queue run dry."""
+    reg = Registry()
+    ran: list[int] = []
+
+    @reg.job("x", queue="lim")
+    async def x(payload: int) -> None:
+        ran.append(payload)
+
+    queue = D1Queue(db, clock=clock, registry=reg)
+    await queue.set_limits("lim", Limits(concurrency=2))
+    for i in range(9):
+        await queue.dispatch("x", i)
+    report = await drain(queue, reg, Config(plan="paid", queues=("lim",)))
+    assert sorted(ran) == list(range(9)) and report.stopped == "empty"
+    assert report.rounds == 5
+    ran.clear()
+    for i in range(9):
+        await queue.dispatch("x", i)
+    report = await drain(queue, reg, Config(plan="paid", queues=("lim",), max_jobs=4))
+    assert len(ran) == 4 and report.stopped == "max_jobs"
+
+
+async def test_a_claim_that_lost_its_job_holds_its_place_only_for_its_batch(
+    db: SqliteD1, clock: Clock
+) -> None:
+    """Later takes of a claim batch count the row's entries as the batch's
+    first take left them (TAKE_FLOW): a claim whose job another drain took
+    meanwhile keeps its place for the rest of its batch (a place unused,
+    never one taken twice), and the next batch's first take frees it."""
+    queue = D1Queue(db, clock=clock)
+    await queue.set_limits("lim", Limits(concurrency=2))
+    ids = [await queue.push(QueuedJob.new("x", i, queue="lim")) for i in range(3)]
+    stale = [await queue.job(i) for i in ids[:2]]  # read by a drain X
+    _, _, flows = await queue.survey_flows()
+    other = await queue.settle_and_claim((), "lim", 1, flows=flows)  # Y takes the first
+    assert [j.id for j in other.jobs] == ids[:1]
+    late = await queue.settle_and_claim(
+        (), "lim", 2, flows=flows, ahead={"lim": [j for j in stale if j is not None]}
+    )
+    # X's first take is admitted (Y holds one place of two), its claim finds
+    # the job gone; its second take counts that entry and is refused.
+    assert late.jobs == [] and late.limited == 1
+    (row,) = db.query("SELECT holders FROM d1queue_flow WHERE queue = 'lim' AND grp = '*'")
+    assert len(json.loads(row["holders"])) == 2
+    after = await queue.settle_and_claim((), "lim", 2, flows=flows)
+    assert [j.id for j in after.jobs] == ids[1:2], "the lost claim's place is free again"
+    (row,) = db.query("SELECT holders FROM d1queue_flow WHERE queue = 'lim' AND grp = '*'")
+    held = json.loads(row["holders"])
+    assert sorted(e[1] for e in held) == ids[:2]
+    assert {e[2] for e in held} == {other.jobs[0].reservation, after.jobs[0].reservation}

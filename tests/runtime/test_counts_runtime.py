@@ -205,3 +205,126 @@ def test_finding_the_queues_reads_about_two_rows_each(bench: Host) -> None:
     big = bench_host.call(bench, "queue_walk_cost", queues=5, jobs_per_queue=2000)
     assert small["queues"] == big["queues"] == 5
     assert small["rows_read"] == big["rows_read"] <= 2 * 5 + 3
+
+
+# -- flow control (bench/inside.py, flow_*) ---------------------------------------------
+
+LIMITS = {"concurrency": 10, "group_concurrency": 1}
+FLOW_BACKLOG = 2_000
+
+
+@pytest.fixture(scope="module")
+def flow_drains(bench: Host) -> dict[tuple[str, int], dict[str, Any]]:
+    """One invocation of 41 queries on a queue of 2,000 grouped jobs, by
+    (fair turns alone or under LIMITS, number of groups)."""
+    return {
+        (kind, groups): bench_host.call(
+            bench,
+            "flow_drain",
+            n=FLOW_BACKLOG,
+            groups=groups,
+            limits=limits,
+            query_budget=41,
+        )
+        for kind, limits in (("fair", None), ("limits", LIMITS))
+        for groups in (10, 10_000)
+    }
+
+
+def by_statement(run: dict[str, Any], prefix: str, key: str = "rows_read") -> float:
+    """`key` of the statements whose name starts with `prefix`, per claimed job."""
+    total = sum(v[key] for k, v in run["by_statement"].items() if k.startswith(prefix))
+    return float(total) / run["claimed"]
+
+
+def test_fair_groups_cost_a_claim_what_a_plain_queue_does(
+    drains: dict[str, dict[str, Any]], flow_drains: dict[tuple[str, int], dict[str, Any]]
+) -> None:
+    """Grouped jobs without limits: the grouped bands' head is a fourth range
+    of the same SELECT (its probe a row a round), claimed and acknowledged as
+    any job, and a round is still one query."""
+    plain = drains["d1queue"]
+    for groups in (10, 10_000):
+        run = flow_drains[("fair", groups)]
+        assert run["claimed"] == plain["claimed"] == 37 * 25
+        assert run["queries"] == plain["queries"]
+        # A row a round each: the grouped range's probe, and the batch
+        # delete's row past its range (another queue's, after this one's).
+        assert by_statement(run, "select_flow_candidates") <= 1 + 4 / 25 + 0.01
+        assert by_statement(run, "CLAIM") == 1
+        assert by_statement(run, "DELETE_HELD") <= 1 + 1 / 25
+        extra = per_job(run, "rows_read") - per_job(plain, "rows_read")
+        assert 0 <= extra <= 2 / 25 + 0.01, (groups, extra)
+        assert run["rows_written"] == plain["rows_written"] == 2 * run["claimed"]
+
+
+def test_limits_cost_a_claimed_job_its_takes_and_their_checks(
+    flow_drains: dict[tuple[str, int], dict[str, Any]],
+) -> None:
+    """concurrency 10 and group_concurrency 1: rounds of 10 (one query
+    each), and per claimed job a TAKE_FLOW on the group's row and one on the
+    queue's (one row written each; rows read only by the first take of a
+    batch on a row: its entries, twice, and none after it in the batch), the
+    claim reading both rows back, and a SELECT of twice the limit."""
+    for groups in (10, 10_000):
+        run = flow_drains[("limits", groups)]
+        assert run["claimed"] == 37 * 10, groups
+        assert run["rows_written"] == 4 * run["claimed"]
+        assert by_statement(run, "TAKE_FLOW", "rows_written") == 2
+        # The queue's row: its 10 entries of the last round, read twice by
+        # the round's first take; a group's row: its one entry, twice, if the
+        # group had a job claimed before (10 groups) and none if not.
+        takes = by_statement(run, "TAKE_FLOW")
+        assert takes <= (2 * 10 / 10 + (2 if groups == 10 else 0)), (groups, takes)
+        assert by_statement(run, "claim_flow") == 3
+        assert by_statement(run, "DELETE_HELD") <= 1 + 1 / 10
+        assert by_statement(run, "select_flow_candidates") <= (20 + 4) / 10 + 0.1
+        assert per_job(run, "rows_read") <= (10.5 if groups == 10 else 8.5), (groups, run)
+
+
+@pytest.fixture(scope="module")
+def flow_lives(bench: Host) -> dict[str, dict[str, Any]]:
+    """20 jobs pushed one at a time then drained, by (limits or not, groups)."""
+    return {
+        f"{kind}/{groups}": bench_host.call(bench, "flow_life", n=20, groups=groups, limits=limits)
+        for kind, limits, groups in (
+            ("limits", LIMITS, 0),
+            ("fair", None, 10),
+            ("limits", LIMITS, 10),
+        )
+    }
+
+
+def test_limits_write_two_rows_more_per_job_life(
+    lives: dict[str, dict[str, Any]], flow_lives: dict[str, dict[str, Any]]
+) -> None:
+    """A claim under a queue's and a group's limits writes both rows (one
+    each); a grouped push writes its group's fair tag (and the queue's mark,
+    once: its d1queue_queues row and that table's name index)."""
+    assert all(life["done"] == life["jobs"] for life in flow_lives.values())
+    plain = life_written(lives["d1queue/complete"])
+    assert life_written(flow_lives["limits/0"]) == plain + 2
+    fair, limited = flow_lives["fair/10"], flow_lives["limits/10"]
+    assert fair["push_rows_written"] == 3 * 20 + 2
+    assert limited["push_rows_written"] == 3 * 20 + 1  # the row exists (its limits)
+    assert fair["drain_rows_written"] == 2 * 20
+    assert limited["drain_rows_written"] == 4 * 20
+    assert life_written(limited) == life_written(fair) + 2 - 1 / 20
+
+
+def test_a_drain_meeting_its_queues_limit_reads_no_job_of_the_backlog(bench: Host) -> None:
+    """10 places held by another drain: one query after the survey, which
+    reads the queue's limit row, its 10 entries and their 10 held jobs (one
+    seek each) and a row of the guard per range, whatever waits behind."""
+    runs = [
+        bench_host.call(bench, "limited_round", backlog=backlog, concurrency=10)
+        for backlog in (100, 5_000)
+    ]
+    for run in runs:
+        assert run["claimed"] == 0 and run["limited"] == 1, run
+        assert run["queries"] == 2
+        select = {k: v for k, v in run["by_statement"].items() if k != "QUEUE_FLOWS"}
+        assert sum(v["statements"] for v in select.values()) == 1
+        assert sum(v["rows_read"] for v in select.values()) <= 1 + 2 * 10 + 4
+        assert run["rows_written"] == 0
+    assert runs[0]["rows_read"] == runs[1]["rows_read"]

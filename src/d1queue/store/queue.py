@@ -64,7 +64,9 @@ class Round:
     candidates: int = 0
     error: Exception | None = None
     found: dict[str, int] = field(default_factory=dict)
-    """Candidates each queue of the round offered (at most its share)."""
+    """Candidates each queue of the round offered (at most its share; a
+    queue whose limits cut its read short offers its whole share when the
+    read came back full)."""
     ahead: dict[str, list[QueuedJob]] | None = None
     """The next round's candidates per queue, read after this round's claims
     (None when the round sent no claim batch)."""
@@ -166,6 +168,30 @@ def _select(q: str, now: int, k: int, flow: Flow | None, *, guarded: bool) -> St
         sql.select_flow_candidates(grouped=flow.grouped, guarded=guard, spaced=spaced),
         (q, now, k, n, rate, window) if guard else (q, now, k),
     )
+
+
+def _reads(k: int, flow: Flow | None) -> int:
+    """How many candidates a round reads from a queue for a share of `k`:
+    no more than one round may claim there (`_within_limits` claims no more;
+    the rest would be read and left, round after round). Under queue-wide
+    limits (concurrency, a rate's limit) that many, twice that with
+    per-group limits too, which may pass some over (a group at its limit,
+    the jobs with no group taking turns with the grouped ones); on a queue
+    with no grouped job, whose jobs are all one group, no more than a
+    group's limit."""
+    if flow is None or flow.limits.none:
+        return k
+    limits = flow.limits
+    cap = k
+    if limits.queue_wide:
+        cap = min(k, limits.concurrency or k, limits.rate.limit if limits.rate else k)
+    if limits.per_group:
+        if not flow.grouped:
+            rate = limits.group_rate
+            return min(cap, limits.group_concurrency or k, rate.limit if rate else k)
+        if limits.queue_wide:
+            return min(k, 2 * cap)
+    return cap
 
 
 def _order(rows: Sequence[Sequence[Any]], n: int, flow: Flow | None) -> list[QueuedJob]:
@@ -614,11 +640,12 @@ class D1Queue:
         flows = {q: f for q, f in (flows or {}).items() if q in shares and f.active}
         now = self.clock()
         statements, firsts, carried = self._settle_statements(outcomes, now)
-        selects = [_select(q, now, k, flows.get(q), guarded=True) for q, k in shares.items()]
+        reads = {q: _reads(k, flows.get(q)) for q, k in shares.items()}
+        selects = [_select(q, now, k, flows.get(q), guarded=True) for q, k in reads.items()]
         marks: list[Mark] = []
         held_back = 0
         if ahead is not None and all(q in ahead for q in shares):
-            heads = [ahead[q][:k] for q, k in shares.items()]
+            heads = [ahead[q][:k] for q, k in reads.items()]
         else:
             try:
                 if statements or len(selects) > 1:
@@ -634,12 +661,17 @@ class D1Queue:
             statements, outcomes = [], ()
             heads = [
                 _order(r.rows, k, flows.get(q))
-                for r, (q, k) in zip(found, shares.items(), strict=True)
+                for r, (q, k) in zip(found, reads.items(), strict=True)
             ]
             # A queue its guard held back (at its limit) answered one row
             # of NULLs: none of its jobs was read.
             held_back = sum(1 for r in found if r.rows and r.rows[-1][0] is None)
-        offered = dict(zip(shares, (len(h) for h in heads), strict=True))
+        # A read cut short by the queue's limits (`_reads`) that came back
+        # full offers the queue's whole share: it did not run dry.
+        offered = {
+            q: shares[q] if len(h) >= reads[q] else len(h)
+            for q, h in zip(shares, heads, strict=True)
+        }
         candidates = interleave(heads)[:n]
         if flows:
             candidates = _within_limits(candidates, flows)
@@ -647,7 +679,7 @@ class D1Queue:
         if read_ahead:
             # The next round's reads are not guarded: this round's claims may
             # fill the queue's limit, and the next round's settle free it.
-            selects = [_select(q, now, k, flows.get(q), guarded=False) for q, k in shares.items()]
+            selects = [_select(q, now, k, flows.get(q), guarded=False) for q, k in reads.items()]
         riding = len(statements) + (len(selects) if read_ahead else 0)
         chosen = (candidates if admit is None else admit(candidates, riding)) if candidates else []
         # One token for the batch: its jobs on a queue then share their held
@@ -689,7 +721,7 @@ class D1Queue:
         next_heads = (
             {
                 q: _order(r.rows, k, flows.get(q))
-                for (q, k), r in zip(shares.items(), results[base + len(claims) :], strict=True)
+                for (q, k), r in zip(reads.items(), results[base + len(claims) :], strict=True)
             }
             if read_ahead
             else None

@@ -219,46 +219,71 @@ def _open(queue: int, now: int, n: int, rate: int, window: int) -> str:
 # batch just before its CLAIM_FLOW (statements in a batch run one after
 # another in one transaction: nothing comes between the check and the take).
 # The row is made on first use. Admitted, the claim's entry is added to the
-# holders (live ones kept) and its time to the starts (those in the window
-# kept), and `last` names it; refused, nothing changes and the CLAIM_FLOW
-# that follows finds another claim in `last` and changes nothing. Re-sent
-# after a lost reply, it finds its own entry and admits it again without
-# adding it twice. A start is the claim of one attempt: [claimed at, id,
-# attempts as read]. The same job claimed again for a later attempt (after
-# a retry, or its lease lapsed) is a start of its own, counted again; two
-# drains racing for one candidate read the same attempt, and only one claim
-# of it can land, so the loser adds no start. Cost: the row (one read, one
-# written) and one seek per entry of the holders: at most the limit's N,
-# whatever the backlog.
+# holders and its time to the starts, and `last` names it; refused, nothing
+# changes and the CLAIM_FLOW that follows finds another claim in `last` and
+# changes nothing. Re-sent after a lost reply, it finds its own entry and
+# admits it again without adding it twice.
+#
+# A start is the claim of one attempt: [claimed at, id, attempts as read].
+# The same job claimed again for a later attempt (after a retry, or its
+# lease lapsed) is a start of its own, counted again; two drains racing for
+# one candidate read the same attempt, and only one claim of it can land.
+#
+# The entries a take counts: the first take of a claim batch on a row keeps
+# the live holders (lease not over, job still held by that claim: one seek
+# each) and the starts in the window. A later take of the same batch (its
+# token in `last`: an earlier take of the batch admitted a claim, and wrote
+# what it checked) counts the row's entries as they are: nothing outside the
+# batch's transaction changed them since, its settles ran before its first
+# take, and the entries added since are its own claims'. (One of those whose
+# CLAIM then lost its job to another drain still counts until the next
+# batch's check: a place left unused for the rest of the batch, never one
+# taken twice.)
+#
+# Cost, as D1 counts rows read: the row itself nothing (an upsert's own row
+# is not counted); json_each counts a row per entry and a seek a row when it
+# finds the job. So the first take of a batch on a row reads its entries and
+# the live holders' jobs: once to prune them (its SET), and once more to
+# count them (its WHERE) if the row holds as many entries as its limit (with
+# fewer, the count needs no check); at most 2 x 2N for a limit of N,
+# whatever the backlog. A later take of the batch reads nothing
+# (json_array_length and instr read no row). Written: the row, when
+# admitted.
 # ?1 queue ?2 row ('*' or the group) ?3 now ?4 lease end ?5 id ?6 token
 # ?7 concurrency (0: none) ?8 rate limit (0: none) ?9 rate window (ms)
 # ?10 the job's attempts as read (before this claim)
-_MINE_HOLDING = (
-    "EXISTS (SELECT 1 FROM json_each(d1queue_flow.holders) "
-    "WHERE json_extract(value, '$[1]') = ?5 AND json_extract(value, '$[2]') = ?6)"
+_SAME_BATCH = "substr(d1queue_flow.last, instr(d1queue_flow.last, ' ') + 1) = ?6"
+_HOLDERS = (
+    f"CASE WHEN {_SAME_BATCH} THEN d1queue_flow.holders ELSE (SELECT json_group_array(json(value)) "
+    f"FROM ({_live_holders(1, 3)})) END"
 )
-_MINE_STARTED = (
-    "EXISTS (SELECT 1 FROM json_each(d1queue_flow.starts) "
-    "WHERE json_extract(value, '$[1]') = ?5 AND json_extract(value, '$[2]') = ?10)"
+_STARTS = (
+    f"CASE WHEN {_SAME_BATCH} THEN d1queue_flow.starts ELSE (SELECT json_group_array(json(value)) "
+    f"FROM ({_in_window(3, 9)})) END"
 )
+# The attempt as an integer: D1 may bind a number as REAL, and the entry's
+# text must read the same when it is looked for.
+_ATTEMPT = "CAST(?10 AS INTEGER)"
+# The claim's own entry, found in the row's text (json_array and
+# json_group_array write it so: [lease end,"id","token"], [time,"id",attempt]).
+_MINE_HOLDING = "instr(d1queue_flow.holders, ',' || json_quote(?5) || ',' || json_quote(?6) || ']')"
+_MINE_STARTED = f"instr(d1queue_flow.starts, ',' || json_quote(?5) || ',' || {_ATTEMPT} || ']')"
 _TAKE_VALUES = (
     "?1, ?2, CASE WHEN ?7 > 0 THEN json_array(json_array(?4, ?5, ?6)) ELSE '[]' END, "
-    "CASE WHEN ?8 > 0 THEN json_array(json_array(?3, ?5, ?10)) ELSE '[]' END, ?5 || ' ' || ?6"
+    f"CASE WHEN ?8 > 0 THEN json_array(json_array(?3, ?5, {_ATTEMPT})) ELSE '[]' END, "
+    "?5 || ' ' || ?6"
 )
 _TAKE_UPDATE = (
     " ON CONFLICT (queue, grp) DO UPDATE SET "
-    "holders = CASE WHEN ?7 = 0 THEN '[]' "
-    f"WHEN {_MINE_HOLDING} THEN (SELECT json_group_array(json(value)) "
-    f"FROM ({_live_holders(1, 3)})) "
-    "ELSE json_insert((SELECT json_group_array(json(value)) "
-    f"FROM ({_live_holders(1, 3)})), '$[#]', json_array(?4, ?5, ?6)) END, "
-    "starts = CASE WHEN ?8 = 0 THEN '[]' "
-    f"WHEN {_MINE_STARTED} THEN (SELECT json_group_array(json(value)) FROM ({_in_window(3, 9)})) "
-    "ELSE json_insert((SELECT json_group_array(json(value)) "
-    f"FROM ({_in_window(3, 9)})), '$[#]', json_array(?3, ?5, ?10)) END, "
+    f"holders = CASE WHEN ?7 = 0 THEN '[]' WHEN {_MINE_HOLDING} THEN d1queue_flow.holders "
+    f"ELSE json_insert({_HOLDERS}, '$[#]', json_array(?4, ?5, ?6)) END, "
+    f"starts = CASE WHEN ?8 = 0 THEN '[]' WHEN {_MINE_STARTED} THEN d1queue_flow.starts "
+    f"ELSE json_insert({_STARTS}, '$[#]', json_array(?3, ?5, {_ATTEMPT})) END, "
     "last = excluded.last "
-    f"WHERE (?7 = 0 OR {_MINE_HOLDING} OR (SELECT COUNT(*) FROM ({_live_holders(1, 3)})) < ?7) "
-    f"AND (?8 = 0 OR {_MINE_STARTED} OR (SELECT COUNT(*) FROM ({_in_window(3, 9)})) < ?8)"
+    "WHERE (?7 = 0 OR json_array_length(d1queue_flow.holders) < ?7 OR "
+    f"{_MINE_HOLDING} OR json_array_length({_HOLDERS}) < ?7) "
+    "AND (?8 = 0 OR json_array_length(d1queue_flow.starts) < ?8 OR "
+    f"{_MINE_STARTED} OR json_array_length({_STARTS}) < ?8)"
 )
 _INTO_FLOW = "INSERT INTO d1queue_flow (queue, grp, holders, starts, last) "
 TAKE_FLOW = _INTO_FLOW + f"VALUES ({_TAKE_VALUES})" + _TAKE_UPDATE
