@@ -8,11 +8,10 @@
 -- another group's job by more than one round. Jobs without a group keep the
 -- plain bands and their push times: a queue without groups pays nothing.
 --
--- d1queue_flow holds, per queue ('*') and per (queue, group), the claims
--- that hold a place under a concurrency limit (their lease's end, id and
--- token, so a place lapses with the lease or when the job is settled) and
--- the claims' times within a rate's window. A claim takes its place in the
--- claim's own batch (sql.TAKE_FLOW), so no read-then-claim race exists.
+-- d1queue_flow holds, per queue ('*') and per (queue, group), the claims'
+-- times within a rate's window, and a group's last fair tag. A claim takes
+-- its start in the claim's own batch (sql.TAKE_FLOW), so no read-then-claim
+-- race exists.
 --
 -- d1queue_queues.limits holds the limits set over the API (NULL: the code's
 -- apply); grouped says a queue has had grouped jobs (its drains read the
@@ -24,6 +23,8 @@
 
 ALTER TABLE d1queue_jobs ADD COLUMN grp TEXT;
 ALTER TABLE d1queue_jobs ADD COLUMN debounce INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE d1queue_jobs ADD COLUMN slot INTEGER;
+ALTER TABLE d1queue_jobs ADD COLUMN gslot INTEGER;
 ALTER TABLE d1queue_failed_jobs ADD COLUMN grp TEXT;
 ALTER TABLE d1queue_queues ADD COLUMN limits TEXT;
 ALTER TABLE d1queue_queues ADD COLUMN grouped INTEGER NOT NULL DEFAULT 0;
@@ -31,12 +32,24 @@ ALTER TABLE d1queue_queues ADD COLUMN grouped INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE d1queue_flow (
     queue   TEXT    NOT NULL,
     grp     TEXT    NOT NULL,               -- '*': the queue's; '': jobs with no group
-    holders TEXT    NOT NULL DEFAULT '[]',  -- [[lease end, id, token], ...]
     starts  TEXT    NOT NULL DEFAULT '[]',  -- [[claimed at, id, attempt], ...] within the window
     tag     INTEGER NOT NULL DEFAULT 0,     -- the group's last fair tag
     last    TEXT    NOT NULL DEFAULT '',    -- 'id token' of the last claim admitted
     PRIMARY KEY (queue, grp)
 ) WITHOUT ROWID;
+
+-- A held job of a queue with a concurrency limit holds a place: its slot,
+-- one of 0..N-1, unique per queue; under a group_concurrency limit its
+-- gslot, one of 0..N-1, unique per (queue, group). The claim sets them
+-- (UPDATE OR IGNORE: a place another claim took makes the claim change
+-- nothing), so the unique indexes themselves are the limits: no count is
+-- read and no row but the job's is written (an index entry each). A
+-- settle deletes the row or clears them (a retry), which frees the places
+-- at no cost (dropping an index entry is free); a lapsed lease's job keeps
+-- its places and takes them back when it is claimed again.
+CREATE UNIQUE INDEX d1queue_jobs_slot ON d1queue_jobs (queue, slot) WHERE slot IS NOT NULL;
+CREATE UNIQUE INDEX d1queue_jobs_gslot
+    ON d1queue_jobs (queue, COALESCE(grp, ''), gslot) WHERE gslot IS NOT NULL;
 
 DROP INDEX d1queue_jobs_unique;
 CREATE UNIQUE INDEX d1queue_jobs_unique

@@ -302,7 +302,7 @@ def test_jobs_without_a_group_take_one_place_in_each_turn_of_the_groups() -> Non
             "id": id, "queue": "q", "name": "x", "payload": "1", "attempts": 0,
             "max_attempts": 3, "priority": priority, "available_at": at, "reserved_at": None,
             "locked_until": 0, "reservation": None, "created_at": 0, "unique_key": None,
-            "last_error": None, "band": band, "grp": group,
+            "last_error": None, "band": band, "grp": group, "slot": None, "gslot": None,
         }  # fmt: skip
         return [values[c] for c in JOB_COLUMN_NAMES]
 
@@ -385,31 +385,30 @@ async def test_a_limited_queue_drains_whole_in_rounds_of_its_limit(
     assert len(ran) == 4 and report.stopped == "max_jobs"
 
 
-async def test_a_claim_that_lost_its_job_holds_its_place_only_for_its_batch(
-    db: SqliteD1, clock: Clock
-) -> None:
-    """Later takes of a claim batch count the row's entries as the batch's
-    first take left them (TAKE_FLOW): a claim whose job another drain took
-    meanwhile keeps its place for the rest of its batch (a place unused,
-    never one taken twice), and the next batch's first take frees it."""
+async def test_places_are_the_unique_indexes_themselves(db: SqliteD1, clock: Clock) -> None:
+    """A drain whose knowledge of the held places is stale (candidates read
+    ahead, before another drain claimed) cannot take a place twice: the
+    claim into a place another claim holds changes nothing (UPDATE OR
+    IGNORE on the slot index), and a claim of a job another drain took
+    takes no place."""
     queue = D1Queue(db, clock=clock)
     await queue.set_limits("lim", Limits(concurrency=2))
-    ids = [await queue.push(QueuedJob.new("x", i, queue="lim")) for i in range(3)]
-    stale = [await queue.job(i) for i in ids[:2]]  # read by a drain X
+    ids = [await queue.push(QueuedJob.new("x", i, queue="lim")) for i in range(4)]
+    stale = [j for j in [await queue.job(i) for i in ids[:2]] if j is not None]  # read by X
     _, _, flows = await queue.survey_flows()
-    other = await queue.settle_and_claim((), "lim", 1, flows=flows)  # Y takes the first
-    assert [j.id for j in other.jobs] == ids[:1]
-    late = await queue.settle_and_claim(
-        (), "lim", 2, flows=flows, ahead={"lim": [j for j in stale if j is not None]}
-    )
-    # X's first take is admitted (Y holds one place of two), its claim finds
-    # the job gone; its second take counts that entry and is refused.
-    assert late.jobs == [] and late.limited == 1
-    (row,) = db.query("SELECT holders FROM d1queue_flow WHERE queue = 'lim' AND grp = '*'")
-    assert len(json.loads(row["holders"])) == 2
-    after = await queue.settle_and_claim((), "lim", 2, flows=flows)
-    assert [j.id for j in after.jobs] == ids[1:2], "the lost claim's place is free again"
-    (row,) = db.query("SELECT holders FROM d1queue_flow WHERE queue = 'lim' AND grp = '*'")
-    held = json.loads(row["holders"])
-    assert sorted(e[1] for e in held) == ids[:2]
-    assert {e[2] for e in held} == {other.jobs[0].reservation, after.jobs[0].reservation}
+    y = queue.derive(_occupied={})
+    taken = await y.settle_and_claim((), "lim", 1, flows=flows)  # Y takes the first, place 0
+    assert [j.id for j in taken.jobs] == ids[:1] and taken.jobs[0].slot == 0
+    x = queue.derive(_occupied={})  # X has read no place held
+    late = await x.settle_and_claim((), "lim", 2, flows=flows, ahead={"lim": stale})
+    # X gives the first job place 0 (held by Y: its job is gone anyway) and
+    # the second place 1.
+    assert [j.id for j in late.jobs] == ids[1:2] and late.jobs[0].slot == 1
+    slots = db.query("SELECT slot FROM d1queue_jobs WHERE slot IS NOT NULL ORDER BY slot")
+    assert slots == [{"slot": 0}, {"slot": 1}]
+    # Stale again: X believes place 0 free; the index refuses it.
+    x2 = queue.derive(_occupied={})
+    (rest,) = [j for j in [await queue.job(ids[2])] if j is not None]
+    refused = await x2.settle_and_claim((), "lim", 1, flows=flows, ahead={"lim": [rest]})
+    assert refused.jobs == [] and refused.limited == 1
+    assert len(db.query("SELECT 1 FROM d1queue_jobs WHERE slot IS NOT NULL")) == 2

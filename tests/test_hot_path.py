@@ -97,6 +97,8 @@ _ROW = {
     "last_error": "boom",
     "band": 2,
     "grp": "tenant-1",
+    "slot": None,
+    "gslot": None,
 }
 
 

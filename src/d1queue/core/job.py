@@ -61,6 +61,8 @@ JOB_COLUMN_NAMES = (
     "last_error",
     "band",
     "grp",
+    "slot",
+    "gslot",
 )
 """The columns of a d1queue_jobs row as a QueuedJob is read from it, in the
 order `values_to_job` unpacks them: sql.JOB_COLUMNS selects them in this
@@ -125,6 +127,10 @@ class QueuedJob:
     (see D1Queue.push)."""
     debounced: bool = field(default=False, compare=False, repr=False)
     """After a push: it debounced the job holding its key."""
+    slot: int | None = field(default=None, compare=False, repr=False)
+    """The place it holds under its queue's concurrency limit, while held."""
+    gslot: int | None = field(default=None, compare=False, repr=False)
+    """The place it holds under its group's concurrency limit, while held."""
     band: int | None = field(default=None, compare=False, repr=False)
     """The band of the key the row was read at (sql.DELAYED_BAND,
     sql.LOCKED_BAND or the priority): with queue, available_at and id, where
@@ -301,6 +307,8 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         "group": get("grp"),
         "debounce_s": 0,
         "debounced": False,
+        "slot": get("slot"),
+        "gslot": get("gslot"),
         "band": get("band"),
     }
     return job
@@ -328,6 +336,8 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         last_error,
         band,
         grp,
+        slot,
+        gslot,
     ) = values
     if type(text) is not str or len(text) > MAX_JSON_DEPTH:
         return _row_to_job(dict(zip(JOB_COLUMN_NAMES, values, strict=True)))
@@ -371,6 +381,8 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         "group": grp,
         "debounce_s": 0,
         "debounced": False,
+        "slot": slot,
+        "gslot": gslot,
         "band": band,
     }
     return job
@@ -417,5 +429,7 @@ def _row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         last_error=row.get("last_error"),
         payload_error=payload_error,
         group=row.get("grp"),
+        slot=row.get("slot"),
+        gslot=row.get("gslot"),
         band=row.get("band"),
     )

@@ -227,13 +227,18 @@ def _order(rows: Sequence[Sequence[Any]], n: int, flow: Flow | None) -> list[Que
     return out[:n]
 
 
-def _within_limits(candidates: list[QueuedJob], flows: Mapping[str, Flow]) -> list[QueuedJob]:
-    """The candidates a round tries, in order: no more per group than its
-    group_concurrency, nor per queue than its concurrency (or a rate's
-    limit): the rest would be refused in the batch anyway (which alone
-    decides: another drain may hold places too)."""
+def _within_limits(
+    candidates: list[QueuedJob], flows: Mapping[str, Flow], free: Mapping[str, list[int]]
+) -> list[QueuedJob]:
+    """The candidates a round tries, in order, each of a queue with a
+    concurrency limit given a place its round read free (`free`, taken in
+    order; a job reclaimed after its lease lapsed keeps its own): no more
+    per queue than its free places (or a rate's limit), nor per group than
+    its group_concurrency (or group rate). The rest would be refused in the
+    batch anyway, which alone decides: another drain may take places too."""
     per_queue: Counter[str] = Counter()
     per_group: Counter[tuple[str, str]] = Counter()
+    places = {q: list(slots) for q, slots in free.items()}
     out = []
     for job in candidates:
         flow = flows.get(job.queue)
@@ -241,9 +246,7 @@ def _within_limits(candidates: list[QueuedJob], flows: Mapping[str, Flow]) -> li
             out.append(job)
             continue
         limits = flow.limits
-        cap = min(
-            limits.concurrency or MAX_SAFE_INT, limits.rate.limit if limits.rate else MAX_SAFE_INT
-        )
+        cap = limits.rate.limit if limits.rate else MAX_SAFE_INT
         gcap = min(
             limits.group_concurrency or MAX_SAFE_INT,
             limits.group_rate.limit if limits.group_rate else MAX_SAFE_INT,
@@ -251,6 +254,10 @@ def _within_limits(candidates: list[QueuedJob], flows: Mapping[str, Flow]) -> li
         key = (job.queue, job.group or NO_GROUP)
         if per_queue[job.queue] >= cap or per_group[key] >= gcap:
             continue
+        if limits.concurrency is not None and job.slot is None:
+            if not places.get(job.queue):
+                continue
+            job.slot = places[job.queue].pop(0)
         per_queue[job.queue] += 1
         per_group[key] += 1
         out.append(job)
@@ -258,28 +265,40 @@ def _within_limits(candidates: list[QueuedJob], flows: Mapping[str, Flow]) -> li
 
 
 def _claim_under(job: QueuedJob, now: int, until: int, flow: Flow | None) -> list[Statement]:
-    """The claim of `job`: its CLAIM, or under flow limits a TAKE_FLOW per
-    d1queue_flow row that applies (its group's, then its queue's, taken only
-    if the group's admitted it: TAKE_FLOW_AFTER) and the CLAIM that lands
-    only if they admitted it."""
+    """The claim of `job`: its CLAIM, or under flow limits CLAIM_LIMITED
+    (its places: `job.slot`, given by `_within_limits`, and its group's
+    least free one), after a TAKE_FLOW per rate that applies (its group's,
+    then its queue's, taken only if the group's admitted it:
+    TAKE_FLOW_AFTER), on which it lands only if they admitted it."""
     if flow is None or flow.limits.none:
         return [_claim(job, now, until)]
     limits = flow.limits
-    rows = [job.group or NO_GROUP] if limits.per_group else []
-    if limits.queue_wide:
+    rows = [job.group or NO_GROUP] if limits.group_rate is not None else []
+    if limits.rate is not None:
         rows.append(QUEUE_ROW)
-    out: list[Statement] = [
-        (
-            (sql.TAKE_FLOW, (*take, job.attempts))
-            if k == 0
-            else (sql.TAKE_FLOW_AFTER, (*take, job.attempts, rows[0]))  # if the first admitted it
-        )
-        for k, row in enumerate(rows)
-        for take in [(job.queue, row, now, until, job.id, job.reservation, *limits.row(row))]
-    ]
+    out: list[Statement] = []
+    for k, row in enumerate(rows):
+        _, rate, window = limits.row(row)
+        take = (job.queue, row, now, job.id, job.reservation, rate, window, job.attempts)
+        if k:  # the second row's take only if the first admitted this claim
+            out.append((sql.TAKE_FLOW_AFTER, (*take, rows[0])))
+        elif limits.group_concurrency is not None and job.gslot is None:
+            # Only if its group has a place: a busy group spends no start.
+            gate = (limits.group_concurrency, job.group or NO_GROUP)
+            out.append((sql.TAKE_FLOW_GATED, (*take, *gate)))
+        else:
+            out.append((sql.TAKE_FLOW, take))
     _, params = _claim(job, now, until)
-    out.append((sql.claim_flow(len(rows), lapsed=job.held), (*params, *rows)))
+    places = (job.slot, limits.group_concurrency or 0, job.group or NO_GROUP)
+    if limits.group_concurrency is not None and job.gslot is None:
+        job.gslot = -1  # a place in its group, the claim's SQL picks which
+    out.append((sql.claim_limited(lapsed=job.held, rate_rows=len(rows)), (*params, *places, *rows)))
     return out
+
+
+def _holds_places(job: QueuedJob) -> bool:
+    """Whether `job` holds flow places, which its retry or undo frees."""
+    return job.slot is not None or job.gslot is not None
 
 
 def _token() -> str:
@@ -338,6 +357,10 @@ class D1Queue:
         self.shards: Router | None = None
         """The databases this queue is one of (a ShardSet), which route each
         push to its shard; None: this database alone."""
+        self._occupied: dict[str, set[int]] = {}
+        """The flow places held per queue with a concurrency limit, as the
+        last read of them found (sql.OCCUPIED_SLOTS): which a round may
+        give its claims. Shared with this queue's metered twins."""
         self._batches: dict[tuple[str, str, int], int] = {}
         """Jobs won per claim batch and queue, by (token, queue, lease end),
         until a settle first carries any of them: one carrying all of them
@@ -642,15 +665,26 @@ class D1Queue:
         statements, firsts, carried = self._settle_statements(outcomes, now)
         reads = {q: _reads(k, flows.get(q)) for q, k in shares.items()}
         selects = [_select(q, now, k, flows.get(q), guarded=True) for q, k in reads.items()]
+        # The places held on queues with a concurrency limit, read with the
+        # candidates (or, read ahead, by the last claim batch): which are
+        # free this round. The settle riding in this batch frees its jobs'.
+        limited_queues = [q for q in shares if (f := flows.get(q)) and f.limits.concurrency]
+        places = [(sql.OCCUPIED_SLOTS, (q,)) for q in limited_queues]
+        occupied = self._occupied
         marks: list[Mark] = []
         held_back = 0
         if ahead is not None and all(q in ahead for q in shares):
             heads = [ahead[q][:k] for q, k in reads.items()]
         else:
             try:
-                if statements or len(selects) > 1:
-                    results = await self.binding.batch([*statements, *selects], positional=True)
-                    found = results[len(statements) :]
+                if statements or len(selects) > 1 or places:
+                    results = await self.binding.batch(
+                        [*statements, *selects, *places], positional=True
+                    )
+                    found = results[len(statements) : len(statements) + len(selects)]
+                    held_now = results[len(results) - len(places) :]
+                    for q, held in zip(limited_queues, held_now, strict=True):
+                        occupied[q] = {r[0] for r in held.rows}
                     marks = await self._marks(outcomes, results, firsts, carried)
                 else:
                     found = [await self.binding.run(selects[0][0], *selects[0][1], positional=True)]
@@ -674,7 +708,19 @@ class D1Queue:
         }
         candidates = interleave(heads)[:n]
         if flows:
-            candidates = _within_limits(candidates, flows)
+            freed: dict[str, set[int]] = {}
+            for o in outcomes:
+                if o.job.slot is not None:
+                    freed.setdefault(o.job.queue, set()).add(o.job.slot)
+            free = {
+                q: [
+                    s
+                    for s in range(flows[q].limits.concurrency or 0)
+                    if s not in occupied.get(q, set()) - freed.get(q, set())
+                ]
+                for q in limited_queues
+            }
+            candidates = _within_limits(candidates, flows, free)
         until = now + self.reservation_ms
         if read_ahead:
             # The next round's reads are not guarded: this round's claims may
@@ -696,11 +742,13 @@ class D1Queue:
             claims += _claim_under(job, now, until, flow)
             at.append(len(claims) - 1)
         if not read_ahead:
-            selects = []
+            selects, places = [], []
         if not claims and not statements:
             return Round(marks, [], len(candidates), found=offered, limited=held_back)
         try:
-            results = await self.binding.batch([*statements, *claims, *selects], positional=True)
+            results = await self.binding.batch(
+                [*statements, *claims, *selects, *places], positional=True
+            )
         except Exception as exc:
             if statements:
                 marks = await self.settle_outcomes(outcomes, maybe_sent=True)
@@ -711,21 +759,26 @@ class D1Queue:
             marks = await self._marks(outcomes, results, firsts, carried)
         base = len(statements)
         claimed = [results[base + i] for i in at]
+        # A limited claim that changed nothing: a rate's take refused it, or
+        # a place was gone (another drain's claim took it, or its group had
+        # none free), or another drain took the job itself.
         limited = held_back + sum(
             1
             for t, i in zip(takes, at, strict=True)
-            if t >= 0
-            and any(results[base + j].changes != 1 for j in range(t, i))
-            and not results[base + i].resent
+            if t >= 0 and results[base + i].changes != 1 and not results[base + i].resent
         )
-        next_heads = (
-            {
+        if read_ahead:
+            after = base + len(claims)
+            next_heads: dict[str, list[QueuedJob]] | None = {
                 q: _order(r.rows, k, flows.get(q))
-                for (q, k), r in zip(reads.items(), results[base + len(claims) :], strict=True)
+                for (q, k), r in zip(
+                    reads.items(), results[after : after + len(selects)], strict=True
+                )
             }
-            if read_ahead
-            else None
-        )
+            for q, held in zip(limited_queues, results[after + len(selects) :], strict=True):
+                occupied[q] = {r[0] for r in held.rows}
+        else:
+            next_heads = None
         landed = await self._landed(chosen, claimed, until)
         if flows and self.clock() - now > RATE_GUARD_MS // 2:
             # The batch came back late (D1 re-sent it, or was slow): a rate
@@ -796,7 +849,7 @@ class D1Queue:
             await self.binding.batch(
                 [
                     (
-                        sql.UNCLAIM,
+                        sql.UNCLAIM_FREEING if _holds_places(j) else sql.UNCLAIM,
                         (j.attempts, j.id, j.reservation, j.queue, until, j.band, j.available_at),
                     )
                     for j in jobs
@@ -846,7 +899,8 @@ class D1Queue:
             # Clamped: a Retry(delay_s=inf) or a Retry-After of 10^14 must not
             # push available_at past what D1 binds, failing the whole batch.
             delay_ms = round(clamp_delay_s(outcome.delay_s) * 1000)
-            return [(sql.RETRY, (now + delay_ms, outcome.error, *held))]
+            retry = sql.RETRY_FREEING if _holds_places(job) else sql.RETRY
+            return [(retry, (now + delay_ms, outcome.error, *held))]
         return [
             (sql.FAIL_RECORD, (outcome.error or "failed", now, *held)),
             (sql.DELETE_HELD, held),

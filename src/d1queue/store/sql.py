@@ -184,20 +184,6 @@ DEBOUNCE = (
 )
 
 
-def _live_holders(queue: int, now: int) -> str:
-    """The entries of d1queue_flow.holders (of the row in scope) still
-    holding a place: the lease not over, and the job still held there by
-    that claim (found by its key: one seek). A settled job's entry, a retried
-    one's, an undone claim's and a lapsed lease's hold nothing."""
-    return (
-        "SELECT value FROM json_each(d1queue_flow.holders) "
-        f"WHERE json_extract(value, '$[0]') > ?{now} AND EXISTS (SELECT 1 FROM d1queue_jobs "
-        f"WHERE queue = ?{queue} AND band = {LOCKED_BAND} "
-        "AND available_at = json_extract(value, '$[0]') AND id = json_extract(value, '$[1]') "
-        "AND reservation = json_extract(value, '$[2]') AND reserved_at IS NOT NULL)"
-    )
-
-
 def _in_window(now: int, window: int) -> str:
     return (
         "SELECT value FROM json_each(d1queue_flow.starts) "
@@ -205,107 +191,88 @@ def _in_window(now: int, window: int) -> str:
     )
 
 
-def _open(queue: int, now: int, n: int, rate: int, window: int) -> str:
-    """Whether the d1queue_flow row in scope admits one more claim: fewer
-    live holders than ?n (0: no concurrency limit), fewer claims in the
-    window than ?rate (0: no rate)."""
+def _rate_open(now: int, rate: int, window: int) -> str:
+    """Whether the d1queue_flow row in scope admits one more start: fewer
+    claims in its window than ?rate (0: no rate)."""
+    return f"(?{rate} = 0 OR (SELECT COUNT(*) FROM ({_in_window(now, window)})) < ?{rate})"
+
+
+def _places_open(queue: str, n: int) -> str:
+    """Whether queue `queue` has a place free under a concurrency of ?n (0:
+    none): fewer than N slots held, counted through the slot index and cut
+    off at N (at most N entries read)."""
     return (
-        f"(?{n} = 0 OR (SELECT COUNT(*) FROM ({_live_holders(queue, now)})) < ?{n}) "
-        f"AND (?{rate} = 0 OR (SELECT COUNT(*) FROM ({_in_window(now, window)})) < ?{rate})"
+        f"(?{n} = 0 OR (SELECT COUNT(*) FROM (SELECT 1 FROM d1queue_jobs WHERE queue = {queue} "
+        f"AND slot IS NOT NULL LIMIT ?{n})) < ?{n})"
     )
 
 
-# A claim's place under one d1queue_flow row's limits, taken in the claim's
-# batch just before its CLAIM_FLOW (statements in a batch run one after
+# A claim's start under one d1queue_flow row's rate, taken in the claim's
+# batch just before its CLAIM_LIMITED (statements in a batch run one after
 # another in one transaction: nothing comes between the check and the take).
-# The row is made on first use. Admitted, the claim's entry is added to the
-# holders and its time to the starts, and `last` names it; refused, nothing
-# changes and the CLAIM_FLOW that follows finds another claim in `last` and
-# changes nothing. Re-sent after a lost reply, it finds its own entry and
-# admits it again without adding it twice.
+# The row is made on first use. Admitted, the claim's start is added to the
+# row's (those in the window kept) and `last` names the claim; refused,
+# nothing changes and the CLAIM_LIMITED that follows finds another claim in
+# `last` and changes nothing. Re-sent after a lost reply, it finds its own
+# start and admits it again without adding it twice.
 #
-# A start is the claim of one attempt: [claimed at, id, attempts as read].
+# A start is the claim of one attempt: [claimed at, id, attempt as read].
 # The same job claimed again for a later attempt (after a retry, or its
 # lease lapsed) is a start of its own, counted again; two drains racing for
 # one candidate read the same attempt, and only one claim of it can land.
 #
-# The entries a take counts: the first take of a claim batch on a row keeps
-# the live holders (lease not over, job still held by that claim: one seek
-# each) and the starts in the window. A later take of the same batch (its
-# token in `last`: an earlier take of the batch admitted a claim, and wrote
-# what it checked) counts the row's entries as they are: nothing outside the
-# batch's transaction changed them since, its settles ran before its first
-# take, and the entries added since are its own claims'. (One of those whose
-# CLAIM then lost its job to another drain still counts until the next
-# batch's check: a place left unused for the rest of the batch, never one
-# taken twice.)
-#
-# Cost, as D1 counts rows read: the row itself nothing (an upsert's own row
-# is not counted); json_each counts a row per entry and a seek a row when it
-# finds the job. So the first take of a batch on a row reads its entries and
-# the live holders' jobs: once to prune them (its SET), and once more to
-# count them (its WHERE) if the row holds as many entries as its limit (with
-# fewer, the count needs no check); at most 2 x 2N for a limit of N,
-# whatever the backlog. A later take of the batch reads nothing
-# (json_array_length and instr read no row). Written: the row, when
-# admitted.
-# ?1 queue ?2 row ('*' or the group) ?3 now ?4 lease end ?5 id ?6 token
-# ?7 concurrency (0: none) ?8 rate limit (0: none) ?9 rate window (ms)
-# ?10 the job's attempts as read (before this claim)
-_SAME_BATCH = "substr(d1queue_flow.last, instr(d1queue_flow.last, ' ') + 1) = ?6"
-_HOLDERS = (
-    f"CASE WHEN {_SAME_BATCH} THEN d1queue_flow.holders ELSE (SELECT json_group_array(json(value)) "
-    f"FROM ({_live_holders(1, 3)})) END"
-)
+# The first take of a claim batch on a row keeps the starts in the window;
+# a later take of the same batch (its token in `last`) keeps the row's
+# starts as they are: nothing outside the batch's transaction changed them
+# since. Cost, as D1 counts rows read: json_each counts a row per entry, so
+# the first take of a batch on a row reads its starts (at most the rate's
+# limit, twice when the row is full); a later take reads none. Written: the
+# row, when admitted.
+# ?1 queue ?2 row ('*' or the group) ?3 now ?4 id ?5 token ?6 rate limit
+# ?7 rate window (ms) ?8 the job's attempts as read (before this claim)
+_SAME_BATCH = "substr(d1queue_flow.last, instr(d1queue_flow.last, ' ') + 1) = ?5"
 _STARTS = (
     f"CASE WHEN {_SAME_BATCH} THEN d1queue_flow.starts ELSE (SELECT json_group_array(json(value)) "
-    f"FROM ({_in_window(3, 9)})) END"
+    f"FROM ({_in_window(3, 7)})) END"
 )
 # The attempt as an integer: D1 may bind a number as REAL, and the entry's
 # text must read the same when it is looked for.
-_ATTEMPT = "CAST(?10 AS INTEGER)"
-# The claim's own entry, found in the row's text (json_array and
-# json_group_array write it so: [lease end,"id","token"], [time,"id",attempt]).
-_MINE_HOLDING = "instr(d1queue_flow.holders, ',' || json_quote(?5) || ',' || json_quote(?6) || ']')"
-_MINE_STARTED = f"instr(d1queue_flow.starts, ',' || json_quote(?5) || ',' || {_ATTEMPT} || ']')"
-_TAKE_VALUES = (
-    "?1, ?2, CASE WHEN ?7 > 0 THEN json_array(json_array(?4, ?5, ?6)) ELSE '[]' END, "
-    f"CASE WHEN ?8 > 0 THEN json_array(json_array(?3, ?5, {_ATTEMPT})) ELSE '[]' END, "
-    "?5 || ' ' || ?6"
-)
+_ATTEMPT = "CAST(?8 AS INTEGER)"
+# The claim's own start, found in the row's text (json_array and
+# json_group_array write it so: [time,"id",attempt]).
+_MINE_STARTED = f"instr(d1queue_flow.starts, ',' || json_quote(?4) || ',' || {_ATTEMPT} || ']')"
+_TAKE_VALUES = f"?1, ?2, json_array(json_array(?3, ?4, {_ATTEMPT})), ?4 || ' ' || ?5"
 _TAKE_UPDATE = (
     " ON CONFLICT (queue, grp) DO UPDATE SET "
-    f"holders = CASE WHEN ?7 = 0 THEN '[]' WHEN {_MINE_HOLDING} THEN d1queue_flow.holders "
-    f"ELSE json_insert({_HOLDERS}, '$[#]', json_array(?4, ?5, ?6)) END, "
-    f"starts = CASE WHEN ?8 = 0 THEN '[]' WHEN {_MINE_STARTED} THEN d1queue_flow.starts "
-    f"ELSE json_insert({_STARTS}, '$[#]', json_array(?3, ?5, {_ATTEMPT})) END, "
+    f"starts = CASE WHEN {_MINE_STARTED} THEN d1queue_flow.starts "
+    f"ELSE json_insert({_STARTS}, '$[#]', json_array(?3, ?4, {_ATTEMPT})) END, "
     "last = excluded.last "
-    "WHERE (?7 = 0 OR json_array_length(d1queue_flow.holders) < ?7 OR "
-    f"{_MINE_HOLDING} OR json_array_length({_HOLDERS}) < ?7) "
-    "AND (?8 = 0 OR json_array_length(d1queue_flow.starts) < ?8 OR "
-    f"{_MINE_STARTED} OR json_array_length({_STARTS}) < ?8)"
+    f"WHERE json_array_length(d1queue_flow.starts) < ?6 OR {_MINE_STARTED} "
+    f"OR json_array_length({_STARTS}) < ?6"
 )
-_INTO_FLOW = "INSERT INTO d1queue_flow (queue, grp, holders, starts, last) "
+_INTO_FLOW = "INSERT INTO d1queue_flow (queue, grp, starts, last) "
 TAKE_FLOW = _INTO_FLOW + f"VALUES ({_TAKE_VALUES})" + _TAKE_UPDATE
 
-# TAKE_FLOW of a claim's second row (the queue's, after its group's): taken
-# only if the first admitted this claim (its `last` names it), else nothing
-# is written, so a claim its group refuses (a busy group's next job) spends
-# no start of the queue's rate window, which would hold back every other
-# group's jobs. (A place it took would not count: a holder is live only
-# while its job is held.) The other way round, a claim the queue's row
-# refuses after its group's admitted it leaves a start in the group's
-# window: rarer, as a queue at its limit is seldom read at all (the
-# candidates' guard), and that start is the job's own when its attempt is
-# claimed within the window. TAKE_FLOW's parameters, then ?11 the first
-# row's key. (INSERT ... SELECT ... WHERE: the WHERE tells SQLite's parser
-# that ON CONFLICT begins the upsert.)
+# TAKE_FLOW of a claim's second rate row (the queue's, after its group's):
+# taken only if the first admitted this claim (its `last` names it), else
+# nothing is written, so a claim its group refuses (a busy group's next
+# job) spends no start of the queue's window, which would hold back every
+# other group's jobs. The other way round, a claim the queue's row refuses
+# after its group's admitted it leaves a start in the group's window:
+# rarer, as a queue at its limit is seldom read at all (the candidates'
+# guard). TAKE_FLOW's parameters, then ?9 the first row's key. (INSERT ...
+# SELECT ... WHERE: the WHERE tells SQLite's parser that ON CONFLICT begins
+# the upsert.)
 TAKE_FLOW_AFTER = (
     _INTO_FLOW
     + f"SELECT {_TAKE_VALUES} WHERE (SELECT last FROM d1queue_flow "
-    + "WHERE queue = ?1 AND grp = ?11) = ?5 || ' ' || ?6"
+    + "WHERE queue = ?1 AND grp = ?9) = ?4 || ' ' || ?5"
     + _TAKE_UPDATE
 )
+
+# The places a queue's held jobs hold under its concurrency: the slot
+# index's entries (index only, one read each: at most about N). ?1 queue
+OCCUPIED_SLOTS = "SELECT slot FROM d1queue_jobs WHERE queue = ?1 AND slot IS NOT NULL"
 
 
 def _admitted(grp: int) -> str:
@@ -314,13 +281,56 @@ def _admitted(grp: int) -> str:
     )
 
 
-def claim_flow(rows: int, *, lapsed: bool) -> str:
-    """CLAIM (or CLAIM_LAPSED) of a job under `rows` d1queue_flow rows
-    (1 or 2), each taken by TAKE_FLOW just before: it lands only if every
-    take admitted this very claim. CLAIM's parameters, then ?9 (and ?10)
-    the rows' keys."""
-    base = CLAIM_LAPSED if lapsed else CLAIM
-    return base + "".join(_admitted(9 + i) for i in range(rows))
+def _free_gslot(queue: int, n: int, group: int) -> str:
+    """The group's free place under a group_concurrency of ?n: the least of
+    0..N-1 no held job of the group holds (through the gslot index: at most
+    N entries read; none when the group holds none). ?group: '' for none."""
+    return (
+        f"(WITH RECURSIVE n(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM n WHERE v + 1 < ?{n}) "
+        "SELECT MIN(v) FROM n WHERE v NOT IN (SELECT gslot FROM d1queue_jobs "
+        f"WHERE queue = ?{queue} AND COALESCE(grp, '') = ?{group} AND gslot IS NOT NULL))"
+    )
+
+
+_FREE_GSLOT = _free_gslot(6, 10, 11)
+
+# TAKE_FLOW of a claim whose group has a concurrency limit: taken only if
+# the group has a place free now, so a busy group's next job spends no
+# start of any rate. TAKE_FLOW's parameters, then ?9 group_concurrency
+# ?10 the group ('' for none).
+TAKE_FLOW_GATED = (
+    _INTO_FLOW + f"SELECT {_TAKE_VALUES} WHERE {_free_gslot(1, 9, 10)} IS NOT NULL" + _TAKE_UPDATE
+)
+
+
+def claim_limited(*, lapsed: bool, rate_rows: int) -> str:
+    """CLAIM (or CLAIM_LAPSED) of a job under its queue's flow limits.
+
+    The places are the unique indexes d1queue_jobs_slot (per queue) and
+    d1queue_jobs_gslot (per group): the claim sets the job's `slot` to ?9
+    (a place the round read free; NULL: no concurrency limit) and its
+    `gslot` to the group's least free place (?10 the group_concurrency, 0:
+    none), and is an UPDATE OR IGNORE: a place another claim took since
+    (the index refuses the row) or no free place in the group make it change
+    nothing, whatever the interleaving. A job reclaimed after its lease
+    lapsed keeps the places it held. With rates, it lands only if every
+    TAKE_FLOW just before it admitted this very claim (?12, ?13 the rows'
+    keys). CLAIM's parameters, then ?9 slot ?10 group_concurrency ?11 the
+    job's group ('' for none)."""
+    places = (
+        ", slot = COALESCE(slot, ?9), "
+        f"gslot = CASE WHEN ?10 = 0 THEN NULL ELSE COALESCE(gslot, {_FREE_GSLOT}) END"
+    )
+    text = (
+        "UPDATE OR IGNORE"
+        + _CLAIM_SET.removeprefix("UPDATE")
+        + places
+        + (f", last_error = {_NOTED}" if lapsed else "")
+        + _CLAIM_WHERE
+        + ("NOT NULL" if lapsed else "NULL")
+        + f" AND (?10 = 0 OR gslot IS NOT NULL OR {_FREE_GSLOT} IS NOT NULL)"
+    )
+    return text + "".join(_admitted(12 + i) for i in range(rate_rows))
 
 
 def select_flow_candidates(*, grouped: bool, guarded: bool, spaced: bool = False) -> str:
@@ -352,17 +362,22 @@ def select_flow_candidates(*, grouped: bool, guarded: bool, spaced: bool = False
     # the queue is at its limit, and no key equals NULL. (A guard as a term
     # of its own would be tested row by row, reading the whole range when
     # every row fails it.) A last row of NULLs (no id) says the guard held
-    # the round back: the drain counts the queue as limited.
+    # the round back: the drain counts the queue as limited. The locked
+    # band's due head is read all the same: a lapsed lease's job holds its
+    # place, and takes it back when it is claimed again.
     guard = (
-        "WITH g(q) AS MATERIALIZED (SELECT ?1 WHERE COALESCE((SELECT "
-        f"{_open(1, 2, 4, 5, 6)} FROM d1queue_flow WHERE queue = ?1 AND grp = '*'), 1)) "
+        f"WITH g(q) AS MATERIALIZED (SELECT ?1 WHERE {_places_open('?1', 4)} AND COALESCE("
+        f"(SELECT {_rate_open(2, 5, 6)} FROM d1queue_flow WHERE queue = ?1 AND grp = '*'), 1)) "
+    )
+    locked = _head(_HEADS[2])
+    guarded_text = " UNION ALL ".join(
+        part
+        if part == locked
+        else part.replace("WHERE queue = ?1 AND", "WHERE queue = (SELECT q FROM g) AND")
+        for part in text.split(" UNION ALL ")
     )
     nulls = ", ".join(["NULL"] * len(JOB_COLUMN_NAMES))
-    return (
-        guard
-        + text.replace("WHERE queue = ?1 AND", "WHERE queue = (SELECT q FROM g) AND")
-        + f" UNION ALL SELECT {nulls} WHERE NOT EXISTS (SELECT 1 FROM g)"
-    )
+    return guard + guarded_text + f" UNION ALL SELECT {nulls} WHERE NOT EXISTS (SELECT 1 FROM g)"
 
 
 # What a drain reads of d1queue_queues (with its survey, in one round trip):
@@ -448,6 +463,11 @@ UNCLAIM = (
     "reservation = NULL WHERE " + _held(4, 5, 2, 3)
 )
 
+# UNCLAIM of a job holding flow places: they are freed with it.
+UNCLAIM_FREEING = UNCLAIM.replace(
+    "reservation = NULL WHERE", "reservation = NULL, slot = NULL, gslot = NULL WHERE"
+)
+
 # Every step after the claim finds the job at its held key and is fenced by
 # the reservation token. ?1 id ?2 reservation ?3 queue ?4 lease end
 DELETE_HELD = "DELETE FROM d1queue_jobs WHERE " + _held(3, 4, 1, 2)
@@ -479,6 +499,12 @@ RETRY = (
     "last_error = COALESCE(?2, last_error) "
     f"WHERE queue = ?5 AND band = {LOCKED_BAND} AND available_at IN (?6, ?1) AND id = ?3 "
     "AND reservation = ?4"
+)
+
+# RETRY of a job holding flow places: they are freed for the wait (a job
+# waiting out a retry runs nothing). Same parameters.
+RETRY_FREEING = RETRY.replace(
+    "reserved_at = NULL,", "reserved_at = NULL, slot = NULL, gslot = NULL,"
 )
 
 # Failing is FAIL_RECORD then DELETE_HELD in one db.batch (a transaction):
@@ -519,7 +545,7 @@ QUEUE_NAMES = _walk_queues("d1queue_jobs") + "SELECT name FROM q WHERE name IS N
 # the lapsed part of each queue's locked band; for maintenance only.
 # ?1 now
 RECLAIM_EXPIRED = (
-    "UPDATE d1queue_jobs SET reserved_at = NULL, reservation = NULL, "
+    "UPDATE d1queue_jobs SET reserved_at = NULL, reservation = NULL, slot = NULL, gslot = NULL, "
     f"last_error = {_NOTED} WHERE queue IN ({QUEUE_NAMES}) AND band = {LOCKED_BAND} "
     "AND available_at < ?1 AND reserved_at IS NOT NULL"
 )
