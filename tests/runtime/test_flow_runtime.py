@@ -40,10 +40,9 @@ run of that job, and no other re-run is allowed.
 Leases are lapsed by aging them, as test_chaos_runtime does (this Worker's
 leases last over a minute, too long to wait in CI), and only leases no live
 drain holds.
-Aging moves both the job's held key (its lease end) and the lease end its
-claim recorded in d1queue_flow.holders to the same past time, which is what
-waiting would have made of them: the place is then freed by its lease's end,
-not by the job's row having moved.
+Aging moves the job's held key (its lease end) to a past time, which is
+what waiting would have made of it: the job, lapsed, keeps its places until
+a drain claims it again and runs it in them.
 
 Rates need wall-clock waiting; they are kept small (about 10 s). A rate
 counts claims, and holds on handler starts as long as a handler starts
@@ -323,8 +322,8 @@ def lapse_leases(
 ) -> list[str]:
     """Lapse the leases of `queue`'s jobs claimed at least `held_s` ago (but
     those in `spare`), as waiting for their ends would: the held key's time
-    (the lease's end) and the lease end their claim recorded in
-    d1queue_flow.holders both set to the same moment just past. Call it only
+    (the lease's end) set to a moment just past. (A lapsed job keeps its
+    places, and takes them back when a drain claims it again.) Call it only
     for leases no live drain holds. Returns the ids lapsed."""
     lapsed: list[str] = hook(
         host,
@@ -332,12 +331,6 @@ def lapse_leases(
         import time
         from d1queue.store.binding import Binding
 
-        FLOW = (
-            "UPDATE d1queue_flow SET holders = (SELECT json_group_array(CASE "
-            "WHEN json_extract(value, '$[1]') = ?2 AND json_extract(value, '$[2]') = ?3 "
-            "THEN json_array(?1, ?2, ?3) ELSE json(value) END) "
-            "FROM json_each(d1queue_flow.holders)) WHERE queue = ?4"
-        )
         JOB = (
             "UPDATE d1queue_jobs SET available_at = ?1, locked_until = ?1 "
             "WHERE id = ?2 AND reservation = ?3 AND reserved_at IS NOT NULL"
@@ -356,7 +349,7 @@ def lapse_leases(
                     continue
                 past = now - 1
                 args = (past, r["id"], r["reservation"])
-                done, _ = await b.batch([(JOB, args), (FLOW, (*args, VALUES["queue"]))])
+                (done,) = await b.batch([(JOB, args)])
                 if done.changes == 1:
                     out.append(r["id"])
             return out
