@@ -156,11 +156,11 @@ def statement_name(text: str) -> str:
     for name, value in vars(sql_module).items():
         if name.isupper() and value == text:
             return name
-    if text.startswith(CLAIM.split(",")[0]) and "d1queue_flow" in text:
+    if text.startswith("UPDATE OR IGNORE d1queue_jobs"):
         lapsed = "lapsed, " if "last_error" in text else ""
-        return f"claim_flow({lapsed}{text.count('SELECT last FROM d1queue_flow')} rows)"
+        return f"claim_limited({lapsed}{text.count('SELECT last FROM d1queue_flow')} rates)"
     if "FROM d1queue_jobs WHERE queue = " in text and " UNION ALL " in text:
-        guarded = "guarded, " if text.startswith("WITH guard") else ""
+        guarded = "guarded, " if text.startswith("WITH g(q)") else ""
         return f"select_flow_candidates({guarded}{text.count('UNION ALL') + 1} ranges)"
     return " ".join(text.split()[:4])
 

@@ -316,7 +316,7 @@ def _statement_group(name: str) -> str:
     """A statement's part in a claim's cost (bench/README.md)."""
     if name.startswith("TAKE_FLOW"):
         return "TAKE_FLOW"
-    if name.startswith(("claim_flow", "CLAIM")):
+    if name.startswith(("claim_limited", "CLAIM")):
         return "CLAIM"
     if name.startswith(("select_flow_candidates", "SELECT_CANDIDATES", "QUEUE_FLOWS")):
         return "SELECT"

@@ -317,9 +317,12 @@ def claim_limited(*, lapsed: bool, rate_rows: int) -> str:
     TAKE_FLOW just before it admitted this very claim (?12, ?13 the rows'
     keys). CLAIM's parameters, then ?9 slot ?10 group_concurrency ?11 the
     job's group ('' for none)."""
+    # With a group_concurrency of 1 the group's one place is 0: the index
+    # alone says whether it is free, and nothing is read to choose it.
+    free = f"CASE WHEN ?10 = 1 THEN 0 ELSE {_FREE_GSLOT} END"
     places = (
         ", slot = COALESCE(slot, ?9), "
-        f"gslot = CASE WHEN ?10 = 0 THEN NULL ELSE COALESCE(gslot, {_FREE_GSLOT}) END"
+        f"gslot = CASE WHEN ?10 = 0 THEN NULL ELSE COALESCE(gslot, {free}) END"
     )
     text = (
         "UPDATE OR IGNORE"
@@ -328,7 +331,7 @@ def claim_limited(*, lapsed: bool, rate_rows: int) -> str:
         + (f", last_error = {_NOTED}" if lapsed else "")
         + _CLAIM_WHERE
         + ("NOT NULL" if lapsed else "NULL")
-        + f" AND (?10 = 0 OR gslot IS NOT NULL OR {_FREE_GSLOT} IS NOT NULL)"
+        + f" AND (?10 <= 1 OR gslot IS NOT NULL OR {_FREE_GSLOT} IS NOT NULL)"
     )
     return text + "".join(_admitted(12 + i) for i in range(rate_rows))
 
