@@ -718,7 +718,7 @@ def table_rows(fig: dict[str, Any]) -> list[Row]:
 
 
 def _parts(by: dict[str, float]) -> str:
-    order = ("push", "SELECT", "TAKE_FLOW", "CLAIM", "DELETE")
+    order = ("push", "SELECT", "OCCUPIED_SLOTS", "TAKE_FLOW", "CLAIM", "DELETE")
     names = sorted(by, key=lambda k: order.index(k) if k in order else len(order))
     return " + ".join(f"{by[k]:,.2f} {k}" for k in names if by[k]) or "0"
 
@@ -839,10 +839,10 @@ def flow_rows(flow: dict[str, Any], plain_life: float) -> list[Row]:
     limited = flow["limited"]
     selects = {r["select_rows_read"] for r in limited.values()}
     for backlog, r in limited.items():
-        # The queue's limit row, its holders' entries and their held jobs
-        # (one seek each), and the guard's own row per range: none of the
-        # backlog, the same at any backlog.
-        bound = 1 + 2 * r["held"] + 4
+        # The held places, counted by the guard and read again (index
+        # entries), and a row of the guard per range: none of the backlog,
+        # the same at any backlog.
+        bound = 2 * r["held"] + 5
         met = (
             r["queries_after_survey"] == 1 and len(selects) == 1 and r["select_rows_read"] <= bound
         )
