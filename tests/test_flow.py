@@ -314,50 +314,33 @@ def test_jobs_without_a_group_take_one_place_in_each_turn_of_the_groups() -> Non
     assert [j.id for j in _order(rows, 4, Flow(grouped=True))] == order[:4]
 
 
-async def test_a_rated_claim_whose_batch_came_back_late_is_put_back_unrun(
+async def test_a_start_is_counted_at_the_databases_time_with_the_walls_clock(
     db: SqliteD1,
 ) -> None:
-    """A rate counts a claim at the time read before its batch went out; a
-    batch D1 re-sent (or answered slowly) would start its handlers too long
-    after that for the rate's guard: the claims are undone, their starts
-    kept (which only holds the rate back)."""
-    times = iter([1_000_000, 1_000_000 + RATE_GUARD_MS])
-    queue = D1Queue(db, clock=lambda: next(times, 1_000_000 + RATE_GUARD_MS))
+    """A claim batch D1 re-sent after a fault commits later than the Worker
+    read its clock: with the wall's clock, a rate counts its start at the
+    time the batch runs in the database, not the time read before it."""
+    from d1queue.core.job import now_ms
+
+    queue = D1Queue(db)  # the wall's clock
     await queue.set_limits("lim", Limits(rate=Rate(5, 10)))
-    await queue.push(QueuedJob.new("x", 1, queue="lim", at_ms=1))
-    times = iter([1_000_000, 1_000_000 + RATE_GUARD_MS])
+    await queue.push(QueuedJob.new("x", 1, queue="lim"))
     _, _, flows = await queue.survey_flows()
+    before = now_ms()
+    db.count_vm_steps()  # (slow: the batch runs measurably after `before`)
     done = await queue.settle_and_claim((), "lim", 1, flows=flows)
-    assert done.jobs == [] and done.limited == 1
-    (row,) = db.query("SELECT band, attempts, reserved_at FROM d1queue_jobs")
-    assert row == {"band": 0, "attempts": 0, "reserved_at": None}, "back where it was"
+    db.count_vm_steps(False)
+    assert len(done.jobs) == 1
     (flow,) = db.query("SELECT starts FROM d1queue_flow WHERE grp = '*'")
-    assert len(json.loads(flow["starts"])) == 1, "its start still counts"
-
-
-# -- what a claim under limits reads (its costs in Miniflare's rows are in
-# tests/runtime/test_counts_runtime.py) -------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("limits", "grouped", "reads"),
-    [
-        (NO_LIMITS, True, 25),
-        (Limits(concurrency=10), False, 10),
-        (Limits(rate=Rate(4, 60)), True, 4),
-        (Limits(concurrency=10, rate=Rate(4, 60)), True, 4),
-        (Limits(concurrency=10, group_concurrency=1), True, 20),
-        (Limits(concurrency=10, group_concurrency=2), False, 2),
-        (Limits(group_concurrency=1), True, 25),
-        (Limits(group_concurrency=3), False, 3),
-        (Limits(concurrency=40), True, 25),
-    ],
-)
-def test_a_round_reads_no_more_candidates_than_its_limits_let_it_claim(
-    limits: Limits, grouped: bool, reads: int
-) -> None:
-    assert queue_module._reads(25, Flow(limits, grouped)) == reads
-    assert queue_module._reads(25, None) == 25
+    ((at, _, _),) = json.loads(flow["starts"])
+    assert before <= at <= now_ms() + 5, (before, at)
+    # A test's clock is used as given.
+    clock = Clock()
+    queue = D1Queue(db, clock=clock)
+    await queue.push(QueuedJob.new("x", 2, queue="lim", at_ms=clock()))
+    done = await queue.settle_and_claim((), "lim", 1, flows=flows)
+    (flow,) = db.query("SELECT starts FROM d1queue_flow WHERE grp = '*'")
+    assert [s[0] for s in json.loads(flow["starts"])][-1] == clock()
 
 
 async def test_a_limited_queue_drains_whole_in_rounds_of_its_limit(
@@ -412,3 +395,24 @@ async def test_places_are_the_unique_indexes_themselves(db: SqliteD1, clock: Clo
     refused = await x2.settle_and_claim((), "lim", 1, flows=flows, ahead={"lim": [rest]})
     assert refused.jobs == [] and refused.limited == 1
     assert len(db.query("SELECT 1 FROM d1queue_jobs WHERE slot IS NOT NULL")) == 2
+
+
+@pytest.mark.parametrize(
+    ("limits", "grouped", "reads"),
+    [
+        (NO_LIMITS, True, 25),
+        (Limits(concurrency=10), False, 10),
+        (Limits(rate=Rate(4, 60)), True, 4),
+        (Limits(concurrency=10, rate=Rate(4, 60)), True, 4),
+        (Limits(concurrency=10, group_concurrency=1), True, 20),
+        (Limits(concurrency=10, group_concurrency=2), False, 2),
+        (Limits(group_concurrency=1), True, 25),
+        (Limits(group_concurrency=3), False, 3),
+        (Limits(concurrency=40), True, 25),
+    ],
+)
+def test_a_round_reads_no_more_candidates_than_its_limits_let_it_claim(
+    limits: Limits, grouped: bool, reads: int
+) -> None:
+    assert queue_module._reads(25, Flow(limits, grouped)) == reads
+    assert queue_module._reads(25, None) == 25

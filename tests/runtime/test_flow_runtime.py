@@ -45,10 +45,9 @@ what waiting would have made of it: the job, lapsed, keeps its places until
 a drain claims it again and runs it in them.
 
 Rates need wall-clock waiting; they are kept small (about 10 s). A rate
-counts claims, and holds on handler starts as long as a handler starts
-within RATE_GUARD_MS of its claim (core/flow.py): a claim batch that came
-back later than half of that (re-sent after a fault, with the binding's
-backoff) is put back unrun, its start still counted.
+counts a start at the database's time as its claim's batch runs (a batch
+re-sent after a fault counts when it commits), and holds on handler starts
+as long as a reply takes less than RATE_GUARD_MS (core/flow.py).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from itertools import groupby
 from typing import Any, Literal, Protocol, Self, Unpack
 
 from ..core.bounds import MAX_SAFE_INT, check_name, clamp_delay_s
-from ..core.flow import NO_GROUP, QUEUE_ROW, RATE_GUARD_MS, Flow, Limits, flows_of
+from ..core.flow import NO_GROUP, QUEUE_ROW, Flow, Limits, flows_of
 from ..core.job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
@@ -264,7 +264,9 @@ def _within_limits(
     return out
 
 
-def _claim_under(job: QueuedJob, now: int, until: int, flow: Flow | None) -> list[Statement]:
+def _claim_under(
+    job: QueuedJob, now: int, until: int, flow: Flow | None, *, db_time: bool = False
+) -> list[Statement]:
     """The claim of `job`: its CLAIM, or under flow limits CLAIM_LIMITED
     (its places: `job.slot`, given by `_within_limits`, and its group's
     least free one), after a TAKE_FLOW per rate that applies (its group's,
@@ -279,7 +281,10 @@ def _claim_under(job: QueuedJob, now: int, until: int, flow: Flow | None) -> lis
     out: list[Statement] = []
     for k, row in enumerate(rows):
         _, rate, window = limits.row(row)
-        take = (job.queue, row, now, job.id, job.reservation, rate, window, job.attempts)
+        # A start is counted at the database's time when the clock is the
+        # wall's (sql._NOW): the time the claim commits, re-sends and all.
+        at = None if db_time else now
+        take = (job.queue, row, at, job.id, job.reservation, rate, window, job.attempts)
         if k:  # the second row's take only if the first admitted this claim
             out.append((sql.TAKE_FLOW_AFTER, (*take, rows[0])))
         elif limits.group_concurrency is not None and job.gslot is None:
@@ -739,7 +744,7 @@ class D1Queue:
         for job in chosen:
             flow = flows.get(job.queue) if flows else None
             takes.append(len(claims) if flow is not None and not flow.limits.none else -1)
-            claims += _claim_under(job, now, until, flow)
+            claims += _claim_under(job, now, until, flow, db_time=self.clock is now_ms)
             at.append(len(claims) - 1)
         if not read_ahead:
             selects, places = [], []
@@ -780,22 +785,6 @@ class D1Queue:
         else:
             next_heads = None
         landed = await self._landed(chosen, claimed, until)
-        if flows and self.clock() - now > RATE_GUARD_MS // 2:
-            # The batch came back late (D1 re-sent it, or was slow): a rate
-            # counted these claims at `now`, and their handlers would start
-            # too long after it for the rate's guard. Put them back unrun;
-            # their starts stay counted, which only holds the rate back.
-            late = [
-                i
-                for i, (job, took) in enumerate(zip(chosen, landed, strict=True))
-                if took and (flow := flows.get(job.queue)) is not None and flow.limits.rated
-            ]
-            if late:
-                await self._unclaim([chosen[i] for i in late], until)
-                for i in late:
-                    landed[i] = False
-                limited += len(late)
-                event(log, "d1queue.claim.late", logging.WARNING, jobs=len(late))
         won = []
         for job, took in zip(chosen, landed, strict=True):
             if took:

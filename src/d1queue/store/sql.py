@@ -184,11 +184,23 @@ DEBOUNCE = (
 )
 
 
-def _in_window(now: int, window: int) -> str:
+def _in_window(now: int | str, window: int) -> str:
+    """The starts of the row in scope within the window ending at `now` (a
+    parameter's number, or an expression)."""
+    at = f"?{now}" if isinstance(now, int) else now
     return (
         "SELECT value FROM json_each(d1queue_flow.starts) "
-        f"WHERE json_extract(value, '$[0]') > ?{now} - ?{window}"
+        f"WHERE json_extract(value, '$[0]') > {at} - ?{window}"
     )
+
+
+# A take's time: the one given (?3: a test's clock), or with NULL the
+# database's own clock as the statement runs, in epoch ms. A claim batch D1
+# re-sent after a fault runs later than the Worker read its clock; counted
+# at the time it commits, its starts are as late as its handlers', less the
+# reply's way back (which the rate's guard covers), however long the
+# re-sends took.
+_NOW = "COALESCE(?3, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))"
 
 
 def _rate_open(now: int, rate: int, window: int) -> str:
@@ -228,12 +240,13 @@ def _places_open(queue: str, n: int) -> str:
 # the first take of a batch on a row reads its starts (at most the rate's
 # limit, twice when the row is full); a later take reads none. Written: the
 # row, when admitted.
-# ?1 queue ?2 row ('*' or the group) ?3 now ?4 id ?5 token ?6 rate limit
+# ?1 queue ?2 row ('*' or the group) ?3 now (NULL: the database's) ?4 id
+# ?5 token ?6 rate limit
 # ?7 rate window (ms) ?8 the job's attempts as read (before this claim)
 _SAME_BATCH = "substr(d1queue_flow.last, instr(d1queue_flow.last, ' ') + 1) = ?5"
 _STARTS = (
     f"CASE WHEN {_SAME_BATCH} THEN d1queue_flow.starts ELSE (SELECT json_group_array(json(value)) "
-    f"FROM ({_in_window(3, 7)})) END"
+    f"FROM ({_in_window(_NOW, 7)})) END"
 )
 # The attempt as an integer: D1 may bind a number as REAL, and the entry's
 # text must read the same when it is looked for.
@@ -241,11 +254,11 @@ _ATTEMPT = "CAST(?8 AS INTEGER)"
 # The claim's own start, found in the row's text (json_array and
 # json_group_array write it so: [time,"id",attempt]).
 _MINE_STARTED = f"instr(d1queue_flow.starts, ',' || json_quote(?4) || ',' || {_ATTEMPT} || ']')"
-_TAKE_VALUES = f"?1, ?2, json_array(json_array(?3, ?4, {_ATTEMPT})), ?4 || ' ' || ?5"
+_TAKE_VALUES = f"?1, ?2, json_array(json_array({_NOW}, ?4, {_ATTEMPT})), ?4 || ' ' || ?5"
 _TAKE_UPDATE = (
     " ON CONFLICT (queue, grp) DO UPDATE SET "
     f"starts = CASE WHEN {_MINE_STARTED} THEN d1queue_flow.starts "
-    f"ELSE json_insert({_STARTS}, '$[#]', json_array(?3, ?4, {_ATTEMPT})) END, "
+    f"ELSE json_insert({_STARTS}, '$[#]', json_array({_NOW}, ?4, {_ATTEMPT})) END, "
     "last = excluded.last "
     f"WHERE json_array_length(d1queue_flow.starts) < ?6 OR {_MINE_STARTED} "
     f"OR json_array_length({_STARTS}) < ?6"
