@@ -375,7 +375,7 @@ def flow_figures(raw: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any]:
             "rows_read": r["rows_read"],
             "survey_rows_read": r["by_statement"].get("QUEUE_FLOWS", {}).get("rows_read", 0),
             "select_rows_read": sum(v["rows_read"] for v in selects.values()),
-            "queries_after_survey": sum(v["statements"] for v in selects.values()),
+            "queries_after_survey": r["queries"] - 1,
         }
     return {
         "limits": raw["limits"],
