@@ -3,8 +3,10 @@ are read from a request, a row or code.
 
 A queue's limits hold across every invocation that claims from its
 database (cron runs, Queues consumers, drains after pushes), because a
-claim takes its place under them in the claim's own D1 batch
-(store/sql.py, TAKE_FLOW), never by a read before it:
+claim takes its place under them in the claim's own D1 batch, never by a
+read before it: its concurrency places are unique indexes its own row
+enters (store/sql.py, claim_limited), its rates' starts a window it takes
+a start in (TAKE_FLOW):
 
 - `concurrency`: at most N of the queue's jobs held by workers at once;
 - `group_concurrency`: at most N per group;
@@ -137,8 +139,10 @@ class Limits:
 
     @property
     def rows(self) -> int:
-        """The d1queue_flow rows a claim takes a place in (TAKE_FLOW each)."""
-        return int(self.queue_wide) + int(self.per_group)
+        """The statements a claim carries besides its own: a TAKE_FLOW per
+        rate (its group's, its queue's). Concurrency places cost none: the
+        claim sets them on its row."""
+        return int(self.rate is not None) + int(self.group_rate is not None)
 
     @classmethod
     def parse(cls, body: object) -> Limits:

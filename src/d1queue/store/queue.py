@@ -731,7 +731,7 @@ class D1Queue:
             # The next round's reads are not guarded: this round's claims may
             # fill the queue's limit, and the next round's settle free it.
             selects = [_select(q, now, k, flows.get(q), guarded=False) for q, k in reads.items()]
-        riding = len(statements) + (len(selects) if read_ahead else 0)
+        riding = len(statements) + (len(selects) + len(places) if read_ahead else 0)
         chosen = (candidates if admit is None else admit(candidates, riding)) if candidates else []
         # One token for the batch: its jobs on a queue then share their held
         # key's prefix and token, one range (sql.DELETE_HELD_BATCH).
