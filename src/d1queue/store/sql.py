@@ -200,7 +200,7 @@ def _in_window(now: int | str, window: int) -> str:
 # at the time it commits, its starts are as late as its handlers', less the
 # reply's way back (which the rate's guard covers), however long the
 # re-sends took.
-_NOW = "COALESCE(?3, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))"
+_NOW = "COALESCE(?3, CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER))"
 
 
 def _rate_open(now: int, rate: int, window: int) -> str:
