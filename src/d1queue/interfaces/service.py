@@ -13,7 +13,6 @@ from dataclasses import asdict
 from typing import Any
 
 from ..core.bounds import (
-    GROUP_RULE,
     ID_PATTERN,
     ID_RULE,
     MAX_ATTEMPTS,
@@ -27,7 +26,6 @@ from ..core.bounds import (
     MAX_UNIQUE_KEY,
     NAME_RULE,
     PRIORITY_RANGE,
-    is_group,
     is_name,
     json_depth,
     value_depth,
@@ -221,23 +219,6 @@ class Service:
         key = obj.get("unique_key")
         if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY):
             raise invalid(f"{where}unique_key must be a string of 1 to {MAX_UNIQUE_KEY} characters")
-        group = obj.get("group")
-        if group is not None and not is_group(group):
-            raise invalid(f"{where}group must match {GROUP_RULE}")
-        debounce = obj.get("debounce_s")
-        if debounce is not None:
-            if (
-                isinstance(debounce, bool)
-                or not isinstance(debounce, int | float)
-                or not 0 < debounce <= MAX_DELAY_S
-            ):
-                raise invalid(
-                    f"{where}debounce_s must be a number above 0 and at most {MAX_DELAY_S}"
-                )
-            if key is None:
-                raise invalid(
-                    f"{where}debounce_s needs a unique_key: the key names what it debounces"
-                )
         partition = obj.get("partition")
         if partition is not None and (
             not isinstance(partition, str) or not 1 <= len(partition) <= MAX_PARTITION
@@ -251,8 +232,10 @@ class Service:
                 max_attempts=max_attempts,
                 priority=priority,
                 unique_key=key,
-                group=group,
-                debounce_s=debounce,
+                # group and debounce_s are checked by the job itself
+                # (QueuedJob.new: bounds.GROUP_RULE; debounce needs a key).
+                group=obj.get("group"),
+                debounce_s=obj.get("debounce_s"),
                 at_ms=self.queue.clock(),
             )
             size = len(job.payload_json().encode())
