@@ -130,7 +130,9 @@ class QueuedJob:
     slot: int | None = field(default=None, compare=False, repr=False)
     """The place it holds under its queue's concurrency limit, while held."""
     gslot: int | None = field(default=None, compare=False, repr=False)
-    """The place it holds under its group's concurrency limit, while held."""
+    """The place it holds under its group's concurrency limit, while held;
+    -1 for a job this worker claimed under one, whose number the claim's
+    SQL chose (what matters to its retry or undo is that it holds one)."""
     band: int | None = field(default=None, compare=False, repr=False)
     """The band of the key the row was read at (sql.DELAYED_BAND,
     sql.LOCKED_BAND or the priority): with queue, available_at and id, where

@@ -352,10 +352,12 @@ def claim_limited(*, lapsed: bool, rate_rows: int) -> str:
 def select_flow_candidates(*, grouped: bool, guarded: bool, spaced: bool = False) -> str:
     """SELECT_CANDIDATES for a queue with flow control. `grouped`: a fourth
     range, the head of the grouped bands (by priority, then fair tag).
-    `guarded`: every range is read only while the queue's own row admits a
-    claim, a constant term SQLite tests once before reading any job, so a
-    round that finds the queue at its limit reads no job: one query, the
-    row and its holders' seeks. SELECT_CANDIDATES's parameters, then ?4
+    `guarded`: the ranges are read only while the queue has a place free
+    (its held slots counted, cut off at the limit) and room in its rate's
+    window, a check SQLite runs once before reading any job, so a round
+    that finds the queue at its limit reads no job; the locked band's due
+    head is read all the same (a lapsed lease's job takes its place back).
+    SELECT_CANDIDATES's parameters, then ?4
     concurrency ?5 rate limit ?6 rate window (ms), the queue's (0: none).
     `spaced`: the grouped bands are read only up to now: a group rate
     spaces its group's tags over time, so a group's jobs not yet allowed
