@@ -438,11 +438,11 @@ class D1Queue:
             if target is not self:
                 return await target._push(job, reads)
         self._stamp(job)
-        if job.group is not None or job.debounce_s:
-            return await self._push_flow(job, reads)
-        params = _insert_params(job)
+        flow = job.group is not None or job.debounce_s
+        statements = self._flow_statements(job) if flow else [(sql.INSERT_JOB, _insert_params(job))]
         if job.unique_key is None:
-            inserted, *read = await self.binding.batch([(sql.INSERT_JOB, params), *reads])
+            results = await self.binding.batch([*statements, *reads])
+            inserted, read = results[0], results[len(statements) :]
             if inserted.changes != 1 and not (
                 # A transient error hid that the first send landed: the row
                 # with this id is our own job.
@@ -452,12 +452,17 @@ class D1Queue:
             return job.id, read
         # Insert and read the key's holder in one round trip: the holder is
         # this job if the insert won, else the job that already had the key.
-        _, holder, *read = await self.binding.batch(
-            [(sql.INSERT_JOB, params), (sql.SELECT_UNIQUE_HOLDER, (job.unique_key,)), *reads]
-        )
+        statements.append((sql.SELECT_UNIQUE_HOLDER, (job.unique_key,)))
+        results = await self.binding.batch([*statements, *reads])
+        holder, read = results[len(statements) - 1], results[len(statements) :]
         if not holder.rows:  # nobody holds the key: the conflict was on the id
             raise DuplicateJobId(f"a job with id {job.id!r} is already queued")
-        return str(holder.rows[0]["id"]), read
+        holder_id = str(holder.rows[0]["id"])
+        if job.debounce_s and holder_id != job.id:
+            # DEBOUNCE, just before the holder's read: did it move that job?
+            debounced = results[len(statements) - 2]
+            job.debounced = debounced.changes == 1 or debounced.resent
+        return holder_id, read
 
     def _flow_statements(self, job: QueuedJob) -> list[Statement]:
         """The statements pushing a grouped or debounced job (stamped): its
@@ -477,31 +482,6 @@ class D1Queue:
                 (sql.DEBOUNCE, (job.unique_key, job.payload_json(), job.available_at, job.id))
             )
         return out
-
-    async def _push_flow(
-        self, job: QueuedJob, reads: Sequence[Statement]
-    ) -> tuple[str, list[Result]]:
-        """`_push` of a grouped or debounced job, one round trip as any push."""
-        statements = self._flow_statements(job)
-        keyed = job.unique_key is not None
-        if keyed:
-            statements.append((sql.SELECT_UNIQUE_HOLDER, (job.unique_key,)))
-        results = await self.binding.batch([*statements, *reads])
-        inserted, read = results[0], results[len(statements) :]
-        if not keyed:
-            if inserted.changes != 1 and not (
-                inserted.resent and await self.job(job.id) is not None
-            ):
-                raise DuplicateJobId(f"a job with id {job.id!r} is already queued")
-            return job.id, read
-        holder = results[len(statements) - 1]
-        if not holder.rows:
-            raise DuplicateJobId(f"a job with id {job.id!r} is already queued")
-        holder_id = str(holder.rows[0]["id"])
-        if job.debounce_s and holder_id != job.id:
-            debounced = results[len(statements) - 2]
-            job.debounced = debounced.changes == 1 or debounced.resent
-        return holder_id, read
 
     def group_step(self, queue: str) -> int:
         """The fair-tag step of a group's jobs on `queue`: 1 ms, or the even
