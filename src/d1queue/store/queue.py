@@ -227,6 +227,29 @@ def _order(rows: Sequence[Sequence[Any]], n: int, flow: Flow | None) -> list[Que
     return out[:n]
 
 
+def _free_places(
+    flows: Mapping[str, Flow],
+    queues: Sequence[str],
+    occupied: Mapping[str, set[int]],
+    settling: Sequence[Outcome],
+) -> dict[str, list[int]]:
+    """The places of each of `queues` (with a concurrency limit) a round may
+    give: those its last read found free, and those of the jobs the round's
+    own settle frees (it runs before the claims, in their batch)."""
+    freed: dict[str, set[int]] = {}
+    for o in settling:
+        if o.job.slot is not None:
+            freed.setdefault(o.job.queue, set()).add(o.job.slot)
+    return {
+        q: [
+            s
+            for s in range(flows[q].limits.concurrency or 0)
+            if s not in occupied.get(q, set()) - freed.get(q, set())
+        ]
+        for q in queues
+    }
+
+
 def _within_limits(
     candidates: list[QueuedJob], flows: Mapping[str, Flow], free: Mapping[str, list[int]]
 ) -> list[QueuedJob]:
@@ -693,18 +716,7 @@ class D1Queue:
         }
         candidates = interleave(heads)[:n]
         if flows:
-            freed: dict[str, set[int]] = {}
-            for o in outcomes:
-                if o.job.slot is not None:
-                    freed.setdefault(o.job.queue, set()).add(o.job.slot)
-            free = {
-                q: [
-                    s
-                    for s in range(flows[q].limits.concurrency or 0)
-                    if s not in occupied.get(q, set()) - freed.get(q, set())
-                ]
-                for q in limited_queues
-            }
+            free = _free_places(flows, limited_queues, occupied, outcomes)
             candidates = _within_limits(candidates, flows, free)
         until = now + self.reservation_ms
         if read_ahead:
