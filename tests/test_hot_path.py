@@ -99,6 +99,9 @@ _ROW = {
     "grp": "tenant-1",
     "slot": None,
     "gslot": None,
+    "after": None,
+    "waiting": 0,
+    "batch": None,
 }
 
 

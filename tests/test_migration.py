@@ -195,7 +195,9 @@ async def test_0009_keeps_every_row_and_the_unique_lock(tmp_path: Path) -> None:
     before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
     failed = db.query("SELECT * FROM d1queue_failed_jobs")
     queues = db.query("SELECT * FROM d1queue_queues")
-    assert db.apply_migrations(MIGRATIONS) == ["0009_flow_control.sql"]
+    assert db.apply_migrations(up_to(tmp_path, "0009_flow_control.sql")) == [
+        "0009_flow_control.sql"
+    ]
     after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
     assert after.keys() == before.keys() and len(after) == 300
     for id, old in before.items():
@@ -210,5 +212,38 @@ async def test_0009_keeps_every_row_and_the_unique_lock(tmp_path: Path) -> None:
     ] == queues
     keyed = next(r for r in before.values() if r["unique_key"] is not None)
     queue = D1Queue(db, clock=Clock(NOW))
+    job = QueuedJob.new("t", 1, queue=keyed["queue"], unique_key=keyed["unique_key"])
+    assert await queue.push(job) == keyed["id"], "the key is still held"
+
+
+async def test_0010_keeps_every_row_and_finds_each_by_id_and_key(tmp_path: Path) -> None:
+    """Workflows add columns, tables and triggers and rebuild the id and
+    unique indexes: every job and failure is kept as it was, none waits or
+    belongs to a batch, each is found by id, a held unique key still
+    refuses a second job, and a job of the old rows completes as before."""
+    db = populated_v2(tmp_path)
+    db.apply_migrations(up_to(tmp_path, "0009_flow_control.sql"))
+    before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    failed = db.query("SELECT * FROM d1queue_failed_jobs")
+    assert db.apply_migrations(MIGRATIONS) == ["0010_workflows.sql"]
+    after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    assert after.keys() == before.keys() and len(after) == 300
+    for id, old in before.items():
+        new = after[id]
+        assert {k: new[k] for k in old} == old, id
+        assert (new["waiting"], new["batch"], new["dependents"], new["result"]) == (
+            0,
+            None,
+            0,
+            None,
+        ), id
+    assert [
+        {k: r[k] for k in failed[0]} for r in db.query("SELECT * FROM d1queue_failed_jobs")
+    ] == failed
+    queue = D1Queue(db, clock=Clock(NOW))
+    for id in list(before)[:20]:
+        found = await queue.job(id)
+        assert found is not None and found.id == id
+    keyed = next(r for r in before.values() if r["unique_key"] is not None)
     job = QueuedJob.new("t", 1, queue=keyed["queue"], unique_key=keyed["unique_key"])
     assert await queue.push(job) == keyed["id"], "the key is still held"

@@ -44,6 +44,7 @@ def test_the_driver_ships_its_own_migrations() -> None:
         "0007_locked_band.sql",
         "0008_dashboard_signouts.sql",
         "0009_flow_control.sql",
+        "0010_workflows.sql",
     ]
     fresh = SqliteD1()
     assert fresh.apply_migrations(MIGRATIONS) == names

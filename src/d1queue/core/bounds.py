@@ -79,6 +79,16 @@ PRIORITY_RANGE = (-1000, 1000)
 """Higher runs first."""
 MAX_BATCH = 100
 """Jobs in one batch push."""
+BATCH_JOBS = (1, 1000)
+"""Jobs in one `POST /v1/batches` (a workflow batch with callbacks), and
+in one addition to a running batch: one db.batch of about 110 multi-row
+INSERTs, far inside a Worker's CPU and D1's statement limits."""
+MAX_AFTER = 100
+"""Jobs one job may wait for (`after`): its edges are written in its push,
+one row each, and its handler reads their results in one query."""
+MAX_RESULT_BYTES = 64 * 1024
+"""A handler's return value as stored JSON, kept with the completed job.
+A larger one fails the job with an error that says so."""
 MAX_PAGE = 500
 """Failed jobs in one page of a listing (`?limit=`)."""
 MAX_OLDER_THAN_S = 10**12

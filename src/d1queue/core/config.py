@@ -40,6 +40,16 @@ The failed-job prune rides in the first of them and adds none."""
 KEEP_FAILED_S = 30 * 24 * 3600
 """D1QUEUE_KEEP_FAILED_S's default: 30 days (see Config.keep_failed_s)."""
 
+KEEP_COMPLETED_S = 24 * 3600
+"""D1QUEUE_KEEP_COMPLETED_S's default: 1 day (see Config.keep_completed_s)."""
+
+PRUNE_COMPLETED = {"free": 100, "paid": 2_000}
+"""Completed jobs past D1QUEUE_KEEP_COMPLETED_S one cron run deletes, by
+plan, shared over the shards; older ones wait for later runs. At a
+per-minute cron that is 144,000 a day on free (more than the 100,000 rows
+written a day the free plan allows, so pruning keeps up with any load it
+can run) and 2,880,000 on paid."""
+
 PRUNE_FAILED = {"free": 10, "paid": 1_000}
 """Failed jobs past D1QUEUE_KEEP_FAILED_S one cron run deletes, by plan,
 shared over the shards like due schedules; older ones wait for later runs.
@@ -113,6 +123,19 @@ class Config:
     on Monday). The table then holds failures a day x 30 x row size, against
     D1's 10 GB (paid) or 500 MB (free) per database: 1,000 failures a day
     of 10 KiB is 300 MB. Lower it for large payloads or many failures."""
+    keep_completed_s: int = KEEP_COMPLETED_S
+    """D1QUEUE_KEEP_COMPLETED_S: a completed job (its payload and result) is
+    kept this many seconds, then each cron run deletes those past it, at
+    most PRUNE_COMPLETED a run, oldest first; 0 keeps none (a job is deleted
+    as it completes, as a queue that opts out with `registry.history(queue,
+    keep=False)` does). Default 1 day: long enough for a dependent pushed
+    later that day to name a job (`after`), for a batch's callbacks to read
+    results and for someone to look on the dashboard, and short enough for
+    D1's 10 GB: a job kept costs its row (~300 bytes plus payload and
+    result), so 1,000,000 jobs a day of 1 KiB each hold about 1 GB, a tenth
+    of a database. Oban's pruner keeps 60 s by default, BullMQ keeps
+    everything until removed; raise it for audit trails, lower it (or opt
+    queues out) for large results at high volume."""
     max_jobs: int | None = None
     """D1QUEUE_MAX_JOBS: jobs one run may claim, the bound on its CPU time.
     Default by plan (MAX_JOBS)."""
@@ -188,6 +211,10 @@ class Config:
             (
                 0 <= self.keep_failed_s <= MAX_OLDER_THAN_S,
                 f"D1QUEUE_KEEP_FAILED_S must be 0 (keep forever) to {MAX_OLDER_THAN_S} seconds",
+            ),
+            (
+                0 <= self.keep_completed_s <= MAX_OLDER_THAN_S,
+                f"D1QUEUE_KEEP_COMPLETED_S must be 0 (keep none) to {MAX_OLDER_THAN_S} seconds",
             ),
             (1 <= self.batch_size <= 100, "D1QUEUE_BATCH_SIZE must be 1..100"),
             (1 <= self.concurrency <= 100, "D1QUEUE_CONCURRENCY must be 1..100"),
@@ -268,6 +295,11 @@ class Config:
         return PRUNE_FAILED[self.plan] if self.keep_failed_s else 0
 
     @property
+    def prune_completed(self) -> int:
+        """Completed jobs one cron run may prune over all shards."""
+        return PRUNE_COMPLETED[self.plan]
+
+    @property
     def job_cap(self) -> int:
         """max_jobs, resolved."""
         assert self.max_jobs is not None
@@ -330,6 +362,7 @@ def _parse(name: str, raw: str) -> Any:
         "wake_per_jobs",
         "wake_max",
         "keep_failed_s",
+        "keep_completed_s",
     ):
         return int(raw)
     if name in ("time_budget_s", "reservation_s"):

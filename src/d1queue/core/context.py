@@ -20,6 +20,10 @@ send the request through. Test doubles may offer `async text()` instead of
 `read`."""
 
 
+CALLBACKS = ("on_success", "on_failure", "on_finish")
+"""A batch's callbacks, by the name their id ends with (`<batch>:<name>`)."""
+
+
 @dataclass
 class JobContext:
     """What a handler may use besides its payload.
@@ -46,6 +50,44 @@ class JobContext:
     def attempt(self) -> int:
         """Which attempt this is, from 1."""
         return self.job.attempts
+
+    @property
+    def batch_id(self) -> str | None:
+        """The workflow batch of this job, or, for a batch's callback
+        (`<batch>:on_success`, `:on_failure`, `:on_finish`), the batch it was
+        enqueued for; None for neither."""
+        if self.job.batch is not None:
+            return self.job.batch
+        head, sep, kind = self.job.id.rpartition(":")
+        return head if sep and kind in CALLBACKS else None
+
+    async def results(self) -> dict[str, Any]:
+        """The results of the jobs this one waited for (`after`), by id: each
+        one's return value while it is kept as completed (a dependency
+        ignored as failed, or pruned, is absent). One D1 query."""
+        if not self.job.after:
+            return {}
+        found: dict[str, Any] = await self.queue.dependency_results(self.job.after)
+        return found
+
+    async def batch(self) -> dict[str, Any] | None:
+        """This job's batch (see `batch_id`): `{id, total, pending, completed,
+        failed, state, created_at, finished_at, ids}`; None if it has none.
+        A callback reads the counts its batch ended with. One D1 query."""
+        if self.batch_id is None:
+            return None
+        found: dict[str, Any] | None = await self.queue.batch_state(self.batch_id)
+        return found
+
+    async def add_to_batch(self, name: str, payload: Any = None, **overrides: Any) -> str:
+        """Add a job to this job's batch (which runs while this job does):
+        its callbacks then wait for the new job too. Returns its id. One D1
+        query."""
+        if self.job.batch is None:
+            raise ValueError("this job belongs to no batch")
+        job = self.queue.new_job(name, payload, **overrides)
+        (id,) = await self.queue.add_to_batch(self.job.batch, [job])
+        return str(id)
 
     async def fetch(
         self,

@@ -16,3 +16,20 @@ class Retry(Exception):
 class Fail(Exception):
     """Raised by a handler to fail the job now, whatever attempts remain: the
     input is wrong and running it again cannot help."""
+
+
+class UnknownDependency(ValueError):
+    """A push named in `after` a job that is neither queued, running, failed
+    nor kept as completed (on the job's database): nothing was written."""
+
+    def __init__(self, ids: list[str]) -> None:
+        super().__init__(
+            "after names no job that is queued, running, failed or kept as completed: "
+            + ", ".join(ids)
+        )
+        self.ids = ids
+
+
+class BatchNotRunning(Exception):
+    """Jobs were added to a batch that finished (every job of it ended and
+    its callbacks fired) or never existed: nothing was written."""

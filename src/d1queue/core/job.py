@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .bounds import (
+    ID_PATTERN,
+    ID_RULE,
+    MAX_AFTER,
     MAX_DELAY_S,
     MAX_JSON_DEPTH,
     MAX_SAFE_INT,
@@ -63,6 +66,9 @@ JOB_COLUMN_NAMES = (
     "grp",
     "slot",
     "gslot",
+    "after",
+    "waiting",
+    "batch",
 )
 """The columns of a d1queue_jobs row as a QueuedJob is read from it, in the
 order `values_to_job` unpacks them: sql.JOB_COLUMNS selects them in this
@@ -137,6 +143,17 @@ class QueuedJob:
     """The band of the key the row was read at (sql.DELAYED_BAND,
     sql.LOCKED_BAND or the priority): with queue, available_at and id, where
     a claim finds the row. None for a job not read from the table."""
+    after: list[str] | None = None
+    """The ids of the jobs this one waits for (None: none): it runs once
+    each of them completed (docs/workflows.md)."""
+    ignore_failed: bool = field(default=False, compare=False)
+    """With `after`: run even if a job it waits for fails or is cancelled
+    (else it fails, with the error `dependency <id> failed`)."""
+    batch: str | None = None
+    """The workflow batch this job belongs to (None: none)."""
+    waiting: int = field(default=0, compare=False, repr=False)
+    """As read: how many of `after` had not ended; -1: one of them failed,
+    so the job is failed instead of run (`doomed`)."""
 
     @classmethod
     def new(
@@ -151,11 +168,14 @@ class QueuedJob:
         unique_key: str | None = None,
         group: str | None = None,
         debounce_s: float | None = None,
+        after: Sequence[str] | None = None,
+        ignore_failed: bool = False,
         at_ms: int | None = None,
     ) -> QueuedJob:
         """A job ready to push, validated; `at_ms` is the clock's now. With
         `debounce_s` (which needs a unique_key) the job starts debounce_s
-        from now, and its push debounces the queued job holding its key."""
+        from now, and its push debounces the queued job holding its key.
+        With `after` (1 to MAX_AFTER job ids) it waits for those jobs."""
         now = now_ms() if at_ms is None else at_ms
         if (
             isinstance(delay_s, bool)
@@ -188,7 +208,11 @@ class QueuedJob:
             unique_key=unique_key,
             group=group,
             debounce_s=debounce_s or 0,
+            after=check_after(after, ignore_failed),
+            ignore_failed=ignore_failed,
         )
+        if job.after is not None and job.debounce_s:
+            raise ValueError("debounce_s and after cannot be combined")
         job.validate()
         return job
 
@@ -236,11 +260,48 @@ class QueuedJob:
         return self.band is not None and self.band > GROUPED_ABOVE
 
     @property
+    def doomed(self) -> bool:
+        """A job it waited for failed or was cancelled: it is failed with the
+        error its row was given (`dependency <id> failed`), never run."""
+        return self.waiting < 0
+
+    @property
     def exhausted(self) -> bool:
         """Claimed with its attempts already spent: its worker died (or its lease
         lapsed) on the last attempt. Never run again, so a job that kills its
         worker cannot loop forever."""
         return self.attempts > self.max_attempts
+
+
+def check_after(after: Any, ignore_failed: Any = False) -> list[str] | None:
+    """A push's `after` as stored: None, or 1 to MAX_AFTER distinct job ids
+    (ID_RULE); ValueError otherwise. `ignore_failed` must be a boolean."""
+    if not isinstance(ignore_failed, bool):
+        raise ValueError("ignore_failed must be true or false")
+    if after is None:
+        return None
+    if isinstance(after, str) or not isinstance(after, Sequence):
+        raise ValueError(f"after must be an array of 1 to {MAX_AFTER} job ids")
+    ids = list(after)
+    if not 1 <= len(ids) <= MAX_AFTER:
+        raise ValueError(f"after must name 1 to {MAX_AFTER} job ids, got {len(ids)}")
+    for id in ids:
+        if not isinstance(id, str) or not ID_PATTERN.fullmatch(id):
+            raise ValueError(f"after: {id!r} is not a job id (ids match {ID_RULE})")
+    if len(set(ids)) != len(ids):
+        raise ValueError("after names a job id more than once")
+    return ids
+
+
+def _after(text: Any) -> list[str] | None:
+    """A row's `after` column (JSON text, or NULL) as a list of ids."""
+    if not text:
+        return None
+    try:
+        ids = json.loads(text)
+    except ValueError:
+        return None
+    return [str(i) for i in ids] if isinstance(ids, list) else None
 
 
 _new_job = object.__new__
@@ -312,6 +373,10 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         "slot": get("slot"),
         "gslot": get("gslot"),
         "band": get("band"),
+        "after": _after(get("after")),
+        "ignore_failed": bool(get("ignore_failed")),
+        "batch": get("batch"),
+        "waiting": get("waiting") or 0,
     }
     return job
 
@@ -340,6 +405,9 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         grp,
         slot,
         gslot,
+        after,
+        waiting,
+        batch,
     ) = values
     if type(text) is not str or len(text) > MAX_JSON_DEPTH:
         return _row_to_job(dict(zip(JOB_COLUMN_NAMES, values, strict=True)))
@@ -386,6 +454,10 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         "slot": slot,
         "gslot": gslot,
         "band": band,
+        "after": _after(after) if after else None,
+        "ignore_failed": False,
+        "batch": batch,
+        "waiting": waiting or 0,
     }
     return job
 
@@ -434,4 +506,8 @@ def _row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         slot=row.get("slot"),
         gslot=row.get("gslot"),
         band=row.get("band"),
+        after=_after(row.get("after")),
+        ignore_failed=bool(row.get("ignore_failed")),
+        batch=row.get("batch"),
+        waiting=int(row.get("waiting") or 0),
     )

@@ -7,7 +7,7 @@ import hashlib
 import inspect
 import json
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypedDict, Unpack
 
@@ -109,6 +109,8 @@ class Overrides(TypedDict, total=False):
     unique_key: str | None
     group: str | None
     debounce_s: float | None
+    after: Sequence[str] | None
+    ignore_failed: bool
 
 
 class Stored(NamedTuple):
@@ -168,6 +170,8 @@ class JobSpec:
         unique_key: str | None = None,
         group: str | None = None,
         debounce_s: float | None = None,
+        after: Sequence[str] | None = None,
+        ignore_failed: bool = False,
         at_ms: int | None = None,
     ) -> QueuedJob:
         """A job of this kind, ready to push: the one place a job's declared
@@ -191,6 +195,8 @@ class JobSpec:
             unique_key=unique_key,
             group=group,
             debounce_s=debounce_s,
+            after=after,
+            ignore_failed=ignore_failed,
             at_ms=at_ms,
         )
 
@@ -236,6 +242,7 @@ class Registry:
         self._specs: dict[str, JobSpec] = {}
         self._schedules: dict[str, ScheduleDef] = {}
         self._limits: dict[str, Limits] = {}
+        self._unkept: set[str] = set()
 
     def limit(self, queue: str, limits: Limits | None = None, **fields: Any) -> Limits:
         """Declare `queue`'s flow limits in code: `limit("api",
@@ -254,6 +261,21 @@ class Registry:
     def limits(self) -> dict[str, Limits]:
         """The queues' limits declared in code."""
         return dict(self._limits)
+
+    def history(self, queue: str, *, keep: bool) -> None:
+        """Whether `queue` keeps its completed jobs (and their results) for
+        D1QUEUE_KEEP_COMPLETED_S: it does unless told not to. A queue that
+        keeps none deletes a job as it completes, at the cost of a job's
+        life without history (docs/workflows.md)."""
+        check_name("queue", queue)
+        if keep:
+            self._unkept.discard(queue)
+        else:
+            self._unkept.add(queue)
+
+    def keeps_history(self, queue: str) -> bool:
+        """Whether `queue` keeps its completed jobs (see `history`)."""
+        return queue not in self._unkept
 
     def job(
         self,

@@ -42,6 +42,7 @@ claiming, and whatever D1 refused every time is reported as unsettled.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 import traceback
@@ -51,6 +52,7 @@ from dataclasses import asdict, dataclass, field, replace
 from heapq import heapreplace
 from typing import Any, TypeVar, cast
 
+from ..core.bounds import MAX_JSON_DEPTH, MAX_RESULT_BYTES, value_depth
 from ..core.config import ALL_QUEUES, Config, ConfigError
 from ..core.context import DrainContext, Fetch, JobContext
 from ..core.costs import LEAST_ROUND, round_cost
@@ -192,10 +194,10 @@ async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcom
         )
         try:
             signal = coro.send(None)
-        except StopIteration:
-            pass
+        except StopIteration as stop:
+            value = stop.value
         else:
-            await asyncio.wait_for(_Started(coro, signal), spec.timeout_s)
+            value = await asyncio.wait_for(_Started(coro, signal), spec.timeout_s)
     except Fail as exc:
         return Outcome(job, "fail", error=_error_text(f"failed by the handler: {exc}"))
     except Retry as exc:
@@ -204,7 +206,30 @@ async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcom
         return retry_or_fail_outcome(job, spec, f"timed out after {spec.timeout_s:g}s")
     except Exception as exc:
         return retry_or_fail_outcome(job, spec, _describe(exc))
-    return Outcome(job, "complete")
+    return completed(job, value)
+
+
+def completed(job: QueuedJob, value: Any) -> Outcome:
+    """A handler that returned `value`: the job completes with it as its
+    result (JSON), or, for a value that cannot be kept (not JSON, nested
+    past MAX_JSON_DEPTH, or over MAX_RESULT_BYTES), fails with why: running
+    it again would return the same."""
+    if value is None:
+        return Outcome(job, "complete")
+    if value_depth(value) > MAX_JSON_DEPTH:
+        return Outcome(job, "fail", error=f"result nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return Outcome(job, "fail", error=_error_text(f"result is not JSON: {exc}"))
+    size = len(text.encode())
+    if size > MAX_RESULT_BYTES:
+        return Outcome(
+            job,
+            "fail",
+            error=f"result is {size} bytes as JSON; the limit is {MAX_RESULT_BYTES} (64 KiB)",
+        )
+    return Outcome(job, "complete", result=text)
 
 
 def retry_or_fail_outcome(
@@ -228,7 +253,7 @@ def _decided(job: QueuedJob, spec: JobSpec | None) -> Outcome | None:
     """The outcome of a job that must not run (None: run it): its attempts
     were spent by a worker that died, its payload does not decode, or no
     handler has its name."""
-    if job.exhausted:
+    if job.exhausted or job.doomed:
         return exhausted_outcome(job)
     if job.payload_error:
         return Outcome(job, "fail", error=job.payload_error)

@@ -108,6 +108,10 @@ def parse(payload: Any) -> dict[str, Any]:
     }
 
 
+RESULT_BODY_CHARS = 300
+"""Characters of the answer's body an `http.request` job's result keeps."""
+
+
 def register_http_job(
     registry: Registry,
     *,
@@ -116,7 +120,7 @@ def register_http_job(
 ) -> None:
     """Register `http.request` on `registry`; it sends with the drain's fetch."""
 
-    async def http_request(payload: Any, ctx: JobContext) -> None:
+    async def http_request(payload: Any, ctx: JobContext) -> dict[str, Any] | None:
         req = parse(payload)
         target = f"{req['method']} {strip_credentials(req['url'])}"
         try:
@@ -144,7 +148,8 @@ def register_http_job(
         said = f"{target} answered {status}" + (f": {excerpt}" if excerpt else "")
         expected = req["expect_status"]
         if (expected is None and 200 <= status < 300) or status == expected:
-            return
+            # The job's result, kept with it while its queue keeps history.
+            return {"status": status, "body": text[:RESULT_BODY_CHARS]}
         if status == 429 or status >= 500:
             raise Retry(said, delay_s=retry_after_s(response.header("retry-after")))
         raise Fail(said)

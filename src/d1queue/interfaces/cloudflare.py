@@ -304,10 +304,13 @@ class D1QueueWorker:
                         f"D1QUEUE_SHARDS names {name}, but this Worker has no D1 binding "
                         f"{name} (wrangler.toml [[d1_databases]]; docs/operations.md: Shards)"
                     )
+                keep = config.keep_completed_s > 0
                 if config.reservation_s is None:
-                    queue = D1Queue(binding)
+                    queue = D1Queue(binding, keep_completed=keep)
                 else:
-                    queue = D1Queue(binding, reservation_s=config.reservation_s)
+                    queue = D1Queue(
+                        binding, reservation_s=config.reservation_s, keep_completed=keep
+                    )
                 queues.append(queue.metered(self.meter(config)))
             self._shards = ShardSet(queues, config.routing)
         return self._shards

@@ -43,7 +43,7 @@ from ..core.limits import PLANS, Meter
 from ..core.registry import Overrides, Registry
 from ..features.drain import Budget, Drain, DrainReport, drain, leased
 from ..store.failed import FailedJob
-from ..store.queue import D1Queue, Outcome
+from ..store.queue import DONE_BAND, D1Queue, Outcome
 
 
 def _migrations() -> Path:
@@ -368,9 +368,24 @@ async def run_job(
 def enqueued(db: SqliteD1, name: str | None = None, queue: str | None = None) -> list[QueuedJob]:
     """The jobs queued in `db` (those of job `name`, on `queue`, if given),
     oldest first: what a test asserts was dispatched."""
-    rows = db.query("SELECT * FROM d1queue_jobs ORDER BY created_at, id")
+    rows = db.query(f"SELECT * FROM d1queue_jobs WHERE band > {DONE_BAND} ORDER BY created_at, id")
     jobs = [row_to_job(r) for r in rows]
     return [j for j in jobs if (name is None or j.name == name) and (queue in (None, j.queue))]
+
+
+def completed(db: SqliteD1, name: str | None = None, queue: str | None = None) -> list[Any]:
+    """The completed jobs kept in `db` (those of job `name`, on `queue`, if
+    given), oldest completion first, each with `result`: its handler's return
+    value (None when it returned nothing)."""
+    rows = db.query(
+        f"SELECT * FROM d1queue_jobs WHERE band = {DONE_BAND} ORDER BY available_at, id"
+    )
+    out = []
+    for r in rows:
+        job = row_to_job(r)
+        job.result = json_loads(r["result"]) if r["result"] is not None else None  # type: ignore[attr-defined]
+        out.append(job)
+    return [j for j in out if (name is None or j.name == name) and (queue in (None, j.queue))]
 
 
 def failed(db: SqliteD1, name: str | None = None, queue: str | None = None) -> list[FailedJob]:
@@ -429,7 +444,12 @@ class Kit:
         self.config = config or Config()
         self.env = env
         self.fetch = fetch
-        self.queue = D1Queue(self.db, registry=registry, clock=self.clock)
+        self.queue = D1Queue(
+            self.db,
+            registry=registry,
+            clock=self.clock,
+            keep_completed=self.config.keep_completed_s > 0,
+        )
         """The D1Queue on this kit's database and clock."""
 
     async def dispatch(self, name: str, payload: Any = None, **overrides: Unpack[Overrides]) -> str:
@@ -486,6 +506,10 @@ class Kit:
     def enqueued(self, name: str | None = None, queue: str | None = None) -> list[QueuedJob]:
         """The jobs queued (due or not), oldest first: `enqueued`."""
         return enqueued(self.db, name, queue)
+
+    def completed(self, name: str | None = None, queue: str | None = None) -> list[Any]:
+        """The completed jobs kept, oldest first, each with its `result`."""
+        return completed(self.db, name, queue)
 
     def failed(self, name: str | None = None, queue: str | None = None) -> list[FailedJob]:
         """The failed jobs, oldest failure first: `failed`."""

@@ -41,6 +41,10 @@ class FailedJob:
     created_at: int
     failed_at: int
     group: str | None = None
+    batch: str | None = None
+    """The workflow batch it was a job of (None: none)."""
+    after: str | None = None
+    """The ids it waited for, as stored (a JSON array; None: none)."""
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> FailedJob:

@@ -9,24 +9,28 @@ and jobs that exhausted their attempts in a crash failed instead of re-run.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
+from itertools import groupby, pairwise
 from typing import Any, Literal, Protocol, Self, Unpack
 
-from ..core.bounds import MAX_SAFE_INT, check_name, clamp_delay_s
+from ..core.bounds import BATCH_JOBS, MAX_RESULT_BYTES, MAX_SAFE_INT, check_name, clamp_delay_s
+from ..core.errors import BatchNotRunning, UnknownDependency
 from ..core.flow import NO_GROUP, QUEUE_ROW, Flow, Limits, flows_of
 from ..core.job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
 from ..core.registry import Overrides, Registry, spec_for
+from ..core.shards import mark_id
 from . import sql
 from .binding import Binding, Result, Statement, was_resent
 from .failed import FailedJob as FailedJob  # public: d1queue.FailedJob
 from .failed import FailedJobs
+from .workflows import Workflows
 
 log = get(__name__)
 
@@ -43,6 +47,9 @@ class Outcome:
     action: Literal["complete", "retry", "fail"]
     delay_s: float = 0.0
     error: str | None = None
+    result: str | None = None
+    """A completion's return value as JSON text (None: nothing returned),
+    kept with the job while its queue keeps history."""
 
 
 Mark = Literal["written", "resent", "stale", "unsettled"]
@@ -84,6 +91,9 @@ SETTLE_TRIES = 3
 """Sends of one outcome, alone, after the batch carrying it failed."""
 
 RECLAIM_NOTE = sql.RECLAIM_NOTE
+
+DONE_BAND = sql.DONE_BAND
+"""The band of completed jobs kept as history (sql.DONE_BAND)."""
 
 
 def noted(last_error: str | None) -> str:
@@ -367,6 +377,7 @@ class D1Queue:
         max_claim_attempts: int = 5,
         clock: Callable[[], int] = now_ms,
         registry: Registry | None = None,
+        keep_completed: bool = False,
     ) -> None:
         if not reservation_s > 0:
             raise ValueError(f"reservation_s must be > 0, got {reservation_s!r}")
@@ -380,6 +391,10 @@ class D1Queue:
         self.clock = clock
         self.registry = registry
         """Whose job defaults `dispatch` applies (None: the built-in ones)."""
+        self.keep_completed = keep_completed
+        """Whether completed jobs are kept (with their results) as history,
+        on the queues whose registry does not opt them out; False: deleted
+        as they complete (D1QUEUE_KEEP_COMPLETED_S = 0)."""
         self.shard = 0
         """Which database this queue is, of its `shards`."""
         self.shards: Router | None = None
@@ -461,10 +476,9 @@ class D1Queue:
             if target is not self:
                 return await target._push(job, reads)
         self._stamp(job)
-        flow = job.group is not None or job.debounce_s
-        statements = self._flow_statements(job) if flow else [(sql.INSERT_JOB, _insert_params(job))]
+        statements = self._job_statements(job)
         if job.unique_key is None:
-            results = await self.binding.batch([*statements, *reads])
+            results = await self._send(statements + list(reads), [job])
             inserted, read = results[0], results[len(statements) :]
             if inserted.changes != 1 and not (
                 # A transient error hid that the first send landed: the row
@@ -476,7 +490,7 @@ class D1Queue:
         # Insert and read the key's holder in one round trip: the holder is
         # this job if the insert won, else the job that already had the key.
         statements.append((sql.SELECT_UNIQUE_HOLDER, (job.unique_key,)))
-        results = await self.binding.batch([*statements, *reads])
+        results = await self._send([*statements, *reads], [job])
         holder, read = results[len(statements) - 1], results[len(statements) :]
         if not holder.rows:  # nobody holds the key: the conflict was on the id
             raise DuplicateJobId(f"a job with id {job.id!r} is already queued")
@@ -487,6 +501,63 @@ class D1Queue:
             job.debounced = debounced.changes == 1 or debounced.resent
         return holder_id, read
 
+    def _job_statements(self, job: QueuedJob) -> list[Statement]:
+        """The statements pushing one job (stamped), its INSERT first."""
+        if job.after is not None:
+            return self._waiter_statements(job)
+        if job.group is not None or job.debounce_s:
+            return self._flow_statements(job)
+        if job.batch is not None:
+            insert = sql.insert_jobs(1, unique=job.unique_key is not None, batch=True)
+            return [(insert, (*_insert_params(job), job.batch))]
+        return [(sql.INSERT_JOB, _insert_params(job))]
+
+    def _waiter_statements(self, job: QueuedJob) -> list[Statement]:
+        """A job waiting for others: its INSERT_WAITER (which checks and
+        counts them), its edges, the marks on the jobs it waits for and,
+        with a group, its queue's."""
+        after = json.dumps(job.after)
+        out: list[Statement] = [
+            (
+                sql.INSERT_WAITER,
+                (*_insert_params(job), job.group, after, int(job.ignore_failed), job.batch),
+            ),
+            (sql.INSERT_EDGES, (job.id, after)),
+            (sql.MARK_WAITED, (after,)),
+            (sql.MARK_WAITED_RUNNING, (after,)),
+        ]
+        if job.group is not None:
+            out.append((sql.MARK_GROUPED, (job.queue, job.created_at)))
+        return out
+
+    async def _send(
+        self, statements: Sequence[Statement], jobs: Sequence[QueuedJob]
+    ) -> list[Result]:
+        """A push's db.batch; what the schema refused, said in the push's
+        terms: an `after` naming no job it may wait for, a batch not
+        running. Nothing was written in either case (one transaction)."""
+        try:
+            return await self.binding.batch(statements)
+        except Exception as exc:
+            text = str(exc)
+            if "d1queue_jobs.waiting" in text:
+                ids = sorted({i for j in jobs for i in (j.after or ())})
+                unknown: list[str] = []
+                for i in range(0, len(ids), 100):
+                    found = await self.binding.run(sql.UNKNOWN_AFTER, json.dumps(ids[i : i + 100]))
+                    unknown += [str(r["id"]) for r in found.rows]
+                # An id pushed in the same batch was known to the jobs after
+                # it (the batch rolled back); one named before it was pushed
+                # is the unknown one then.
+                pushed = {j.id for j in jobs}
+                unknown = [i for i in unknown if i not in pushed] or unknown
+                raise UnknownDependency(unknown) from None
+            if "batch not running" in text:
+                raise BatchNotRunning(
+                    "the batch is not running: it finished, or never existed"
+                ) from None
+            raise
+
     def _flow_statements(self, job: QueuedJob) -> list[Statement]:
         """The statements pushing a grouped or debounced job (stamped): its
         INSERT_FLOW_JOB, then for a group its tag and its queue's mark, for
@@ -495,7 +566,7 @@ class D1Queue:
         out: list[Statement] = [
             (
                 sql.INSERT_FLOW_JOB,
-                (*_insert_params(job), job.group, step, int(bool(job.debounce_s))),
+                (*_insert_params(job), job.group, step, int(bool(job.debounce_s)), job.batch),
             )
         ]
         if job.group is not None:
@@ -516,26 +587,48 @@ class D1Queue:
         return 1
 
     async def _push_many(
-        self, jobs: Sequence[QueuedJob], reads: Sequence[Statement]
+        self,
+        jobs: Sequence[QueuedJob],
+        reads: Sequence[Statement],
+        before: Callable[[D1Queue], Sequence[Statement]] | None = None,
+        then: Sequence[Statement] = (),
     ) -> tuple[list[tuple[str, bool]], list[Result]]:
-        """Insert `jobs` in one batch, `reads` riding in it; with `shards`, on
+        """Insert `jobs` in one batch, `reads` riding in it (and `before`'s
+        statements for the queue they land on, first); with `shards`, on
         the one shard they all route to (a batch is one transaction on one
         database: ShardError if they route to several)."""
         if self.shards is not None:
             target = self.shards.route_many(self, jobs)
             if target is not self:
-                return await target._push_many(jobs, reads)
+                return await target._push_many(jobs, reads, before, then)
         rows = [self._stamp(job) for job in jobs]
-        statements: list[Statement] = []
-        flow = [j for j in rows if j.group is not None or j.debounce_s]
-        plain = [j for j in rows if j.unique_key is None and j not in flow]
-        keyed = [j for j in rows if j.unique_key is not None and j not in flow]
-        step = sql.INSERT_ROWS_PER_STATEMENT
-        for group, unique in ((plain, False), (keyed, True)):
-            for i in range(0, len(group), step):
-                chunk = group[i : i + step]
-                params = [v for j in chunk for v in _insert_params(j)]
-                statements.append((sql.insert_jobs(len(chunk), unique=unique), params))
+        statements: list[Statement] = list(before(self)) if before is not None else []
+        # Jobs that wait for others, one by one after the rest, in order:
+        # each may wait for a job pushed before it in this batch.
+        waiters = [j for j in rows if j.after is not None]
+        flow = [j for j in rows if (j.group is not None or j.debounce_s) and j.after is None]
+        single = {id(j) for j in (*waiters, *flow)}
+        for batch in (False, True):
+            step = sql.BATCH_ROWS_PER_STATEMENT if batch else sql.INSERT_ROWS_PER_STATEMENT
+            for unique in (False, True):
+                group = [
+                    j
+                    for j in rows
+                    if id(j) not in single
+                    and (j.unique_key is not None) == unique
+                    and (j.batch is not None) == batch
+                ]
+                for i in range(0, len(group), step):
+                    chunk = group[i : i + step]
+                    params = [
+                        v
+                        for j in chunk
+                        for v in (*_insert_params(j), *((j.batch,) if batch else ()))
+                    ]
+                    statements.append(
+                        (sql.insert_jobs(len(chunk), unique=unique, batch=batch), params)
+                    )
+        plain = [j for j in rows if id(j) not in single and j.unique_key is None]
         # Grouped and debounced jobs one by one, in order: each one's fair
         # tag follows the one before it in its group.
         debounces: dict[str, int] = {}
@@ -543,6 +636,9 @@ class D1Queue:
             statements += self._flow_statements(job)
             if job.debounce_s:
                 debounces[job.id] = len(statements) - 1
+        for job in waiters:
+            statements += self._waiter_statements(job)
+        statements += then
         keys = sorted({j.unique_key for j in rows if j.unique_key is not None})
         for i in range(0, len(keys), 100):
             chunk_keys = keys[i : i + 100]
@@ -551,7 +647,7 @@ class D1Queue:
         tail = (len(keys) + 99) // 100 + len(reads)
         statements.extend(reads)
         try:
-            results = await self.binding.batch(statements)
+            results = await self._send(statements, rows)
         except Exception as exc:
             # A re-send after a lost reply meets the ids its first send stored
             # (the batch is one transaction: all of them, or none). The keys'
@@ -573,6 +669,101 @@ class D1Queue:
                 job.debounced = result is None or result.changes == 1 or result.resent
             out.append((holder, holder != job.id))
         return out, read
+
+    async def push_batch(
+        self,
+        jobs: Sequence[QueuedJob],
+        *,
+        on_success: QueuedJob | None = None,
+        on_failure: QueuedJob | None = None,
+        on_finish: QueuedJob | None = None,
+    ) -> tuple[str, list[str]]:
+        """Store `jobs` as one workflow batch, in one db.batch (all or none):
+        returns the batch's id and the jobs' ids. Each callback given is
+        enqueued once: `on_success` when every job completed, `on_failure`
+        at the first that failed for good (or was cancelled), `on_finish`
+        when every job ended either way (migrations/0010_workflows.sql). A
+        job whose unique_key another job holds is not pushed, and is not a
+        job of the batch (its id is the holder's, as `push_many` says)."""
+        if not BATCH_JOBS[0] <= len(jobs) <= BATCH_JOBS[1]:
+            raise ValueError(f"a batch holds {BATCH_JOBS[0]} to {BATCH_JOBS[1]} jobs")
+        target = self if self.shards is None else self.shards.route_many(self, jobs)
+        batch_id = mark_id(new_id(self.clock()), target.shard)
+        for job in jobs:
+            job.batch = batch_id
+        specs = [
+            None if cb is None else _callback_row(cb, f"{batch_id}:{kind}")
+            for kind, cb in (
+                ("on_success", on_success),
+                ("on_failure", on_failure),
+                ("on_finish", on_finish),
+            )
+        ]
+
+        def before(q: D1Queue) -> list[Statement]:
+            ids = json.dumps([j.id for j in jobs])
+            return [
+                (sql.INSERT_BATCH, (batch_id, len(jobs), q.clock())),
+                (sql.INSERT_BATCH_PARTS, (batch_id, ids, *specs)),
+            ]
+
+        try:
+            out, _ = await target._push_many(jobs, (), before, _recount(batch_id, jobs))
+        except Exception as exc:
+            # A re-send after a lost reply meets the batch's row: the first
+            # send stored it, and its jobs with it (one transaction).
+            if not was_resent(exc):
+                raise
+            found = await target.binding.run(sql.SELECT_BATCH, batch_id)
+            if not found.rows:
+                raise
+            return batch_id, [j.id for j in jobs]
+        return batch_id, [i for i, _ in out]
+
+    async def add_to_batch(self, batch_id: str, jobs: Sequence[QueuedJob]) -> list[str]:
+        """Add `jobs` to batch `batch_id` while it runs (a job of it is still
+        pending: a handler of one of its jobs may always add); returns their
+        ids. BatchNotRunning, and nothing written, for a batch that finished
+        or does not exist. On the batch's database: a ShardSet routes there."""
+        if not BATCH_JOBS[0] <= len(jobs) <= BATCH_JOBS[1]:
+            raise ValueError(f"add {BATCH_JOBS[0]} to {BATCH_JOBS[1]} jobs to a batch")
+        for job in jobs:
+            job.batch = batch_id
+        target = self if self.shards is None else self.shards.route_many(self, jobs)
+        ids = [self._stamp(j).id for j in jobs]
+
+        def before(q: D1Queue) -> list[Statement]:
+            text = json.dumps(ids)
+            return [
+                (sql.GROW_BATCH, (batch_id, len(jobs))),
+                (sql.GROW_BATCH_IDS, (batch_id, len(jobs), text)),
+            ]
+
+        out, _ = await target._push_many(jobs, (), before, _recount(batch_id, jobs))
+        return [i for i, _ in out]
+
+    async def dependency_results(self, ids: Sequence[str]) -> dict[str, Any]:
+        """The results of the completed jobs among `ids` kept as history."""
+        return await Workflows(self.binding, self.clock).results(ids)
+
+    async def batch_state(self, batch_id: str) -> dict[str, Any] | None:
+        """Batch `batch_id`'s progress and its jobs' ids (None: no such batch)."""
+        found = await Workflows(self.binding, self.clock).batch(batch_id)
+        return None if found is None else found.as_dict(ids=True)
+
+    async def chain(self, jobs: Sequence[QueuedJob]) -> list[str]:
+        """Push `jobs` to run one after another: each waits for the one
+        before it (`after`), in one db.batch (all or none). Returns their
+        ids. A job of the chain that fails fails the rest (`dependency <id>
+        failed`)."""
+        if not 1 <= len(jobs) <= BATCH_JOBS[1]:
+            raise ValueError(f"a chain holds 1 to {BATCH_JOBS[1]} jobs")
+        for job in jobs:
+            self._stamp(job)
+        for before, job in pairwise(jobs):
+            job.after = [*(i for i in job.after or () if i != before.id), before.id]
+        out = await self.push_many(jobs)
+        return [i for i, _ in out]
 
     async def _all_queued(self, jobs: Sequence[QueuedJob]) -> bool:
         for i in range(0, len(jobs), 100):
@@ -850,10 +1041,10 @@ class D1Queue:
             if want <= 0:
                 break
             won, candidates = await self.claim_round(queue, want)
-            exhausted = [j for j in won if j.exhausted]
+            exhausted = [j for j in won if j.exhausted or j.doomed]
             if exhausted:
                 await self.settle([exhausted_outcome(j) for j in exhausted])
-            jobs += [j for j in won if not j.exhausted]
+            jobs += [j for j in won if not (j.exhausted or j.doomed)]
             if candidates < want or (len(won) == candidates and not exhausted):
                 break  # the queue ran dry, or nothing was lost to a race
         return jobs
@@ -875,6 +1066,8 @@ class D1Queue:
         job = outcome.job
         held = (job.id, job.reservation, job.queue, job.reserved_until)
         if outcome.action == "complete":
+            if self.keeps(job.queue):
+                return [(sql.COMPLETE_HELD, (*held, now, outcome.result))]
             return [(sql.DELETE_HELD, held)]
         if outcome.action == "retry":
             # Clamped: a Retry(delay_s=inf) or a Retry-After of 10^14 must not
@@ -919,16 +1112,38 @@ class D1Queue:
             statements += self._statements(outcome, now)
         carried: dict[int, list[int]] = {}
         for (token, queue, until), members in groups.items():
-            if len(members) == 1:  # one job: its own statement is as cheap
-                (i,) = members
-                firsts[i] = len(statements)
-                statements += self._statements(outcomes[i], now)
-            elif members:
+            ack = self._ack_batch(queue, until, token, [outcomes[i] for i in members], now)
+            if ack is None:  # one job, or results too large for one statement
+                for i in members:
+                    firsts[i] = len(statements)
+                    statements += self._statements(outcomes[i], now)
+            else:
                 carried[len(statements)] = members
                 for i in members:
                     firsts[i] = len(statements)
-                statements.append((sql.DELETE_HELD_BATCH, (queue, until, token)))
+                statements.append(ack)
         return statements, firsts, carried
+
+    def keeps(self, queue: str) -> bool:
+        """Whether `queue`'s completed jobs are kept as history."""
+        return self.keep_completed and (self.registry is None or self.registry.keeps_history(queue))
+
+    def _ack_batch(
+        self, queue: str, until: int, token: str, outcomes: Sequence[Outcome], now: int
+    ) -> Statement | None:
+        """The one statement acknowledging every completed job of a claim
+        batch on `queue`: DELETE_HELD_BATCH, or with history
+        COMPLETE_HELD_BATCH carrying their results. None: one job (its own
+        statement is as cheap), or results too large to bind as one value."""
+        if len(outcomes) < 2:
+            return None
+        if not self.keeps(queue):
+            return (sql.DELETE_HELD_BATCH, (queue, until, token))
+        results = {o.job.id: o.result for o in outcomes if o.result is not None}
+        text = json.dumps(results, separators=(",", ":"))
+        if len(text) > MAX_RESULT_BYTES:
+            return None
+        return (sql.COMPLETE_HELD_BATCH, (queue, until, token, text, now))
 
     async def settle(self, outcomes: Sequence[Outcome]) -> list[bool]:
         """Apply many outcomes in one db.batch (one transaction). For each,
@@ -1154,8 +1369,37 @@ class D1Queue:
         return await FailedJobs(self.binding, self.clock, self.registry).retry(id)
 
 
+def _callback_row(job: QueuedJob, id: str) -> str:
+    """A batch callback as its row in d1queue_batch_parts: what the trigger
+    that enqueues it inserts ([id, queue, name, payload, max_attempts,
+    priority, unique_key]), its id fixed by the batch and its kind."""
+    job.validate()
+    return json.dumps(
+        [
+            id,
+            job.queue,
+            job.name,
+            job.payload_json(),
+            job.max_attempts,
+            job.priority,
+            job.unique_key,
+        ]
+    )
+
+
+def _recount(batch_id: str, jobs: Sequence[QueuedJob]) -> list[Statement]:
+    """RECOUNT_BATCH, when a job of `jobs` may not be inserted (a unique key
+    held by another job); none otherwise."""
+    if all(j.unique_key is None for j in jobs):
+        return []
+    return [(sql.RECOUNT_BATCH, (batch_id, json.dumps([j.id for j in jobs]), len(jobs)))]
+
+
 def exhausted_outcome(job: QueuedJob) -> Outcome:
-    """Failing a job claimed with its attempts already spent."""
+    """Failing a job claimed with its attempts already spent, or one whose
+    dependency failed (its row says which)."""
+    if job.doomed:
+        return Outcome(job, "fail", error=job.last_error or "a dependency failed")
     return Outcome(
         job,
         "fail",

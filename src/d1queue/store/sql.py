@@ -17,7 +17,8 @@ JOB_COLUMNS = ", ".join(JOB_COLUMN_NAMES)
 reads their values (job.JOB_COLUMN_NAMES)."""
 
 FAILED_COLUMNS = (
-    "id, queue, name, payload, error, attempts, max_attempts, priority, created_at, failed_at, grp"
+    "id, queue, name, payload, error, attempts, max_attempts, priority, created_at, failed_at, "
+    "grp, batch, after"
 )
 
 DELAYED_BAND = PRIORITY_RANGE[0] - 1
@@ -31,6 +32,25 @@ worker (until its lease ends) or waiting out a retry. Keyed by that time
 (available_at, which locked_until mirrors), so a claim reads only the due
 head of the band however many jobs are in flight (see
 migrations/0007_locked_band.sql, which states it as a literal)."""
+
+WAITING_BAND = LOCKED_BAND - 1
+"""The key's band for a job waiting for others (`after`): keyed by when it
+may start, never read by a claim; the completion of the last job it waits
+for moves it to its band (migrations/0010_workflows.sql's triggers)."""
+
+DONE_BAND = WAITING_BAND - 1
+"""The key's band of a completed job kept as history, keyed by when it
+completed: the lowest band, so every read of a queue's live jobs (a range
+of the key from the top) ends before it."""
+
+LIVE = f"band > {DONE_BAND}"
+"""Every job that has not completed (the term stops a range before the
+done band)."""
+
+LISTED = f"(band > {LOCKED_BAND} OR band = {WAITING_BAND})"
+"""The id index's condition since migrations/0010_workflows.sql: jobs waiting
+to run, and jobs waiting for others. A statement finding such a job by id
+carries this very term (or UNLOCKED alone)."""
 
 GROUP_SHIFT = 3001
 """A grouped job due when pushed waits in the grouped band of its priority,
@@ -83,7 +103,7 @@ INSERT_JOB = _INSERT_INTO + _job_values(0) + " ON CONFLICT DO NOTHING"
 # The unique index leaves out a debounced job once claimed (debounce = 1 in
 # the locked band): a push with its key after it started queues a new job.
 # Every lookup by key carries the index's condition, so it uses the index.
-KEYED = f"(debounce = 0 OR {UNLOCKED})"
+KEYED = f"{LIVE} AND (debounce = 0 OR {UNLOCKED})"
 SELECT_UNIQUE_HOLDER = f"SELECT id FROM d1queue_jobs WHERE unique_key = ?1 AND {KEYED}"
 
 
@@ -125,7 +145,8 @@ COUNT_DUE_CAPPED = (
 # A grouped or debounced job's push: INSERT_JOB's ten values, ?11 its group
 # (NULL: none), ?12 the step between a group's tags in ms (1; the even
 # spacing of a group rate declared in code, unless the queue's stored limits
-# give one) and ?13 whether it is debounced. Due when pushed, a grouped job
+# give one), ?13 whether it is debounced and ?14 its workflow batch (NULL:
+# none). Due when pushed, a grouped job
 # goes to its priority's grouped band keyed by its fair tag: the later of
 # the band's head (the tag claims have reached; now, with the band empty)
 # and its group's last tag plus the step. A group's burst gets tags a step
@@ -145,11 +166,11 @@ _STORED_STEP = (
 )
 INSERT_FLOW_JOB = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
-    "available_at, created_at, unique_key, band, grp, debounce) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
-    "?7, CASE WHEN ?8 > ?9 OR ?11 IS NULL THEN ?8 ELSE max(COALESCE("
+    "available_at, created_at, unique_key, band, grp, debounce, batch) VALUES (?1, ?2, ?3, ?4, "
+    "?5, ?6, ?7, CASE WHEN ?8 > ?9 OR ?11 IS NULL THEN ?8 ELSE max(COALESCE("
     f"{_HEAD_TAG}, ?9), COALESCE({_LAST_TAG}, 0) + COALESCE({_STORED_STEP}, ?12)) END, ?9, ?10, "
     f"CASE WHEN ?8 > ?9 THEN {DELAYED_BAND} WHEN ?11 IS NULL THEN ?7 ELSE ?7 + {GROUP_SHIFT} END, "
-    "?11, ?13) ON CONFLICT DO NOTHING"
+    "?11, ?13, ?14) ON CONFLICT DO NOTHING"
 )
 
 # After INSERT_FLOW_JOB, in its batch: the group's last tag becomes the
@@ -533,15 +554,18 @@ RETRY_FREEING = RETRY.replace(
 # ?1 error ?2 failed_at ?3 id ?4 reservation ?5 queue ?6 lease end
 FAIL_RECORD = (
     f"INSERT OR REPLACE INTO d1queue_failed_jobs ({FAILED_COLUMNS}) "
-    "SELECT id, queue, name, payload, ?1, attempts, max_attempts, priority, created_at, ?2, grp "
+    "SELECT id, queue, name, payload, ?1, attempts, max_attempts, priority, created_at, ?2, grp, "
+    "batch, after "
     "FROM d1queue_jobs WHERE " + _held(5, 6, 3, 4)
 )
 
 # Unreserved jobs on a queue (delayed ones included): D1Queue.size.
 # ?1 queue
-COUNT_UNRESERVED = "SELECT COUNT(*) AS n FROM d1queue_jobs WHERE queue = ?1 AND reserved_at IS NULL"
+COUNT_UNRESERVED = (
+    f"SELECT COUNT(*) AS n FROM d1queue_jobs WHERE queue = ?1 AND {LIVE} AND reserved_at IS NULL"
+)
 
-CLEAR_QUEUE = "DELETE FROM d1queue_jobs WHERE queue = ?1"
+CLEAR_QUEUE = f"DELETE FROM d1queue_jobs WHERE queue = ?1 AND {LIVE}"
 
 
 def _walk_queues(table: str) -> str:
@@ -577,7 +601,7 @@ def _by_id(select: str, id_term: str) -> str:
     these are the lookups of the API and of rare paths, never of the drain:
     a worker settles what it holds by its key."""
     return (
-        f"{select} WHERE {id_term} AND {UNLOCKED} UNION ALL "
+        f"{select} WHERE {id_term} AND {LISTED} UNION ALL "
         f"{select} WHERE queue IN ({QUEUE_NAMES}) AND band = {LOCKED_BAND} AND {id_term}"
     )
 
@@ -617,18 +641,26 @@ INSERT_ROWS_PER_STATEMENT = 100 // JOB_PARAMS
 """D1 binds at most 100 parameters per statement: ten 10-value rows."""
 
 
-def insert_jobs(n: int, *, unique: bool) -> str:
+BATCH_ROWS_PER_STATEMENT = 100 // (JOB_PARAMS + 1)
+"""Rows of jobs that join a batch (an eleventh value each): nine."""
+
+
+def insert_jobs(n: int, *, unique: bool, batch: bool = False) -> str:
     """A multi-row INSERT_JOB for `n` (<= INSERT_ROWS_PER_STATEMENT) jobs.
     `unique`: the rows carry unique keys and a held key skips its row;
     otherwise any conflict (a reused id) fails the statement and its batch,
-    so a batch is stored whole or not at all."""
-    if not 1 <= n <= INSERT_ROWS_PER_STATEMENT:
-        raise ValueError(f"1..{INSERT_ROWS_PER_STATEMENT} rows per statement, not {n}")
-    return (
-        _INSERT_INTO
-        + ", ".join(_job_values(JOB_PARAMS * k) for k in range(n))
-        + (" ON CONFLICT DO NOTHING" if unique else "")
-    )
+    so a batch is stored whole or not at all. `batch`: each row has an
+    eleventh value, the workflow batch it joins (n <= BATCH_ROWS_PER_STATEMENT)."""
+    most = BATCH_ROWS_PER_STATEMENT if batch else INSERT_ROWS_PER_STATEMENT
+    if not 1 <= n <= most:
+        raise ValueError(f"1..{most} rows per statement, not {n}")
+    if not batch:
+        rows = ", ".join(_job_values(JOB_PARAMS * k) for k in range(n))
+        return _INSERT_INTO + rows + (" ON CONFLICT DO NOTHING" if unique else "")
+    width = JOB_PARAMS + 1
+    rows = ", ".join(_job_values(width * k)[:-1] + f", ?{width * k + width})" for k in range(n))
+    into = _INSERT_INTO.replace("band) VALUES", "band, batch) VALUES")
+    return into + rows + (" ON CONFLICT DO NOTHING" if unique else "")
 
 
 def select_job_ids(n: int) -> str:
@@ -658,19 +690,24 @@ def select_unique_holders(n: int) -> str:
 # ?1 now
 _RESERVED = "(j.reserved_at IS NOT NULL AND j.locked_until > ?1)"
 # A grouped job waiting its turn is ready whatever its fair tag says.
-_READY = "(j.locked_until <= ?1 AND (j.available_at <= ?1 OR j.band > 1000))"
+_READY = (
+    f"(j.band <> {WAITING_BAND} AND j.locked_until <= ?1 "
+    "AND (j.available_at <= ?1 OR j.band > 1000))"
+)
+_WAITING = f"(j.band = {WAITING_BAND})"
 _JOB_STATS = (
     f"SELECT j.queue AS queue, SUM({_RESERVED}) AS reserved, SUM({_READY}) AS ready, "
-    f"SUM(NOT {_RESERVED} AND NOT {_READY}) AS delayed, "
+    f"SUM(NOT {_RESERVED} AND NOT {_READY} AND NOT {_WAITING}) AS delayed, "
+    f"SUM({_WAITING}) AS waiting, "
     f"MIN(CASE WHEN {_READY} THEN max(j.available_at, j.locked_until) END) AS oldest_ready_at "
 )
 JOB_STATS = (
     _walk_queues("d1queue_jobs")
     + _JOB_STATS
-    + "FROM q JOIN d1queue_jobs j ON j.queue = q.name GROUP BY j.queue"
+    + f"FROM q JOIN d1queue_jobs j ON j.queue = q.name AND j.{LIVE} GROUP BY j.queue"
 )
 # ?1 now ?2 queue
-JOB_STATS_ONE = _JOB_STATS + "FROM d1queue_jobs j WHERE j.queue = ?2 GROUP BY j.queue"
+JOB_STATS_ONE = _JOB_STATS + f"FROM d1queue_jobs j WHERE j.queue = ?2 AND j.{LIVE} GROUP BY j.queue"
 FAILED_COUNTS = (
     _walk_queues("d1queue_failed_jobs")
     + "SELECT q.name AS queue, (SELECT COUNT(*) FROM d1queue_failed_jobs f "
@@ -701,7 +738,7 @@ TAKE_FAN_OUT = (
 # one batch, so a miss can say whether the job is running (409) or gone
 # (404). ?1 id
 CANCEL_JOBS = (
-    f"DELETE FROM d1queue_jobs WHERE id = ?1 AND {UNLOCKED} AND reserved_at IS NULL",
+    f"DELETE FROM d1queue_jobs WHERE id = ?1 AND {LISTED} AND reserved_at IS NULL",
     f"DELETE FROM d1queue_jobs WHERE queue IN ({QUEUE_NAMES}) AND band = {LOCKED_BAND} "
     "AND id = ?1 AND reserved_at IS NULL",
 )
@@ -927,7 +964,8 @@ STATS_BY_QUEUE = (
 # -- the dashboard's reads and actions (d1queue/interfaces/dashboard/) --------------------
 
 _JOB_STATE = (
-    "CASE WHEN reserved_at IS NOT NULL AND locked_until > ?7 THEN 'reserved' "
+    f"CASE WHEN band = {WAITING_BAND} THEN 'waiting' "
+    "WHEN reserved_at IS NOT NULL AND locked_until > ?7 THEN 'reserved' "
     f"WHEN locked_until <= ?7 AND (available_at <= ?7 OR band > {TOP_PRIORITY}) THEN 'ready' "
     "ELSE 'delayed' END"
 )
@@ -941,7 +979,7 @@ _JOB_STATE = (
 # ?6 state or '' ?7 now ?8 limit
 LIST_QUEUE_JOBS = (
     f"SELECT {JOB_COLUMNS}, {_JOB_STATE} AS state FROM d1queue_jobs "
-    "WHERE queue = ?1 AND (band < ?2 OR (band = ?2 AND (available_at > ?3 "
+    f"WHERE queue = ?1 AND {LIVE} AND (band < ?2 OR (band = ?2 AND (available_at > ?3 "
     "OR (available_at = ?3 AND id > ?4)))) AND (?5 = '' OR name = ?5) "
     f"AND (?6 = '' OR ?6 = {_JOB_STATE}) ORDER BY band DESC, available_at, id LIMIT ?8"
 )
@@ -995,3 +1033,233 @@ PRUNE_SIGNOUTS = (
     "DELETE FROM d1queue_signouts WHERE nonce IN (SELECT nonce FROM d1queue_signouts "
     "WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)"
 )
+
+# -- workflows: history, dependencies, batches (migrations/0010_workflows.sql) --
+
+# A completion that keeps the job: the row moves to the done band, keyed by
+# now, with its result (JSON text, or NULL). One row written, as the DELETE
+# it replaces, and one done-index entry. The places it held are freed (the
+# slot indexes drop their entries: free) and so is its unique key (the
+# unique index leaves the done band out). The token stays on the row: a
+# re-send after a lost reply finds nothing at the held key, and the driver
+# looks for the job among the live ones (_marks), where it no longer is.
+# The trigger d1queue_jobs_completed counts it for its waiters and batch.
+# ?1 id ?2 reservation ?3 queue ?4 lease end ?5 now ?6 result
+_DONE_SET = (
+    f"UPDATE d1queue_jobs SET band = {DONE_BAND}, available_at = ?5, locked_until = 0, "
+    "reserved_at = NULL, slot = NULL, gslot = NULL, result = "
+)
+COMPLETE_HELD = _DONE_SET + "?6 WHERE " + _held(3, 4, 1, 2)
+
+# DELETE_HELD_BATCH's twin for a queue that keeps history: every completed
+# job of a claim batch moves to the done band in one statement, each with
+# its own result read from ?4, a JSON object {id: result as JSON text}, by
+# json_extract (a scalar: no row read). Ids match ID_RULE, which needs no
+# escaping in a JSON path. ?1 queue ?2 lease end ?3 reservation ?4 results
+# ?5 now
+COMPLETE_HELD_BATCH = (
+    _DONE_SET
+    + "json_extract(?4, '$.\"' || id || '\"') "
+    + f"WHERE queue = ?1 AND band = {LOCKED_BAND} AND available_at = ?2 "
+    "AND reservation = ?3 AND reserved_at IS NOT NULL"
+)
+
+_VIEW_COLUMNS = f"{JOB_COLUMNS}, result, ignore_failed"
+
+# A job by id for the API and dashboard, wherever it is: live (through the id
+# index, or the walk of the locked bands), or completed and kept (the done
+# index; the latest, if its id ran twice). ?1 id
+SELECT_JOB_VIEW = (
+    f"SELECT * FROM (SELECT {_VIEW_COLUMNS} FROM d1queue_jobs WHERE id = ?1 AND {LISTED}) "
+    f"UNION ALL SELECT * FROM (SELECT {_VIEW_COLUMNS} FROM d1queue_jobs WHERE id = ?1 "
+    f"AND band = {DONE_BAND} ORDER BY available_at DESC LIMIT 1) "
+    f"UNION ALL SELECT * FROM (SELECT {_VIEW_COLUMNS} FROM d1queue_jobs WHERE queue IN "
+    f"({QUEUE_NAMES}) AND band = {LOCKED_BAND} AND id = ?1) LIMIT 1"
+)
+
+# A queue's completed jobs, newest first, after the cursor (completed_at,
+# id): a range of the key read backwards, a page's rows and no more.
+# ?1 queue ?2 cursor completed_at ?3 cursor id ?4 limit
+LIST_COMPLETED = (
+    f"SELECT {_VIEW_COLUMNS} FROM d1queue_jobs WHERE queue = ?1 AND band = {DONE_BAND} "
+    "AND (available_at < ?2 OR (available_at = ?2 AND id < ?3)) "
+    "ORDER BY available_at DESC, id DESC LIMIT ?4"
+)
+
+# The results of the completed jobs among ?1 (a JSON array of ids): a
+# handler's dependencies. Through the done index, a row each.
+DEPENDENCY_RESULTS = (
+    "SELECT id, result FROM d1queue_jobs WHERE id IN (SELECT value FROM json_each(?1)) "
+    f"AND band = {DONE_BAND}"
+)
+
+# The jobs waiting for ?1, by the edges' key (at most ?2). Edges outlive a
+# dependency's completion while it is kept; a job's edges go when it is
+# deleted (failed, cancelled, pruned).
+DEPENDENTS = "SELECT waiter FROM d1queue_deps WHERE dep = ?1 ORDER BY waiter LIMIT ?2"
+
+
+def _ids_in(param: int) -> str:
+    return f"(SELECT value FROM json_each(?{param}))"
+
+
+def _live_ids(param: int) -> str:
+    """The ids among ?param's that are live jobs: waiting to run or for
+    others (the id index), or held or waiting out a retry (a walk of the
+    locked bands, which the index leaves out: the jobs in flight, read once
+    for the whole list)."""
+    ids = _ids_in(param)
+    return (
+        f"(SELECT id FROM d1queue_jobs WHERE id IN {ids} AND {LISTED} UNION ALL "
+        f"SELECT id FROM d1queue_jobs WHERE queue IN ({QUEUE_NAMES}) AND band = {LOCKED_BAND} "
+        f"AND id IN {ids})"
+    )
+
+
+def _known_ids(param: int) -> str:
+    """The ids among ?param's a job may wait for: live, failed, or completed
+    and kept."""
+    ids = _ids_in(param)
+    return (
+        f"({_live_ids(param)[1:-1]} UNION ALL SELECT id FROM d1queue_jobs WHERE id IN {ids} "
+        f"AND band = {DONE_BAND} UNION ALL SELECT id FROM d1queue_failed_jobs WHERE id IN {ids})"
+    )
+
+
+_FAILED_IDS = "(SELECT id FROM d1queue_failed_jobs WHERE id IN (SELECT value FROM json_each(?12)))"
+
+# The push of a job that waits for others: INSERT_JOB's ten values, then
+# ?11 its group (NULL: none) ?12 `after` (a JSON array of distinct ids)
+# ?13 ignore_failed (0/1) ?14 its batch (NULL: none). The same statement
+# checks and counts its dependencies, in the push's transaction:
+# - waiting: those still live (queued, waiting, running or retrying); a
+#   completion since has moved on and counted already, one to come will
+#   count (the dependency's `dependents` flag, set below in this batch);
+# - a dependency failed (its failure still kept) without ignore_failed:
+#   waiting -1, the job is failed by the drain instead of run;
+# - any id neither live, failed nor kept as completed: waiting NULL, which
+#   the NOT NULL column refuses, and the push's whole db.batch fails:
+#   nothing is written (the driver then reads which ids, UNKNOWN_AFTER).
+# It waits in the waiting band, or, with nothing to wait for, goes where any
+# push goes. Reads: a point read per id (three indexes and the failed
+# table) and the jobs in flight once. ON CONFLICT: a unique key already
+# held, as INSERT_JOB.
+_LIVE_N = f"(SELECT COUNT(*) FROM json_each(?12) WHERE value IN {_live_ids(12)})"
+_KNOWN_N = f"(SELECT COUNT(*) FROM json_each(?12) WHERE value IN {_known_ids(12)})"
+_DOOMED = (
+    f"(?13 = 0 AND EXISTS (SELECT 1 FROM json_each(?12) WHERE value IN {_FAILED_IDS} "
+    f"AND value NOT IN {_live_ids(12)}))"
+)
+_RUN_BAND = f"CASE WHEN ?11 IS NULL THEN ?7 ELSE ?7 + {GROUP_SHIFT} END"
+INSERT_WAITER = (
+    "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
+    "available_at, created_at, unique_key, grp, after, ignore_failed, batch, waiting, band) "
+    "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+    "CASE WHEN s.known < json_array_length(?12) THEN NULL WHEN s.doomed THEN -1 ELSE s.live END, "
+    f"CASE WHEN s.doomed THEN {_RUN_BAND} WHEN s.live > 0 THEN {WAITING_BAND} "
+    f"WHEN ?8 > ?9 THEN {DELAYED_BAND} ELSE {_RUN_BAND} END "
+    f"FROM (SELECT {_KNOWN_N} AS known, {_LIVE_N} AS live, {_DOOMED} AS doomed) AS s "
+    "WHERE 1 ON CONFLICT DO NOTHING"
+)
+
+# After INSERT_WAITER, in its batch: an edge per live dependency, if the job
+# was inserted (a unique key held by another job inserts none), and each
+# live dependency marked as waited for, so its end fires the triggers
+# (one row written each, the first time; running jobs are found by the walk
+# of the locked bands). ?1 the waiter's id ?2 `after`
+INSERT_EDGES = (
+    f"INSERT OR IGNORE INTO d1queue_deps (dep, waiter) SELECT value, ?1 FROM json_each(?2) "
+    f"WHERE value IN {_live_ids(2)} AND EXISTS (SELECT 1 FROM d1queue_jobs WHERE id = ?1 "
+    f"AND {LISTED})"
+)
+MARK_WAITED = (
+    f"UPDATE d1queue_jobs SET dependents = 1 WHERE id IN {_ids_in(1)} AND {LISTED} "
+    "AND dependents = 0"
+)
+MARK_WAITED_RUNNING = (
+    f"UPDATE d1queue_jobs SET dependents = 1 WHERE queue IN ({QUEUE_NAMES}) "
+    f"AND band = {LOCKED_BAND} AND id IN {_ids_in(1)} AND dependents = 0"
+)
+
+# Which of ?1's ids (a JSON array) no job may wait for: after a push whose
+# INSERT_WAITER was refused, what its error names.
+UNKNOWN_AFTER = f"SELECT value AS id FROM json_each(?1) WHERE value NOT IN {_known_ids(1)}"
+
+# A batch's rows, written first in the batch creating it (one transaction
+# with its jobs). The counters start at the jobs' number: each job's end
+# counts down (the triggers). A re-send after a lost reply meets the row
+# (PRIMARY KEY) and fails whole: the driver then finds the batch there.
+# ?1 id ?2 jobs ?3 now
+INSERT_BATCH = (
+    "INSERT INTO d1queue_batches (id, total, pending, created_at) VALUES (?1, ?2, ?2, ?3)"
+)
+# ?1 id ?2 ids (JSON array) ?3 ?4 ?5 on_success, on_failure, on_finish (each
+# a callback's row as a JSON array, or NULL)
+INSERT_BATCH_PARTS = (
+    "INSERT INTO d1queue_batch_parts (id, ids, on_success, on_failure, on_finish) "
+    "VALUES (?1, ?2, ?3, ?4, ?5)"
+)
+
+# Jobs added to a running batch: counted before they are inserted (in the
+# same db.batch), only while a job of it is pending. A batch that finished
+# is left alone, and the insert of its first job then fails the whole
+# db.batch (the trigger d1queue_jobs_join): nothing is added. Re-sent after
+# a lost reply, the inserts meet their ids and fail it whole as well.
+# ?1 batch ?2 jobs added ?3 their ids (JSON array)
+GROW_BATCH = (
+    "UPDATE d1queue_batches SET total = total + ?2, pending = pending + ?2 "
+    "WHERE id = ?1 AND pending > 0"
+)
+GROW_BATCH_IDS = (
+    "UPDATE d1queue_batch_parts SET ids = (SELECT json_group_array(value) FROM "
+    "(SELECT value FROM json_each(d1queue_batch_parts.ids) UNION ALL "
+    "SELECT value FROM json_each(?3))) WHERE id = ?1"
+)
+
+# A batch's counters, and its parts (the ids of its jobs). ?1 id
+SELECT_BATCH = (
+    "SELECT b.id, b.total, b.pending, b.completed, b.failed, b.fired, b.created_at, "
+    "b.finished_at, p.ids FROM d1queue_batches b LEFT JOIN d1queue_batch_parts p ON p.id = b.id "
+    "WHERE b.id = ?1"
+)
+
+# The cron's history prune, bounded like PRUNE_OLDEST_FAILED: at most ?2
+# completed jobs from before ?1, found by a walk of each queue's done band
+# from its oldest (about two rows read per queue to find them, then a row
+# per row deleted: the reads follow the deletes, not the history's size).
+# Their edges go first (a dependency kept is what its dependents' page
+# links to). Rows written: the rows deleted. Re-sent, it deletes the next
+# oldest past the cutoff, never a younger one. ?1 cutoff ?2 limit
+_PRUNED = (
+    f"SELECT queue, band, available_at, id FROM d1queue_jobs WHERE queue IN ({QUEUE_NAMES}) "
+    f"AND band = {DONE_BAND} AND available_at < ?1 LIMIT ?2"
+)
+PRUNE_DONE_EDGES = f"DELETE FROM d1queue_deps WHERE dep IN (SELECT id FROM ({_PRUNED}))"
+PRUNE_DONE = (
+    "DELETE FROM d1queue_jobs WHERE (queue, band, available_at, id) IN "
+    f"(SELECT queue, band, available_at, id FROM ({_PRUNED}))"
+)
+# Finished batches past the same cutoff, through their finished index.
+# ?1 cutoff ?2 limit
+PRUNE_BATCH_PARTS = (
+    "DELETE FROM d1queue_batch_parts WHERE id IN (SELECT id FROM d1queue_batches "
+    "WHERE finished_at IS NOT NULL AND finished_at < ?1 ORDER BY finished_at LIMIT ?2)"
+)
+PRUNE_BATCHES = (
+    "DELETE FROM d1queue_batches WHERE id IN (SELECT id FROM d1queue_batches "
+    "WHERE finished_at IS NOT NULL AND finished_at < ?1 ORDER BY finished_at LIMIT ?2)"
+)
+
+# After a batch's (or an addition's) inserts, when some of its jobs carry a
+# unique key: a key already held inserts no job, which is then no job of
+# the batch, so the counters take the jobs that were inserted instead of
+# the ?3 counted before (point reads through the id index).
+# ?1 batch ?2 the jobs' ids (JSON array) ?3 how many were counted
+RECOUNT_BATCH = (
+    "UPDATE d1queue_batches SET total = total - ?3 + k.n, pending = pending - ?3 + k.n "
+    "FROM (SELECT COUNT(*) AS n FROM d1queue_jobs WHERE id IN (SELECT value FROM json_each(?2)) "
+    f"AND {LISTED} AND batch = ?1) AS k WHERE d1queue_batches.id = ?1"
+)
+
+MAX_SAFE_TIME = 2**53 - 2
+"""A completed_at past every real one: the first page's cursor."""

@@ -1,0 +1,184 @@
+"""What a workflow's reads see: a job wherever it is in its life (waiting,
+queued, running, completed and kept, failed), a queue's completed jobs, a
+job's dependents, a batch's progress, the results a handler waited for.
+Pushing and settling them is the driver's (queue.py); counting their ends is
+the schema's (migrations/0010_workflows.sql)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..core.bounds import json_loads
+from ..core.job import QueuedJob, row_to_job
+from . import sql
+from .binding import Binding
+from .failed import FailedJob
+
+JobState = Literal["waiting", "ready", "delayed", "reserved", "completed", "failed"]
+
+COMPLETED_CURSOR_RULE = r"[0-9]{1,15}:[A-Za-z0-9._:-]{0,128}"
+"""A page cursor of completed jobs: `<completed_at>:<id>`, the position after
+which the next page starts, newest first."""
+
+
+def stored(text: str | None) -> Any:
+    """A stored JSON value (a result) as Python, or the text itself if it
+    does not decode (written by something else)."""
+    if text is None:
+        return None
+    try:
+        return json_loads(text)
+    except ValueError:
+        return text
+
+
+@dataclass
+class JobView:
+    """A job as the API and the dashboard show it."""
+
+    job: QueuedJob
+    state: JobState
+    result: Any = None
+    completed_at: int | None = None
+    ignore_failed: bool = False
+
+
+@dataclass
+class BatchState:
+    """A batch's progress: `state` is running while a job is pending, then
+    succeeded if none failed, else failed."""
+
+    id: str
+    total: int
+    pending: int
+    completed: int
+    failed: int
+    created_at: int
+    finished_at: int | None = None
+    ids: list[str] = field(default_factory=list)
+
+    @property
+    def state(self) -> Literal["running", "succeeded", "failed"]:
+        if self.pending > 0:
+            return "running"
+        return "failed" if self.failed else "succeeded"
+
+    def as_dict(self, *, ids: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "total": self.total,
+            "pending": self.pending,
+            "completed": self.completed,
+            "failed": self.failed,
+            "state": self.state,
+            "created_at": self.created_at,
+            "finished_at": self.finished_at,
+        }
+        if ids:
+            out["ids"] = self.ids
+        return out
+
+
+def state_of(job: QueuedJob, now: int) -> JobState:
+    """Where a live job is in its life, as of `now`."""
+    if job.band == sql.WAITING_BAND:
+        return "waiting"
+    if job.reserved_until is not None and job.reserved_until > now:
+        return "reserved"  # a lapsed lease is ready: the next claim takes it over
+    # A grouped job waiting its turn is ready whatever its fair tag says.
+    return "ready" if job.available_at <= now or job.waiting_turn else "delayed"
+
+
+class Workflows:
+    """The workflow reads of one database (`binding`), at `clock`'s time."""
+
+    def __init__(self, binding: Binding, clock: Callable[[], int]) -> None:
+        self.binding = binding
+        self.clock = clock
+
+    async def job(self, id: str) -> JobView | FailedJob | None:
+        """Job `id` wherever it is: live, completed and kept (with its
+        result), failed (a FailedJob), or None (never pushed, cancelled, or
+        completed on a queue that keeps no history, or pruned). One round
+        trip."""
+        found, failed = await self.binding.batch(
+            [(sql.SELECT_JOB_VIEW, (id,)), (sql.SELECT_FAILED, (id,))]
+        )
+        if found.rows:
+            row = found.rows[0]
+            job = row_to_job(row)
+            if job.band == sql.DONE_BAND:
+                return JobView(
+                    job,
+                    "completed",
+                    stored(row["result"]),
+                    int(row["available_at"]),
+                    bool(row["ignore_failed"]),
+                )
+            return JobView(job, state_of(job, self.clock()), None, None, bool(row["ignore_failed"]))
+        return FailedJob.of(failed.rows[0]) if failed.rows else None
+
+    async def completed(
+        self, queue: str, limit: int = 50, cursor: str | None = None
+    ) -> tuple[list[JobView], str | None]:
+        """A page of `queue`'s completed jobs kept, newest first, and the next
+        page's cursor (None: the last page)."""
+        if cursor:
+            at_text, _, after_id = cursor.partition(":")
+            at, last = int(at_text), after_id
+        else:
+            at, last = sql.MAX_SAFE_TIME, ""
+        result = await self.binding.run(sql.LIST_COMPLETED, queue, at, last, limit + 1)
+        rows = result.rows[:limit]
+        views = [
+            JobView(
+                row_to_job(r),
+                "completed",
+                stored(r["result"]),
+                int(r["available_at"]),
+                bool(r["ignore_failed"]),
+            )
+            for r in rows
+        ]
+        more = len(result.rows) > limit
+        nxt = f"{views[-1].completed_at}:{views[-1].job.id}" if more and views else None
+        return views, nxt
+
+    async def dependents(self, id: str, limit: int = 100) -> list[str]:
+        """The ids of the jobs waiting (or that waited) for job `id`, at most
+        `limit`: the edges kept while `id` is live or kept as completed."""
+        result = await self.binding.run(sql.DEPENDENTS, id, limit)
+        return [str(r["waiter"]) for r in result.rows]
+
+    async def results(self, ids: Sequence[str]) -> dict[str, Any]:
+        """The results of the completed jobs among `ids` that are kept (one
+        query per 100 ids)."""
+        out: dict[str, Any] = {}
+        for i in range(0, len(ids), 100):
+            found = await self.binding.run(
+                sql.DEPENDENCY_RESULTS, json.dumps(list(ids[i : i + 100]))
+            )
+            out.update({str(r["id"]): stored(r["result"]) for r in found.rows})
+        return out
+
+    async def batch(self, id: str) -> BatchState | None:
+        """Batch `id`'s progress and its jobs' ids; None if there is no such
+        batch (never made, or pruned after it finished)."""
+        found = await self.binding.run(sql.SELECT_BATCH, id)
+        if not found.rows:
+            return None
+        r = found.rows[0]
+        ids = json.loads(r["ids"]) if r["ids"] else []
+        return BatchState(
+            id=str(r["id"]),
+            total=int(r["total"]),
+            pending=int(r["pending"]),
+            completed=int(r["completed"]),
+            failed=int(r["failed"]),
+            created_at=int(r["created_at"]),
+            finished_at=None if r["finished_at"] is None else int(r["finished_at"]),
+            ids=[str(i) for i in ids],
+        )
