@@ -190,7 +190,7 @@ async def test_a_queue_may_keep_no_history() -> None:
     reg.history("default", keep=False)
     kit = Kit(reg)
     a = await kit.dispatch("step", {"id": "a"})
-    b = await kit.dispatch("step", {"id": "b"}, after=[a])
+    await kit.dispatch("step", {"id": "b"}, after=[a])
     for _ in range(3):
         await kit.run_due()
     assert ran == ["a", "b"]
@@ -238,7 +238,7 @@ async def test_a_chain_pushes_in_one_batch_and_a_cancel_fails_the_rest() -> None
     ran: list[str] = []
     kit = Kit(jobs(ran))
     q = kit.queue
-    a, b, c = await q.chain([q.new_job("step", {"id": x}) for x in "abc"])
+    _, b, c = await q.chain([q.new_job("step", {"id": x}) for x in "abc"])
     from d1queue.store.admin import Admin
 
     assert await Admin(q).cancel(b) == "cancelled"
