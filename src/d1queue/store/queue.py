@@ -720,6 +720,10 @@ class D1Queue:
             return batch_id, [j.id for j in jobs]
         return batch_id, [i for i, _ in out]
 
+    batch = push_batch
+    """`push_batch` by the name a caller looks for: `queue.batch([...],
+    on_success=queue.new_job("report", ...))`."""
+
     async def add_to_batch(self, batch_id: str, jobs: Sequence[QueuedJob]) -> list[str]:
         """Add `jobs` to batch `batch_id` while it runs (a job of it is still
         pending: a handler of one of its jobs may always add); returns their
