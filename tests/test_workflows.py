@@ -322,3 +322,26 @@ async def test_callbacks_fire_once_and_deps_hold_under_faults_and_overlapping_dr
         assert sum(r["n"] for r in rows) == (0 if kind == "success" else 1), kind
     assert {f"g{i}" for i in range(20)} <= ended
     assert early == [], "a job started before a job it waits for completed"
+
+
+async def test_a_job_may_wait_for_a_running_job() -> None:
+    """A dependency held by a worker is found by the walk of the locked
+    bands; its completion releases the waiting job, a retry does not."""
+    from d1queue.store.queue import Outcome
+
+    ran: list[str] = []
+    kit = Kit(jobs(ran))
+    q = kit.queue
+    a = await kit.dispatch("step", {"id": "a"})
+    held = await q.reserve("default")
+    assert held is not None and held.id == a
+    b = await kit.dispatch("step", {"id": "b"}, after=[a])
+    assert (await views(kit).job(b)).state == "waiting"  # type: ignore[union-attr]
+    await q.settle([Outcome(held, "retry", delay_s=0)])
+    assert (await views(kit).job(b)).state == "waiting"  # type: ignore[union-attr]
+    again = await q.reserve("default")
+    assert again is not None and again.id == a
+    assert await q.settle([Outcome(again, "complete", result='{"ok":1}')]) == [True]
+    assert (await views(kit).job(b)).state == "ready"  # type: ignore[union-attr]
+    await kit.run_due()
+    assert ran == ["b"]

@@ -1230,8 +1230,11 @@ class D1Queue:
         for n, (outcome, at) in enumerate(zip(outcomes, firsts, strict=True)):
             first = results[at]
             resent = first.resent or maybe_sent
+            # D1 counts the rows a statement's triggers changed in its
+            # `changes` (migrations/0010_workflows.sql: a job's end counted
+            # for its waiters and batch): more than the jobs it settled.
             if at in landed:
-                if first.changes == len(carried[at]):
+                if first.changes >= len(carried[at]):
                     marks.append("resent" if resent else "written")
                 elif resent:
                     marks.append("stale")
@@ -1241,7 +1244,7 @@ class D1Queue:
                     marks.append("written")
                 else:
                     marks.append("stale")
-            elif first.changes == 1:
+            elif first.changes >= 1:
                 marks.append("resent" if resent else "written")
             elif resent and outcome.action in ("complete", "fail"):
                 marks.append("stale")
