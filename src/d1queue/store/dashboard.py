@@ -1,6 +1,8 @@
 """What the dashboard reads and does beyond the API's operations (service.py):
 a queue's jobs page by page, failed jobs filtered, "run now", bulk retry or
-delete, and the sessions signed out (session.py). Same layer as admin.py:
+delete, the sessions signed out (session.py), and the workflow views: a job
+wherever it is in its life with its dependencies and dependents, a queue's
+completed jobs, a batch's progress (workflows.py). Same layer as admin.py:
 statements from sql.py, sent through the queue's binding, each page a
 bounded number of round trips.
 """
@@ -23,13 +25,23 @@ from .admin import Admin
 from .failed import FailedJob, encode_cursor
 from .queue import D1Queue
 from .shardset import ShardSet
+from .workflows import COMPLETED_CURSOR_RULE, BatchState, JobView, Workflows
 
-STATES = ("ready", "delayed", "reserved")
+STATES = ("waiting", "ready", "delayed", "reserved")
 PAGE = 50
 """Rows per page. Also the most jobs one bulk action takes: a retry is two
 statements a job, so 50 fit one batch (one subrequest) with room to spare."""
 
 _JOB_CURSOR = re.compile(r"(-?[0-9]{1,5}):([0-9]{1,15}):(" + ID_RULE + ")")
+_COMPLETED_CURSOR = re.compile(COMPLETED_CURSOR_RULE)
+
+LINKS = 100
+"""A job page's dependents listed (its `after` is at most bounds.MAX_AFTER)."""
+BATCH_PAGE = sql.STATES_CHUNK
+"""A batch's jobs listed a page, each with its state: one JOB_STATES."""
+CALLBACKS = (("on_success", 1), ("on_failure", 2), ("on_finish", 4))
+"""A batch's callbacks, and the bit of d1queue_batches.fired saying it was
+enqueued; the callback job's id is `<batch>:<kind>`."""
 
 log = get(__name__)
 
@@ -76,6 +88,62 @@ def merged(
     return first_page(rows, more, cursor)
 
 
+def completed_cursor(row: dict[str, Any]) -> str:
+    """The cursor after a completed job's row, newest first (Workflows.completed)."""
+    return f"{row['completed_at']}:{row['id']}"
+
+
+def _completed_key(row: dict[str, Any]) -> tuple[int, str]:
+    """Completed jobs' order, read reversed: newest first."""
+    return (int(row["completed_at"]), str(row["id"]))
+
+
+def _completed_row(view: JobView) -> dict[str, Any]:
+    job = view.job
+    return {
+        "id": job.id,
+        "name": job.name,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "completed_at": view.completed_at,
+        "result": view.result,
+        "batch": job.batch,
+    }
+
+
+@dataclass
+class Links:
+    """A job's place in its workflow: the state of each job it waits for
+    (`after`) and of each job waiting for it, as far as they are kept (an id
+    missing from `states` is gone: cancelled, pruned, never inserted)."""
+
+    dependents: list[str]
+    more_dependents: bool
+    states: dict[str, str]
+
+
+@dataclass
+class BatchPage:
+    """A batch's progress, one page of its jobs' ids with their states, and
+    its callbacks: (kind, job id, enqueued yet)."""
+
+    batch: BatchState
+    page: int
+    pages: int
+    ids: list[str]
+    callbacks: list[tuple[str, str, bool]]
+    states: dict[str, str]
+
+
+def _states(rows: list[Any]) -> dict[str, str]:
+    """JOB_STATES' rows by id; a live row wins over a completed one of the
+    same id (an id pushed again after its job completed)."""
+    out: dict[str, str] = {}
+    for r in rows:
+        out.setdefault(str(r["id"]), str(r["state"]))
+    return out
+
+
 def _claim_key(row: dict[str, Any]) -> tuple[int, int, str]:
     """Claim order: band (highest first), then time, then id."""
     return (-int(row["band"]), int(row["available_at"]), str(row["id"]))
@@ -105,6 +173,7 @@ class ShardStore:
         self.binding = queue.binding
         self.admin = Admin(queue)
         self.failed_jobs = self.admin.failed
+        self.workflows = Workflows(self.binding, queue.clock)
 
     async def queue_jobs(
         self, queue: str, *, state: str = "", name: str = "", cursor: str | None = None
@@ -152,6 +221,75 @@ class ShardStore:
 
     async def failed_job(self, id: str) -> FailedJob | None:
         return await self.failed_jobs.get(id)
+
+    async def job(self, id: str) -> JobView | FailedJob | None:
+        """Workflows.job: live, completed and kept, or failed."""
+        return await self.workflows.job(id)
+
+    async def completed(self, queue: str, cursor: str | None = None) -> Page:
+        """A page of `queue`'s completed jobs kept, newest first (one query).
+        ValueError for a cursor not of COMPLETED_CURSOR_RULE's shape."""
+        if cursor and not _COMPLETED_CURSOR.fullmatch(cursor):
+            raise ValueError("the page cursor is not one this dashboard made")
+        views, nxt = await self.workflows.completed(queue, PAGE, cursor)
+        return first_page([_completed_row(v) for v in views], nxt is not None, completed_cursor)
+
+    async def links(self, id: str, after: list[str]) -> Links:
+        """Job `id`'s dependents (at most LINKS) and the states of those and
+        of `after`: one round trip (sql.DEPENDENT_STATES, JOB_STATES)."""
+        now = self.queue.clock()
+        statements: list[tuple[str, tuple[Any, ...]]] = [
+            (sql.DEPENDENTS, (id, LINKS + 1)),
+            (sql.DEPENDENT_STATES, (id, now, LINKS)),
+        ]
+        for i in range(0, len(after), sql.STATES_CHUNK):
+            chunk = json.dumps(after[i : i + sql.STATES_CHUNK])
+            statements.append((sql.JOB_STATES, (chunk, now)))
+        found, *states = await self.binding.batch(statements)
+        waiters = [str(r["waiter"]) for r in found.rows]
+        return Links(
+            waiters[:LINKS], len(waiters) > LINKS, _states([r for s in states for r in s.rows])
+        )
+
+    async def batch(self, id: str, page: int = 1) -> BatchPage | None:
+        """Batch `id`'s progress, its jobs' ids of page `page` (from 1, of
+        BATCH_PAGE) and its callbacks, with their states: two round trips
+        (the batch, then the states). None: no such batch. ValueError for a
+        page past the last."""
+        found = await self.binding.run(sql.SELECT_BATCH_VIEW, id)
+        if not found.rows:
+            return None
+        r = found.rows[0]
+        ids = [str(i) for i in json.loads(r["ids"])] if r["ids"] else []
+        batch = BatchState(
+            id=str(r["id"]),
+            total=int(r["total"]),
+            pending=int(r["pending"]),
+            completed=int(r["completed"]),
+            failed=int(r["failed"]),
+            created_at=int(r["created_at"]),
+            finished_at=None if r["finished_at"] is None else int(r["finished_at"]),
+            ids=ids,
+        )
+        pages = max(1, -(-len(ids) // BATCH_PAGE))
+        if not 1 <= page <= pages:
+            raise ValueError(f"the batch's jobs fill {pages} page(s); there is no page {page}")
+        shown = ids[(page - 1) * BATCH_PAGE : page * BATCH_PAGE]
+        fired = int(r["fired"])
+        callbacks = [
+            (kind, f"{batch.id}:{kind}", bool(fired & bit))
+            for kind, bit in CALLBACKS
+            if r[f"has_{kind}"]
+        ]
+        now = self.queue.clock()
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        if shown:
+            statements.append((sql.JOB_STATES, (json.dumps(shown), now)))
+        if callbacks:
+            statements.append((sql.JOB_STATES, (json.dumps([c[1] for c in callbacks]), now)))
+        results = await self.binding.batch(statements) if statements else []
+        states = _states([row for res in results for row in res.rows])
+        return BatchPage(batch, page, pages, shown, callbacks, states)
 
     async def signed_out(self, nonces: list[str]) -> set[str]:
         """Which of these session nonces were signed out: one query, a
@@ -226,6 +364,29 @@ class Store:
     async def failed_job(self, id: str) -> FailedJob | None:
         store = self._for(id)
         return None if store is None else await store.failed_job(id)
+
+    # A job's dependencies and dependents are on its shard (a push names in
+    # `after` only jobs of the database it writes to), and a batch's jobs and
+    # callbacks on the batch's (its id carries the shard's mark).
+
+    async def job(self, id: str) -> JobView | FailedJob | None:
+        store = self._for(id)
+        return None if store is None else await store.job(id)
+
+    async def links(self, id: str, after: list[str]) -> Links:
+        store = self._for(id)
+        if store is None:
+            return Links([], False, {})
+        return await store.links(id, after)
+
+    async def batch(self, id: str, page: int = 1) -> BatchPage | None:
+        store = self._for(id)
+        return None if store is None else await store.batch(id, page)
+
+    async def completed(self, queue: str, cursor: str | None = None) -> Page:
+        """A page of `queue`'s completed jobs over every shard, newest first."""
+        pages = await self.shards.each(lambda q: self.stores[q.shard].completed(queue, cursor))
+        return merged(pages, _completed_key, completed_cursor, reverse=True)
 
     # Sessions signed out live on the home shard (shard 0), whatever the
     # number of shards: one place to write at sign-out and to read per request.

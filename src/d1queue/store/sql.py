@@ -963,12 +963,19 @@ STATS_BY_QUEUE = (
 
 # -- the dashboard's reads and actions (d1queue/interfaces/dashboard/) --------------------
 
-_JOB_STATE = (
-    f"CASE WHEN band = {WAITING_BAND} THEN 'waiting' "
-    "WHEN reserved_at IS NOT NULL AND locked_until > ?7 THEN 'reserved' "
-    f"WHEN locked_until <= ?7 AND (available_at <= ?7 OR band > {TOP_PRIORITY}) THEN 'ready' "
-    "ELSE 'delayed' END"
-)
+
+def _job_state(now: str) -> str:
+    """A live job's state as of the parameter `now`: waiting, reserved,
+    ready or delayed (as workflows.state_of says it)."""
+    return (
+        f"CASE WHEN band = {WAITING_BAND} THEN 'waiting' "
+        f"WHEN reserved_at IS NOT NULL AND locked_until > {now} THEN 'reserved' "
+        f"WHEN locked_until <= {now} AND (available_at <= {now} OR band > {TOP_PRIORITY}) "
+        "THEN 'ready' ELSE 'delayed' END"
+    )
+
+
+_JOB_STATE = _job_state("?7")
 
 # A page of one queue's jobs in claim order (the key's order: ready band by
 # priority and age, then the delayed band, soonest first), after the cursor
@@ -1284,3 +1291,52 @@ RECOUNT_BATCH = (
 
 MAX_SAFE_TIME = 2**53 - 2
 """A completed_at past every real one: the first page's cursor."""
+
+
+# -- the dashboard's workflow reads (d1queue/interfaces/dashboard/) ------------
+
+
+def _states(ids: str, now: str) -> str:
+    """The state of each job among `ids` (a subquery of ids), as of `now`:
+    live jobs through the id index plus one walk of the locked bands (as
+    _live_ids), completed ones through the done index, failed ones by their
+    key. An id found nowhere (cancelled, pruned, or never inserted) has no
+    row; an id completed twice has a row each time."""
+    return (
+        f"SELECT id, {_job_state(now)} AS state FROM d1queue_jobs WHERE id IN {ids} "
+        f"AND {LISTED} UNION ALL "
+        f"SELECT id, {_job_state(now)} AS state FROM d1queue_jobs WHERE queue IN "
+        f"({QUEUE_NAMES}) AND band = {LOCKED_BAND} AND id IN {ids} UNION ALL "
+        f"SELECT id, 'completed' AS state FROM d1queue_jobs WHERE id IN {ids} "
+        f"AND band = {DONE_BAND} UNION ALL "
+        f"SELECT id, 'failed' AS state FROM d1queue_failed_jobs WHERE id IN {ids}"
+    )
+
+
+# The state of each of ?1's ids (a JSON array of at most STATES_CHUNK ids): a
+# job's dependencies, or a page of a batch's jobs, each shown as a link with
+# its state. A point read an id in each of three indexes and the failed
+# table, and the jobs in flight once for the whole list (the walk of the
+# locked bands). Rows read: about 1 an id found, plus the jobs in flight.
+# ?1 ids ?2 now
+JOB_STATES = _states(_ids_in(1), "?2")
+
+# The same for the first ?3 jobs waiting for ?1 (DEPENDENTS' edges, by the
+# edges' key): a job page's dependents. The edges are read by each of the
+# four parts (at most 4 x ?3 rows of d1queue_deps), then a point read a
+# waiter as JOB_STATES. ?1 the job waited for ?2 now ?3 limit
+DEPENDENT_STATES = _states(
+    "(SELECT waiter FROM d1queue_deps WHERE dep = ?1 ORDER BY waiter LIMIT ?3)", "?2"
+)
+STATES_CHUNK = 100
+"""Ids in one JOB_STATES: a job's `after` (bounds.MAX_AFTER) fits one."""
+
+# A batch's page: SELECT_BATCH's counters and ids, and which callbacks it
+# was given (not their rows: the page links to the callback jobs by id).
+# Two primary-key seeks, 2 rows read. ?1 id
+SELECT_BATCH_VIEW = (
+    "SELECT b.id, b.total, b.pending, b.completed, b.failed, b.fired, b.created_at, "
+    "b.finished_at, p.ids, p.on_success IS NOT NULL AS has_on_success, "
+    "p.on_failure IS NOT NULL AS has_on_failure, p.on_finish IS NOT NULL AS has_on_finish "
+    "FROM d1queue_batches b LEFT JOIN d1queue_batch_parts p ON p.id = b.id WHERE b.id = ?1"
+)

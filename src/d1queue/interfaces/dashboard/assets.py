@@ -85,8 +85,9 @@ caption { text-align: left; padding: .45rem .6rem; font-weight: 600; }
 .badge { display: inline-block; padding: 0 .45rem; border-radius: 999px; font-size: .85em;
   border: 1px solid var(--line); white-space: nowrap; }
 .badge.paused, .badge.failed { border-color: var(--bad); color: var(--bad); }
-.badge.running, .badge.ready { border-color: var(--ok); color: var(--ok); }
-.badge.delayed, .badge.reserved { border-color: var(--warn); color: var(--warn); }
+.badge.running, .badge.ready, .badge.completed, .badge.succeeded { border-color: var(--ok);
+  color: var(--ok); }
+.badge.delayed, .badge.reserved, .badge.waiting { border-color: var(--warn); color: var(--warn); }
 .muted, time .rel, .rel { color: var(--muted); }
 .stats { display: grid; grid-template-columns: repeat(auto-fit, minmax(8rem, 1fr)); gap: .6rem;
   margin: 0 0 1rem; padding: 0; list-style: none; }
@@ -97,6 +98,13 @@ dl.props dt { color: var(--muted); }
 dl.props dd { margin: 0; overflow-wrap: anywhere; }
 .actions { display: flex; flex-wrap: wrap; gap: .5rem; margin: .75rem 0; align-items: center; }
 .pager { display: flex; gap: 1rem; margin: .75rem 0; flex-wrap: wrap; }
+ul.links { list-style: none; margin: 0; padding: 0; display: grid; gap: .25rem;
+  grid-template-columns: repeat(auto-fill, minmax(min(22rem, 100%), 1fr)); }
+ul.links li { overflow-wrap: anywhere; }
+.progress { display: grid; gap: .35rem; max-width: 40rem; }
+.progress progress { width: 100%; height: 1rem; accent-color: var(--ok); }
+td.result code { overflow-wrap: anywhere; }
+h3 { font-size: 1rem; margin: 1rem 0 .4rem; }
 .chart { width: 100%; max-width: 48rem; height: auto; display: block; }
 .chart .c { fill: var(--ok); } .chart .f { fill: var(--bad); } .chart .r { fill: var(--warn); }
 .chart .axis { stroke: var(--line); }

@@ -18,9 +18,11 @@ from urllib.parse import parse_qs, urlparse
 from ...core.bounds import ID_PATTERN, LIMIT_RANGE, NAME_RULE, PERIOD_RANGE, is_name
 from ...core.flow import LIMIT_FIELDS, Limits, LimitsError
 from ...store import stats as counters
-from ...store.dashboard import PAGE, STATES, Store
+from ...store.dashboard import BATCH_PAGE, PAGE, STATES, Links, Store
+from ...store.failed import FailedJob
+from ...store.workflows import JobView
 from ..router import Reply
-from ..service import ApiError, Service
+from ..service import Service, stored_payload
 from . import html as h
 from .auth import safe_back
 from .mask import mask, scrub
@@ -251,7 +253,9 @@ class Pages:
         else:
             listing = (
                 '<div class="empty"><p><strong>This queue holds no jobs.</strong> '
-                "Jobs that completed are gone; failed ones are under "
+                "Those that completed are under "
+                f'<a href="/ui/queues/{h.q(queue)}/completed">Completed jobs</a> (while they '
+                "are kept); failed ones are under "
                 f'<a href="/ui/failed{h.qs({"queue": queue})}">Failed jobs</a>. '
                 f"Push one with <code>POST {h.e(request.base)}/v1/queues/{h.e(queue)}/jobs"
                 "</code>.</p></div>"
@@ -266,7 +270,9 @@ class Pages:
             f'<p><a href="/ui">Overview</a> › queue</p><h1>Queue {h.e(queue)}</h1>'
             f"{notice(request)}"
             f'<div id="queue-summary" data-live>{summary}'
-            f'<div class="actions">{control}</div></div>'
+            f'<div class="actions">{control}'
+            f'<a class="button" href="/ui/queues/{h.q(queue)}/completed">Completed jobs</a>'
+            "</div></div>"
             '<h2 id="limits-h">Flow limits</h2>'
             f'<div id="queue-limits" data-live>{_limits_usage(flow)}</div>'
             f"{_limits_form(request, queue, flow['limits'], here)}"
@@ -274,6 +280,71 @@ class Pages:
             f'<section id="jobs" data-live aria-labelledby="jobs-h">{listing}{pager}</section>'
         )
         return Reply(200, html_page(request, f"Queue {queue}", body))
+
+    async def completed_page(self, request: Request, queue: str) -> Reply:
+        """A queue's completed jobs kept as history, newest first, a page at a
+        time (cursor paging, one query a shard), with their results masked
+        and cut short."""
+        check_name("queue", queue)
+        known(request, "cursor")
+        cursor = request.param("cursor")
+        try:
+            page = await self.store.completed(queue, cursor or None)
+        except ValueError as exc:
+            raise Refused(400, str(exc)) from None
+        now = request.now_ms
+        rows = []
+        for r in page.rows:
+            batch = _job_link(r["batch"], "/ui/batches/") if r["batch"] else ""
+            result = _brief(r["result"])
+            rows.append(
+                "<tr>"
+                f'<td class="mono"><a href="/ui/jobs/{h.q(r["id"])}">{h.e(r["id"])}</a></td>'
+                f"<td>{h.e(r['name'])}</td>"
+                f"<td>{h.when(r['completed_at'], now)}</td>"
+                f'<td class="num hide-narrow">{r["attempts"]} / {r["max_attempts"]}</td>'
+                f'<td class="hide-narrow">{batch}</td>'
+                f'<td class="result">'
+                + (f"<code>{h.e(result)}</code>" if result else '<span class="muted">—</span>')
+                + "</td></tr>"
+            )
+        if rows:
+            listing = (
+                '<div class="table-wrap"><table><caption class="visually-hidden">Completed '
+                'jobs</caption><thead><tr><th scope="col">Job id</th><th scope="col">Name</th>'
+                '<th scope="col">Completed</th>'
+                '<th scope="col" class="num hide-narrow">Attempts</th>'
+                '<th scope="col" class="hide-narrow">Batch</th><th scope="col">Result</th>'
+                f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+            )
+        elif cursor:
+            listing = (
+                '<div class="empty"><p><strong>No more completed jobs.</strong> '
+                f'<a href="/ui/queues/{h.q(queue)}/completed">Back to the newest</a>.</p></div>'
+            )
+        elif not self.service.queue.keeps(queue):
+            listing = (
+                '<div class="empty"><p><strong>This queue keeps no history:</strong> a job is '
+                "deleted as it completes (D1QUEUE_KEEP_COMPLETED_S is 0, or the Worker's "
+                "registry opts the queue out with <code>registry.history(queue, keep=False)"
+                "</code>).</p></div>"
+            )
+        else:
+            listing = (
+                '<div class="empty"><p><strong>No completed jobs kept.</strong> A job appears '
+                "here when it completes, with its result, and stays for "
+                "D1QUEUE_KEEP_COMPLETED_S.</p></div>"
+            )
+        pager = _pager(f"/ui/queues/{h.q(queue)}/completed", {}, cursor, page.next_cursor)
+        body = (
+            f'<p><a href="/ui">Overview</a> › <a href="/ui/queues/{h.q(queue)}">queue '
+            f"{h.e(queue)}</a> › completed</p><h1>Completed jobs of {h.e(queue)}</h1>"
+            f'<p class="muted">Newest first. Results are shown with their secrets masked; '
+            "a job's page shows its whole result.</p>"
+            f'<section id="completed" data-live aria-label="Completed jobs">{listing}{pager}'
+            "</section>"
+        )
+        return Reply(200, html_page(request, f"Completed jobs of {queue}", body))
 
     async def _set_paused(self, request: Request, queue: str, paused: bool) -> Reply:
         check_name("queue", queue)
@@ -326,44 +397,55 @@ class Pages:
     # -- a job ------------------------------------------------------------------
 
     async def job_page(self, request: Request, id: str) -> Reply:
+        """A job wherever it is in its life (Store.job: waiting, ready,
+        delayed, reserved, completed and kept, failed), with its workflow:
+        the jobs it waits for and those waiting for it, each linked with its
+        state, and its batch. Two round trips: the job, then its links."""
         check_id(id)
         known(request)
-        try:
-            job = await self.service.job(id)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        found = await self.store.job(id)
+        if found is None:
             body = (
                 f"<h1>Job {h.e(id)}</h1>"
-                '<div class="empty"><p><strong>This job is not queued and not failed:</strong> '
-                "it completed, was cancelled or removed, or never existed. "
-                '<a href="/ui">Back to the overview</a>.</p></div>'
+                '<div class="empty"><p><strong>This job is not queued, not failed and not '
+                "kept as completed:</strong> it was cancelled or removed, completed on a "
+                "queue that keeps no history (or longer ago than it keeps it), or never "
+                'existed. <a href="/ui">Back to the overview</a>.</p></div>'
             )
             return Reply(404, html_page(request, "Job not found", body))
+        job = _job_fields(found)
+        links = await self.store.links(id, job["after"])
         now = request.now_ms
-        failed = job["state"] == "failed"
-        # The service decodes a failed job's stored text too; text that is
+        state = job["state"]
+        failed, completed = state == "failed", state == "completed"
+        # A failed job's stored text is decoded as the API does; text that is
         # not JSON comes as a string, shown quoted as what it is.
-        payload = mask(job["payload"])
-        pretty = json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)
+        pretty = _pretty(mask(job["payload"]))
         props = [
             ("Id", f'<span class="mono">{h.e(job["id"])}</span>'),
             ("Queue", f'<a href="/ui/queues/{h.q(job["queue"])}">{h.e(job["queue"])}</a>'),
             ("Name", h.e(job["name"])),
             ("Group", _group(job.get("group"))),
-            ("State", f'<span class="badge {h.e(job["state"])}">{h.e(job["state"])}</span>'),
+            ("State", _badge(state)),
             ("Attempts", f"{job['attempts']} of {job['max_attempts']}"),
             ("Priority", h.e(job["priority"])),
             ("Created", h.when(job.get("created_at"), now)),
         ]
         if failed:
             props.append(("Failed at", h.when(job.get("failed_at"), now)))
+        elif completed:
+            props.append(("Completed at", h.when(job.get("completed_at"), now)))
         else:
-            props.append(("Available at", h.when(job.get("available_at"), now)))
+            label = "May start at" if state == "waiting" else "Available at"
+            props.append((label, h.when(job.get("available_at"), now)))
             if job.get("reserved_until"):
                 props.append(("Lease ends", h.when(job["reserved_until"], now)))
             if job.get("unique_key"):
                 props.append(("Unique key", f'<span class="mono">{h.e(job["unique_key"])}</span>'))
+        if job["batch"]:
+            props.append(("Batch", _job_link(job["batch"], "/ui/batches/")))
+        if job["after"]:
+            props.append(("Ignores failed dependencies", "yes" if job["ignore_failed"] else "no"))
         error = scrub(job.get("error") if failed else job.get("last_error"), job["payload"])
         csrf = csrf_field(request)
         here = f"/ui/jobs/{h.q(id)}"
@@ -378,13 +460,15 @@ class Pages:
                 f"{h.hidden('back', '/ui/failed')}"
                 '<button type="submit" class="danger">Delete</button></form>'
             )
+        elif completed:
+            actions = '<span class="muted">It completed: nothing is left to do.</span>'
         else:
-            held = job["state"] == "reserved"
-            waiting = job["state"] == "delayed"
+            held = state == "reserved"
+            delayed = state == "delayed"
             why = ' title="A worker is running it now"' if held else ""
             actions = (
                 f'<form method="post" action="{here}/run" class="inline">{csrf}'
-                f'<button type="submit"{" disabled" if not waiting else ""}'
+                f'<button type="submit"{" disabled" if not delayed else ""}'
                 f"{why if held else ''}>Run now</button></form>"
                 f'<form method="post" action="{here}/cancel" class="inline">{csrf}'
                 f'<button type="submit" class="danger"{" disabled" if held else ""}{why}>'
@@ -392,19 +476,121 @@ class Pages:
             )
             if held:
                 actions += '<span class="muted">A worker holds this job: wait for it.</span>'
-            elif not waiting:
+            elif state == "waiting":
+                actions += (
+                    '<span class="muted">It waits for its dependencies: the last one to '
+                    "complete makes it ready.</span>"
+                )
+            elif not delayed:
                 actions += '<span class="muted">It is due: the next drain runs it.</span>'
+        result = ""
+        if completed:
+            result = "<h2>Result</h2>" + (
+                '<p class="muted">None (the handler returned nothing).</p>'
+                if job["result"] is None
+                else f"<pre>{h.e(_cut(_pretty(mask(job['result'])), RESULT_SHOWN))}</pre>"
+            )
         body = (
             f'<p><a href="/ui/queues/{h.q(job["queue"])}">Queue {h.e(job["queue"])}</a> › job</p>'
             f"<h1>Job {h.e(job['name'])}</h1>{notice(request)}"
             f'<div id="job" data-live><dl class="props">'
             + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in props)
             + f'</dl><div class="actions">{actions}</div>'
+            f"{result}"
             f"<h2>{'Error' if failed else 'Last error'}</h2>"
             + (f"<pre>{h.e(error)}</pre>" if error else '<p class="muted">None.</p>')
+            + _workflow(job["after"], links)
             + f"<h2>Payload</h2><pre>{h.e(pretty)}</pre></div>"
         )
         return Reply(200, html_page(request, f"Job {id}", body))
+
+    async def batch_page(self, request: Request, id: str) -> Reply:
+        """A batch's progress (its counters, state and times, a progress
+        bar), its jobs' ids a page at a time with their states, and its
+        callback jobs. Two round trips: the batch, then the states."""
+        check_id(id)
+        known(request, "page")
+        text = request.param("page") or "1"
+        if not re.fullmatch(r"[1-9][0-9]{0,5}", text):
+            raise Refused(400, f"page is a number from 1; {text!r} is not.")
+        try:
+            found = await self.store.batch(id, int(text))
+        except ValueError as exc:
+            raise Refused(400, str(exc)) from None
+        if found is None:
+            body = (
+                f"<h1>Batch {h.e(id)}</h1>"
+                '<div class="empty"><p><strong>There is no such batch:</strong> it never '
+                "existed, or it finished longer ago than completed jobs are kept "
+                '(D1QUEUE_KEEP_COMPLETED_S) and was pruned. <a href="/ui">Back to the '
+                "overview</a>.</p></div>"
+            )
+            return Reply(404, html_page(request, "Batch not found", body))
+        b, now = found.batch, request.now_ms
+        done = b.completed + b.failed
+        summary = (
+            '<ul class="stats">'
+            f'<li><span class="n">{b.total}</span>total</li>'
+            f'<li><span class="n">{b.pending}</span>pending</li>'
+            f'<li><span class="n">{b.completed}</span>completed</li>'
+            f'<li><span class="n">{b.failed}</span>failed</li>'
+            f'<li><span class="n">{_badge(b.state)}</span>state</li></ul>'
+            f'<p class="progress"><label for="batch-progress">{done} of {b.total} ended '
+            f"({b.completed} completed, {b.failed} failed)</label>"
+            f'<progress id="batch-progress" max="{max(b.total, 1)}" value="{done}">'
+            f"{done} of {b.total}</progress></p>"
+            '<dl class="props">'
+            f"<dt>Created</dt><dd>{h.when(b.created_at, now)}</dd>"
+            f"<dt>Finished</dt><dd>{h.when(b.finished_at, now)}</dd></dl>"
+        )
+        # A callback not enqueued while the batch runs may still be; once it
+        # finished, its condition did not hold (on_success after a failure,
+        # on_failure when none failed).
+        not_yet = (
+            "not enqueued yet" if b.state == "running" else "not enqueued: its case did not occur"
+        )
+        if found.callbacks:
+            items = "".join(
+                f"<li>{h.e(kind)}: {_job_link(cid)} "
+                + (
+                    _badge(found.states[cid])
+                    if cid in found.states
+                    else GONE
+                    if fired
+                    else f'<span class="muted">{h.e(not_yet)}</span>'
+                )
+                + "</li>"
+                for kind, cid, fired in found.callbacks
+            )
+            callbacks = f'<ul class="links" aria-label="Callbacks">{items}</ul>'
+        else:
+            callbacks = '<p class="muted">None: the batch was pushed without callbacks.</p>'
+        n = len(b.ids)
+        first = (found.page - 1) * BATCH_PAGE + 1
+        shown = (
+            f'<p class="muted">Jobs {first} to {first + len(found.ids) - 1} of {n}.</p>'
+            if found.pages > 1
+            else ""
+        )
+        links = []
+        base = f"/ui/batches/{h.q(id)}"
+        if found.page > 1:
+            links.append(f'<a href="{h.e(base + h.qs({"page": found.page - 1}))}">« Previous</a>')
+        if found.page < found.pages:
+            links.append(f'<a href="{h.e(base + h.qs({"page": found.page + 1}))}">Next page »</a>')
+        pager = f'<nav class="pager" aria-label="Pages">{"".join(links)}</nav>' if links else ""
+        jobs = (
+            _linked(found.ids, found.states, "Jobs of the batch")
+            if found.ids
+            else '<p class="muted">No jobs.</p>'
+        )
+        body = (
+            f'<p><a href="/ui">Overview</a> › batch</p><h1>Batch {h.e(id)}</h1>'
+            f'<div id="batch" data-live>{summary}'
+            f'<h2 id="callbacks-h">Callbacks</h2>{callbacks}'
+            f'<h2 id="batch-jobs-h">Jobs</h2>{shown}{jobs}{pager}</div>'
+        )
+        return Reply(200, html_page(request, f"Batch {id}", body))
 
     async def cancel(self, request: Request, id: str) -> Reply:
         check_id(id)
@@ -742,6 +928,122 @@ def _limits_brief(limits: Mapping[str, Any] | None, running: int) -> str:
     """The overview's Limits cell, from the stats' read alone."""
     text = _limits_text(limits, running)
     return h.e(text) if text else '<span class="muted">none</span>'
+
+
+RESULT_SHOWN = 20_000
+"""Characters of a completed job's result its page shows (a result is at
+most bounds.MAX_RESULT_BYTES as compact JSON; pretty-printed it is longer)."""
+RESULT_BRIEF = 120
+"""Characters of a result a list shows."""
+
+
+def _after_ids(text: str | None) -> list[str]:
+    """A failed job's stored `after` (a JSON array, or NULL) as ids; text
+    that is not one (written by something else) as none."""
+    try:
+        ids = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return [str(i) for i in ids] if isinstance(ids, list) else []
+
+
+def _job_fields(found: JobView | FailedJob) -> dict[str, Any]:
+    """What the job page shows of a job, wherever it is in its life."""
+    if isinstance(found, FailedJob):
+        return {
+            **{k: found[k] for k in ("id", "queue", "name", "group", "attempts")},
+            **{k: found[k] for k in ("max_attempts", "priority", "created_at", "failed_at")},
+            "state": "failed",
+            "error": found.error,
+            "payload": stored_payload(found.payload),
+            "after": _after_ids(found.after),
+            "ignore_failed": False,
+            "batch": found.batch,
+        }
+    job = found.job
+    return {
+        "id": job.id,
+        "queue": job.queue,
+        "name": job.name,
+        "group": job.group,
+        "state": found.state,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "priority": job.priority,
+        "created_at": job.created_at,
+        "available_at": job.available_at,
+        "reserved_until": job.reserved_until if found.state == "reserved" else None,
+        "unique_key": job.unique_key,
+        "last_error": job.last_error,
+        "payload": job.payload,
+        "completed_at": found.completed_at,
+        "result": found.result,
+        "after": list(job.after or []),
+        "ignore_failed": found.ignore_failed,
+        "batch": job.batch,
+    }
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def _cut(text: str, n: int) -> str:
+    """`text` at most `n` characters, saying how much was left out."""
+    if len(text) <= n:
+        return text
+    return f"{text[:n]}\n… ({len(text) - n} more characters not shown)"
+
+
+def _brief(value: Any) -> str:
+    """A result in a list: compact JSON, masked, cut short (not yet escaped)."""
+    if value is None:
+        return ""
+    return _short(json.dumps(mask(value), ensure_ascii=False, sort_keys=True), RESULT_BRIEF)
+
+
+def _badge(state: str) -> str:
+    return f'<span class="badge {h.e(state)}">{h.e(state)}</span>'
+
+
+def _job_link(id: str, base: str = "/ui/jobs/") -> str:
+    return f'<a class="mono" href="{base}{h.q(id)}">{h.e(id)}</a>'
+
+
+GONE = '<span class="muted" title="Cancelled, pruned or never queued">not kept</span>'
+"""The state shown for an id found nowhere."""
+
+
+def _linked(ids: list[str], states: Mapping[str, str], label: str) -> str:
+    """A list of jobs, each a link to its page with its state."""
+    items = "".join(
+        f"<li>{_job_link(i)} {_badge(states[i]) if i in states else GONE}</li>" for i in ids
+    )
+    return f'<ul class="links" aria-label="{h.e(label)}">{items}</ul>'
+
+
+def _workflow(after: list[str], links: Links) -> str:
+    """The job page's dependencies (`after`) and dependents, each linked."""
+    if not after and not links.dependents:
+        return ""
+    parts = ["<h2>Workflow</h2>"]
+    if after:
+        done = sum(links.states.get(i) == "completed" for i in after)
+        parts.append(
+            f"<h3>Waits for {len(after)} job{'s' if len(after) != 1 else ''} "
+            f'<span class="muted">({done} completed)</span></h3>'
+            + _linked(after, links.states, "Dependencies")
+        )
+    if links.dependents:
+        more = (
+            f'<p class="muted">Only the first {len(links.dependents)} are listed.</p>'
+            if links.more_dependents
+            else ""
+        )
+        parts.append(
+            "<h3>Waited for by</h3>" + _linked(links.dependents, links.states, "Dependents") + more
+        )
+    return "".join(parts)
 
 
 def _group(group: str | None) -> str:
