@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
@@ -309,3 +310,143 @@ def test_the_schedules_page_and_the_csp(context: BrowserContext, ui_host: Host) 
     reply = page.request.get("/ui/schedules")
     assert "script-src 'self'" in reply.headers["content-security-policy"]
     assert errors == [], errors  # no CSP violation, no script error
+
+
+# -- workflows: completed jobs, dependencies, batches ------------------------------------
+
+
+def workflow_python(ui_host: Host, body: str) -> Any:
+    """Run `body` (the inside of `async def main(env)`, with `q` a D1Queue on
+    env.DB that keeps history) in the Worker, after emptying the workflow
+    tables the host's reset leaves alone."""
+    lines = "\n".join("    " + line for line in body.strip().splitlines())
+    return ui_host.python(
+        "import json\n"
+        "from d1queue import D1Queue\n"
+        "from d1queue.store.queue import Outcome\n"
+        "async def main(env):\n"
+        "    for t in ('d1queue_deps', 'd1queue_batches', 'd1queue_batch_parts'):\n"
+        "        await env.DB.prepare(f'DELETE FROM {t}').run()\n"
+        "    q = D1Queue(env.DB, keep_completed=True)\n"
+        f"{lines}\n"
+    )
+
+
+def test_completed_jobs_are_listed_paged_with_their_results(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    # Completed here with a result (the example handlers return nothing).
+    workflow_python(
+        ui_host,
+        """
+for i in range(55):
+    await q.dispatch("example.echo", {"i": i}, queue="hist")
+while jobs := await q.reserve_batch("hist", 20):
+    await q.settle([
+        Outcome(j, "complete", result=json.dumps({"i": j.payload["i"], "<b>": "x",
+                "token": "hunter2-secret"}))
+        for j in jobs
+    ])
+""",
+    )
+    page = context.new_page()
+    sign_in(page)
+    page.goto("/ui/queues/hist")
+    page.locator("#queue-summary").get_by_role("link", name="Completed jobs").click()
+    expect(page.get_by_role("heading", name="Completed jobs of hist")).to_be_visible()
+    rows = page.locator("#completed tbody tr")
+    expect(rows).to_have_count(50)
+    expect(rows.first).to_contain_text('"<b>": "x"')  # shown as text, escaped
+    expect(rows.first).to_contain_text('"token": "••••••"')  # masked
+    assert "hunter2-secret" not in page.content()
+    shot(page, "16-completed")
+    page.get_by_role("link", name="Next page »").click()
+    expect(rows).to_have_count(5)
+    expect(page.get_by_role("link", name="Next page »")).to_have_count(0)
+    page.get_by_role("link", name="« First page").click()
+    expect(rows).to_have_count(50)
+    # A completed job's page: its state, when, and its whole result.
+    rows.first.get_by_role("link").first.click()
+    expect(page.locator(".badge.completed")).to_be_visible()
+    expect(page.get_by_text("Completed at")).to_be_visible()
+    expect(page.get_by_role("heading", name="Result")).to_be_visible()
+    shot(page, "17-completed-job")
+
+
+def test_a_jobs_dependencies_and_dependents_are_linked(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    a, b, c = workflow_python(
+        ui_host,
+        """
+a = await q.dispatch("example.echo", 1, queue="flow")
+b = await q.dispatch("example.echo", 2, queue="flow", after=[a])
+c = await q.dispatch("example.echo", 3, queue="flow", after=[a, b], ignore_failed=True)
+return [a, b, c]
+""",
+    )
+    page = context.new_page()
+    sign_in(page)
+    page.goto(f"/ui/jobs/{c}")
+    expect(page.locator("dd .badge.waiting")).to_have_text("waiting")
+    deps = page.get_by_role("list", name="Dependencies")
+    expect(deps.get_by_role("link")).to_have_text([a, b])
+    expect(deps.locator("li").filter(has_text=a).locator(".badge")).to_have_text("ready")
+    expect(deps.locator("li").filter(has_text=b).locator(".badge")).to_have_text("waiting")
+    expect(page.get_by_text("Ignores failed dependencies")).to_be_visible()
+    shot(page, "18-job-dependencies")
+    deps.get_by_role("link", name=a).click()
+    expect(page).to_have_url(re.compile(f"/ui/jobs/{a}$"))
+    dependents = page.get_by_role("list", name="Dependents")
+    expect(dependents.get_by_role("link")).to_have_text(sorted([b, c]))
+    dependents.get_by_role("link", name=b).click()
+    expect(page.get_by_role("list", name="Dependents").get_by_role("link")).to_have_text([c])
+
+    for _ in range(3):  # a, then b, then c
+        ui_host.scheduled()
+    page.goto(f"/ui/jobs/{c}")
+    expect(page.locator("dd .badge.completed")).to_be_visible()
+    expect(deps.locator(".badge.completed")).to_have_count(2)
+    expect(page.get_by_text("(2 completed)")).to_be_visible()
+
+
+def test_a_batch_page_shows_its_progress_and_links_its_jobs(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    batch, ids = workflow_python(
+        ui_host,
+        """
+members = [q.new_job("example.echo", i, queue="batch") for i in range(3)]
+batch, ids = await q.push_batch(members, on_success=q.new_job("example.echo", "ok",
+                                queue="batch"))
+return [batch, ids]
+""",
+    )
+    page = context.new_page()
+    sign_in(page)
+    page.goto(f"/ui/batches/{batch}")
+    expect(page.get_by_role("heading", name=f"Batch {batch}")).to_be_visible()
+    bar = page.get_by_role("progressbar")
+    expect(bar).to_have_attribute("value", "0")
+    expect(bar).to_have_attribute("max", "3")
+    expect(page.get_by_text("0 of 3 ended")).to_be_visible()
+    expect(page.get_by_role("list", name="Jobs of the batch").get_by_role("link")).to_have_text(ids)
+    callbacks = page.get_by_role("list", name="Callbacks")
+    expect(callbacks).to_contain_text("not enqueued yet")
+    shot(page, "19-batch-running")
+
+    ui_host.scheduled()
+    page.reload()
+    expect(page.locator(".stats .badge")).to_have_text("succeeded")
+    expect(bar).to_have_attribute("value", "3")
+    expect(page.get_by_text("3 of 3 ended (3 completed, 0 failed)")).to_be_visible()
+    expect(callbacks.get_by_role("link")).to_have_text([f"{batch}:on_success"])
+    expect(callbacks.locator(".badge")).to_have_count(1)  # enqueued: ready, or done by now
+    shot(page, "20-batch-done")
+    page.set_viewport_size({"width": 375, "height": 800})
+    page.reload()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375 + 1
+    # A member's page links back to its batch.
+    page.get_by_role("link", name=ids[0]).click()
+    page.get_by_role("link", name=batch).click()
+    expect(page).to_have_url(re.compile(f"/ui/batches/{batch}$"))
