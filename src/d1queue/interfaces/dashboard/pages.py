@@ -1,5 +1,7 @@
 """The dashboard's pages and the actions behind their forms: the overview,
-a queue (and its flow limits), a job, the failed jobs, the schedules. Each
+a queue (and its flow limits), its completed jobs, a job (with its
+dependencies, dependents and batch), a batch, the failed jobs, the
+schedules. Each
 handler gets a request the dashboard already admitted (auth.py): signed in,
 and for an action carrying the session's CSRF token. Input is checked before
 anything is written; a bad value is a 400 page that says what was wrong (422
@@ -444,7 +446,7 @@ class Pages:
                 props.append(("Unique key", f'<span class="mono">{h.e(job["unique_key"])}</span>'))
         if job["batch"]:
             props.append(("Batch", _job_link(job["batch"], "/ui/batches/")))
-        if job["after"]:
+        if job["after"] and not failed:  # a failure's row does not keep the flag
             props.append(("Ignores failed dependencies", "yes" if job["ignore_failed"] else "no"))
         error = scrub(job.get("error") if failed else job.get("last_error"), job["payload"])
         csrf = csrf_field(request)
