@@ -306,6 +306,13 @@ async def test_store_links_and_batch_reads(service: Service, db: SqliteD1) -> No
     assert set(got.states) == set(got.dependents) and set(got.states.values()) == {"waiting"}
     got = await store.links(waiters[0], [a, "gone"])
     assert got.states == {a: "ready"} and got.dependents == []
+    # A running job is found by no index: the walk of the locked bands finds it.
+    held = await q.reserve("mail")
+    assert held is not None and held.id == a
+    got = await store.links(waiters[0], [a])
+    assert got.states == {a: "reserved"}
+    b = await q.dispatch("step", 2, queue="mail", after=[waiters[0]])
+    assert (await store.links(waiters[0], [a])).states == {a: "reserved", b: "waiting"}
     assert await store.batch("nope") is None
     batch, ids = await q.push_batch([q.new_job("step", 1, queue="mail")])
     page = await store.batch(batch)

@@ -1296,17 +1296,17 @@ MAX_SAFE_TIME = 2**53 - 2
 # -- the dashboard's workflow reads (d1queue/interfaces/dashboard/) ------------
 
 
-def _states(ids: str, now: str) -> str:
+def _states(ids: str, now: str, running: str) -> str:
     """The state of each job among `ids` (a subquery of ids), as of `now`:
-    live jobs through the id index plus one walk of the locked bands (as
-    _live_ids), completed ones through the done index, failed ones by their
-    key. An id found nowhere (cancelled, pruned, or never inserted) has no
-    row; an id completed twice has a row each time."""
+    live jobs through the id index, plus those held or waiting out a retry
+    (`running`: a WHERE walking the locked bands), completed ones through
+    the done index, failed ones by their key. An id found nowhere
+    (cancelled, pruned, or never inserted) has no row; an id completed
+    twice has a row each time."""
     return (
         f"SELECT id, {_job_state(now)} AS state FROM d1queue_jobs WHERE id IN {ids} "
         f"AND {LISTED} UNION ALL "
-        f"SELECT id, {_job_state(now)} AS state FROM d1queue_jobs WHERE queue IN "
-        f"({QUEUE_NAMES}) AND band = {LOCKED_BAND} AND id IN {ids} UNION ALL "
+        f"SELECT id, {_job_state(now)} AS state FROM d1queue_jobs WHERE {running} UNION ALL "
         f"SELECT id, 'completed' AS state FROM d1queue_jobs WHERE id IN {ids} "
         f"AND band = {DONE_BAND} UNION ALL "
         f"SELECT id, 'failed' AS state FROM d1queue_failed_jobs WHERE id IN {ids}"
@@ -1316,17 +1316,22 @@ def _states(ids: str, now: str) -> str:
 # The state of each of ?1's ids (a JSON array of at most STATES_CHUNK ids): a
 # job's dependencies, or a page of a batch's jobs, each shown as a link with
 # its state. A point read an id in each of three indexes and the failed
-# table, and the jobs in flight once for the whole list (the walk of the
-# locked bands). Rows read: about 1 an id found, plus the jobs in flight.
-# ?1 ids ?2 now
-JOB_STATES = _states(_ids_in(1), "?2")
+# table; the walk of the locked bands (the jobs in flight) only when some id
+# is found by none of them (_running). Rows read: about 1 an id found, plus
+# the jobs in flight when one of the ids is running or gone. ?1 ids ?2 now
+JOB_STATES = _states(_ids_in(1), "?2", _running(1))
 
 # The same for the first ?3 jobs waiting for ?1 (DEPENDENTS' edges, by the
 # edges' key): a job page's dependents. The edges are read by each of the
 # four parts (at most 4 x ?3 rows of d1queue_deps), then a point read a
-# waiter as JOB_STATES. ?1 the job waited for ?2 now ?3 limit
+# waiter as JOB_STATES, and the jobs in flight once (a dependent running or
+# retrying is found by no index; without a JSON list of the ids there is
+# no count to skip the walk by). ?1 the job waited for ?2 now ?3 limit
+_WAITERS = "(SELECT waiter FROM d1queue_deps WHERE dep = ?1 ORDER BY waiter LIMIT ?3)"
 DEPENDENT_STATES = _states(
-    "(SELECT waiter FROM d1queue_deps WHERE dep = ?1 ORDER BY waiter LIMIT ?3)", "?2"
+    _WAITERS,
+    "?2",
+    f"queue IN ({QUEUE_NAMES}) AND band = {LOCKED_BAND} AND id IN {_WAITERS}",
 )
 STATES_CHUNK = 100
 """Ids in one JOB_STATES: a job's `after` (bounds.MAX_AFTER) fits one."""
