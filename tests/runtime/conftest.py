@@ -196,7 +196,8 @@ class Host:
 
     def reset(self) -> None:
         """Empty d1queue's tables (cheaper than a new host per test): jobs,
-        failures, queue state, the run counters and API-made schedules (one
+        batches and edges, failures, queue state, the run counters and
+        API-made schedules (one
         left by an earlier test would enqueue jobs into this one's cron runs).
         Waits first for the waitUntil work an earlier test left running (a
         drain-on-push), whose D1 calls would otherwise land in this test."""
@@ -204,6 +205,11 @@ class Host:
         self.python(
             """
             async def main(env):
+                # The batches and edges first: with them gone, the jobs'
+                # delete fires no callback and releases no waiting job.
+                await env.DB.prepare("DELETE FROM d1queue_batches").run()
+                await env.DB.prepare("DELETE FROM d1queue_batch_parts").run()
+                await env.DB.prepare("DELETE FROM d1queue_deps").run()
                 await env.DB.prepare("DELETE FROM d1queue_jobs").run()
                 await env.DB.prepare("DELETE FROM d1queue_failed_jobs").run()
                 await env.DB.prepare("DELETE FROM d1queue_queues").run()
