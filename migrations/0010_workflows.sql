@@ -17,12 +17,15 @@
 -- ids and callbacks in d1queue_batch_parts (read only when a callback fires
 -- or someone asks).
 --
--- A job's end is counted by the triggers below, in the statement that ends
--- it (the completion's move, the DELETE of a failure, a cancel or an
--- unkept completion), so it is counted exactly once, whatever re-sends D1
--- makes: a re-sent settle finds the job gone from its held key and changes
--- nothing, so nothing fires again. They fire only for a job with waiters or
--- a batch; every other job costs what it did.
+-- The end of a job with waiters or a batch is counted by the trigger below,
+-- in the statement that marks it ended (`ended`: 1 completed and kept, 3
+-- completed and deleted next, 2 failed, cancelled or cleared), sent in the
+-- same transaction as the statement that moves or deletes it. So it is
+-- counted exactly once, whatever re-sends D1 makes: a re-sent settle finds
+-- the job gone from its held key and changes nothing, so nothing fires
+-- again. Every other job is moved or deleted by statements that do not set
+-- `ended`: a DELETE has no trigger, so SQLite deletes a claim batch's jobs
+-- in one pass as before, reading one row each.
 --
 -- Existing rows: nothing moves. The id index is rebuilt to hold the
 -- waiting band too, and the unique index leaves out the done band (a
@@ -34,6 +37,7 @@ ALTER TABLE d1queue_jobs ADD COLUMN waiting INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE d1queue_jobs ADD COLUMN ignore_failed INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE d1queue_jobs ADD COLUMN dependents INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE d1queue_jobs ADD COLUMN batch TEXT;
+ALTER TABLE d1queue_jobs ADD COLUMN ended INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE d1queue_failed_jobs ADD COLUMN batch TEXT;
 ALTER TABLE d1queue_failed_jobs ADD COLUMN after TEXT;
 
@@ -87,70 +91,31 @@ BEGIN
     SELECT RAISE(ABORT, 'd1queue: batch not running');
 END;
 
--- A job with waiters or a batch completed and kept: its waiters count it
--- (one row each, by key; the last it waited for moves to its band: ready,
--- delayed or grouped), its batch counts it, and a callback whose condition
--- now holds is enqueued, once: `fired` records it in the same statement.
-CREATE TRIGGER d1queue_jobs_completed AFTER UPDATE OF band ON d1queue_jobs
-WHEN NEW.band = -1004 AND OLD.band = -1002 AND (OLD.dependents = 1 OR OLD.batch IS NOT NULL)
-BEGIN
-    UPDATE d1queue_jobs SET waiting = waiting - 1,
-        band = CASE WHEN waiting > 1 THEN -1003
-            WHEN available_at > created_at THEN -1001
-            WHEN grp IS NOT NULL THEN priority + 3001 ELSE priority END
-    WHERE id IN (SELECT waiter FROM d1queue_deps WHERE dep = OLD.id) AND band = -1003;
-    UPDATE d1queue_batches SET pending = pending - 1, completed = completed + 1
-    WHERE id = OLD.batch;
-    INSERT OR IGNORE INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts,
-        priority, available_at, created_at, unique_key, band)
-    SELECT json_extract(c.spec, '$[0]'), json_extract(c.spec, '$[1]'),
-        json_extract(c.spec, '$[2]'), json_extract(c.spec, '$[3]'), 0,
-        json_extract(c.spec, '$[4]'), json_extract(c.spec, '$[5]'),
-        CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER),
-        CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER),
-        json_extract(c.spec, '$[6]'), json_extract(c.spec, '$[5]')
-    FROM d1queue_batches b JOIN (
-        SELECT 1 AS bit, on_success AS spec FROM d1queue_batch_parts WHERE id = OLD.batch
-        UNION ALL SELECT 4, on_finish FROM d1queue_batch_parts WHERE id = OLD.batch
-    ) c ON c.spec IS NOT NULL
-    WHERE b.id = OLD.batch AND b.pending = 0 AND b.fired & c.bit = 0
-        AND (c.bit = 4 OR b.failed = 0);
-    UPDATE d1queue_batches SET fired = fired | CASE WHEN failed = 0 THEN 5 ELSE 4 END,
-        finished_at = CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)
-    WHERE id = OLD.batch AND pending = 0 AND fired & 4 = 0;
-END;
-
--- A job with waiters or a batch deleted: completed when a worker held it and
--- recorded no failure of this attempt (a queue keeping no history); else it
--- failed for good, or was cancelled or cleared. A waiter counts a
--- completion, and a failure too with ignore_failed; otherwise it is doomed
--- (waiting -1, ready now, its error said) and the drain fails it, which
--- dooms its own waiters in turn. Its edges go with it. A batch counts
--- either, and its callbacks fire as above, on_failure at the first failure.
-CREATE TRIGGER d1queue_jobs_ended AFTER DELETE ON d1queue_jobs
-WHEN OLD.band > -1004 AND (OLD.dependents = 1 OR OLD.batch IS NOT NULL)
+-- A job with waiters or a batch ended. Its waiters count a completion, and
+-- a failure too with ignore_failed (one row each, found by key; the last
+-- it waited for moves to its band: ready, delayed or grouped); otherwise a
+-- waiter is doomed (waiting -1, ready now, its error said) and the drain
+-- fails it, which dooms its own waiters in turn. Its edges go with it,
+-- unless it is kept as completed (a dependent's page links to it). Its
+-- batch counts it, and a callback whose condition now holds is enqueued,
+-- once: `fired` records it in the same statement (on_failure at the first
+-- failure, on_success and on_finish when none is pending).
+CREATE TRIGGER d1queue_jobs_ended AFTER UPDATE OF ended ON d1queue_jobs
+WHEN OLD.ended = 0 AND NEW.ended > 0
 BEGIN
     UPDATE d1queue_jobs SET waiting = waiting - 1,
         band = CASE WHEN waiting > 1 THEN -1003
             WHEN available_at > created_at THEN -1001
             WHEN grp IS NOT NULL THEN priority + 3001 ELSE priority END
     WHERE id IN (SELECT waiter FROM d1queue_deps WHERE dep = OLD.id) AND band = -1003
-        AND (ignore_failed = 1 OR (OLD.band = -1002 AND OLD.reserved_at IS NOT NULL AND NOT EXISTS (SELECT 1
-            FROM d1queue_failed_jobs f WHERE f.id = OLD.id AND f.created_at = OLD.created_at
-            AND f.attempts = OLD.attempts)));
+        AND (NEW.ended <> 2 OR ignore_failed = 1);
     UPDATE d1queue_jobs SET waiting = -1, last_error = 'dependency ' || OLD.id || ' failed',
         band = CASE WHEN grp IS NOT NULL THEN priority + 3001 ELSE priority END
     WHERE id IN (SELECT waiter FROM d1queue_deps WHERE dep = OLD.id) AND band = -1003
-        AND ignore_failed = 0 AND NOT (OLD.band = -1002 AND OLD.reserved_at IS NOT NULL AND NOT EXISTS (SELECT 1
-            FROM d1queue_failed_jobs f WHERE f.id = OLD.id AND f.created_at = OLD.created_at
-            AND f.attempts = OLD.attempts));
-    DELETE FROM d1queue_deps WHERE dep = OLD.id;
-    UPDATE d1queue_batches SET pending = pending - 1, completed = completed + (OLD.band = -1002 AND OLD.reserved_at IS NOT NULL AND NOT EXISTS (SELECT 1
-            FROM d1queue_failed_jobs f WHERE f.id = OLD.id AND f.created_at = OLD.created_at
-            AND f.attempts = OLD.attempts)),
-        failed = failed + NOT (OLD.band = -1002 AND OLD.reserved_at IS NOT NULL AND NOT EXISTS (SELECT 1
-            FROM d1queue_failed_jobs f WHERE f.id = OLD.id AND f.created_at = OLD.created_at
-            AND f.attempts = OLD.attempts))
+        AND NEW.ended = 2 AND ignore_failed = 0;
+    DELETE FROM d1queue_deps WHERE dep = OLD.id AND NEW.ended <> 1;
+    UPDATE d1queue_batches SET pending = pending - 1, completed = completed + (NEW.ended <> 2),
+        failed = failed + (NEW.ended = 2)
     WHERE id = OLD.batch;
     INSERT OR IGNORE INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts,
         priority, available_at, created_at, unique_key, band)

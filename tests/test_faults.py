@@ -169,7 +169,12 @@ async def test_reclaim_keeps_the_error_a_job_had(queue: D1Queue, clock: Clock) -
 
 def ACK(statement: str) -> bool:
     """An acknowledgement: of one job, or of a claim batch's completed jobs."""
-    return statement in (sql.DELETE_HELD, sql.DELETE_HELD_BATCH)
+    return statement in (
+        sql.DELETE_HELD,
+        sql.DELETE_HELD_BATCH,
+        sql.DELETE_HELD_PLAIN,
+        sql.DELETE_HELD_BATCH_PLAIN,
+    )
 
 
 RELEASE = sql.RETRY

@@ -345,3 +345,28 @@ async def test_a_job_may_wait_for_a_running_job() -> None:
     assert (await views(kit).job(b)).state == "ready"  # type: ignore[union-attr]
     await kit.run_due()
     assert ran == ["b"]
+
+
+@pytest.mark.parametrize("jobs_in_claim", [1, 3])
+async def test_a_job_named_while_it_runs_on_a_queue_keeping_no_history(
+    jobs_in_claim: int,
+) -> None:
+    """Without history a completion deletes only jobs no workflow has; a job a
+    waiter named while it ran is ended and deleted by the follow-up, and its
+    waiter released: alone, or among its claim batch's jobs."""
+    from d1queue.store.queue import Outcome
+
+    ran: list[str] = []
+    reg = jobs(ran)
+    reg.history("default", keep=False)
+    kit = Kit(reg)
+    q = kit.queue
+    ids = [await kit.dispatch("step", {"id": f"a{i}"}) for i in range(jobs_in_claim)]
+    held = await q.reserve_batch("default", jobs_in_claim)
+    assert sorted(j.id for j in held) == sorted(ids)
+    waiter = await kit.dispatch("step", {"id": "w"}, after=[ids[0]])
+    assert await q.settle([Outcome(j, "complete") for j in held]) == [True] * jobs_in_claim
+    assert (await views(kit).job(waiter)).state == "ready"  # type: ignore[union-attr]
+    assert [j.id for j in kit.enqueued()] == [waiter]
+    await kit.run_due()
+    assert ran == ["w"]

@@ -103,8 +103,11 @@ class Admin:
 
     async def cancel(self, id: str) -> Literal["cancelled", "reserved", "missing"]:
         """Delete job `id` unless a worker holds it."""
+        # A workflow's job is marked ended first (its waiters and batch
+        # count the cancel as a failure), in the same transaction.
+        cancels = (*sql.END_CANCELLED, *sql.CANCEL_JOBS)
         *deleted, found = await self.binding.batch(
-            [*((cancel, (id,)) for cancel in sql.CANCEL_JOBS), (sql.SELECT_JOB, (id,))]
+            [*((cancel, (id,)) for cancel in cancels), (sql.SELECT_JOB, (id,))]
         )
         if any(d.changes for d in deleted):
             return "cancelled"

@@ -14,7 +14,7 @@ import logging
 import os
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import groupby, pairwise
 from typing import Any, Literal, Protocol, Self, Unpack
 
@@ -865,7 +865,7 @@ class D1Queue:
         # plain SELECT reads the grouped bands with the ready one.
         flows = {q: f for q, f in (flows or {}).items() if q in shares and f.active}
         now = self.clock()
-        statements, firsts, carried = self._settle_statements(outcomes, now)
+        statements, firsts, carried, also = self._settle_statements(outcomes, now)
         reads = {q: _reads(k, flows.get(q)) for q, k in shares.items()}
         selects = [_select(q, now, k, flows.get(q), guarded=True) for q, k in reads.items()]
         # The places held on queues with a concurrency limit, read with the
@@ -888,7 +888,7 @@ class D1Queue:
                     held_now = results[len(results) - len(places) :]
                     for q, held in zip(limited_queues, held_now, strict=True):
                         occupied[q] = {r[0] for r in held.rows}
-                    marks = await self._marks(outcomes, results, firsts, carried)
+                    marks = await self._marks(outcomes, results, firsts, carried, also=also)
                 else:
                     found = [await self.binding.run(selects[0][0], *selects[0][1], positional=True)]
             except Exception as exc:
@@ -948,7 +948,7 @@ class D1Queue:
                 await self._unclaim(chosen, until)
             return Round(marks, [], len(candidates), exc, found=offered)
         if statements:
-            marks = await self._marks(outcomes, results, firsts, carried)
+            marks = await self._marks(outcomes, results, firsts, carried, also=also)
         base = len(statements)
         claimed = [results[base + i] for i in at]
         # A limited claim that changed nothing: a rate's take refused it, or
@@ -1072,7 +1072,14 @@ class D1Queue:
         if outcome.action == "complete":
             if self.keeps(job.queue):
                 return [(sql.COMPLETE_HELD, (*held, now, outcome.result))]
-            return [(sql.DELETE_HELD, held)]
+            if job.batch is None:
+                # A waiter may name the job while it runs: if it did, this
+                # deletes nothing and `_ended_apart` ends and deletes it.
+                return [(sql.DELETE_HELD_PLAIN, held)]
+            return [
+                (sql.END_HELD, (*held, sql.ENDED_DELETED)),
+                (sql.DELETE_HELD, held),
+            ]
         if outcome.action == "retry":
             # Clamped: a Retry(delay_s=inf) or a Retry-After of 10^14 must not
             # push available_at past what D1 binds, failing the whole batch.
@@ -1081,18 +1088,22 @@ class D1Queue:
             return [(retry, (now + delay_ms, outcome.error, *held))]
         return [
             (sql.FAIL_RECORD, (outcome.error or "failed", now, *held)),
+            (sql.END_HELD, (*held, sql.ENDED_FAILED)),
             (sql.DELETE_HELD, held),
         ]
 
     def _settle_statements(
         self, outcomes: Sequence[Outcome], now: int
-    ) -> tuple[list[Statement], list[int], dict[int, list[int]]]:
+    ) -> tuple[list[Statement], list[int], dict[int, list[int]], dict[int, list[Statement]]]:
         """The statements settling `outcomes`; for each outcome, the index of
         the statement whose `changes` tells whether it landed; and for each
         statement acknowledging several jobs at once, which outcomes it
         carries. The completed jobs of a claim batch whose every job is
         settled here go in one DELETE_HELD_BATCH per queue, after the
-        batch's other statements; any other job takes its own."""
+        batch's other statements; any other job takes its own. `also`: by
+        the index of an acknowledgement that deletes only jobs no workflow
+        has (DELETE_HELD_PLAIN, DELETE_HELD_BATCH_PLAIN), the statements
+        that end and delete the others, sent after it if it fell short."""
         groups: dict[tuple[str, str, int], list[int]] = {}
         batches = self._batches
         if batches:
@@ -1106,27 +1117,45 @@ class D1Queue:
                     groups[key] = []
         firsts: list[int] = []
         statements: list[Statement] = []
+        also: dict[int, list[Statement]] = {}
+
+        def place(outcome: Outcome) -> int:
+            first = len(statements)
+            own = self._statements(outcome, now)
+            statements.extend(own)
+            if own[0][0] == sql.DELETE_HELD_PLAIN:
+                held = own[0][1]
+                also[first] = [
+                    (sql.END_HELD, (*held, sql.ENDED_DELETED)),
+                    (sql.DELETE_HELD, held),
+                ]
+            return first
+
         for i, outcome in enumerate(outcomes):
             group = groups.get(_batch_key(outcome.job)) if groups else None
             if group is not None and outcome.action == "complete":
                 group.append(i)
                 firsts.append(-1)  # its group's statement, placed below
                 continue
-            firsts.append(len(statements))
-            statements += self._statements(outcome, now)
+            firsts.append(place(outcome))
         carried: dict[int, list[int]] = {}
         for (token, queue, until), members in groups.items():
             ack = self._ack_batch(queue, until, token, [outcomes[i] for i in members], now)
-            if ack is None:  # one job, or results too large for one statement
+            if not ack:  # one job, or results too large for one statement
                 for i in members:
-                    firsts[i] = len(statements)
-                    statements += self._statements(outcomes[i], now)
+                    firsts[i] = place(outcomes[i])
             else:
                 carried[len(statements)] = members
                 for i in members:
                     firsts[i] = len(statements)
-                statements.append(ack)
-        return statements, firsts, carried
+                if ack[0][0] == sql.DELETE_HELD_BATCH_PLAIN:
+                    held = (queue, until, token)
+                    also[len(statements)] = [
+                        (sql.END_HELD_BATCH, (*held, sql.ENDED_DELETED)),
+                        (sql.DELETE_HELD_BATCH, held),
+                    ]
+                statements.extend(ack)
+        return statements, firsts, carried, also
 
     def keeps(self, queue: str) -> bool:
         """Whether `queue`'s completed jobs are kept as history."""
@@ -1134,29 +1163,34 @@ class D1Queue:
 
     def _ack_batch(
         self, queue: str, until: int, token: str, outcomes: Sequence[Outcome], now: int
-    ) -> Statement | None:
+    ) -> list[Statement]:
         """The one statement acknowledging every completed job of a claim
         batch on `queue`: DELETE_HELD_BATCH, or with history
-        COMPLETE_HELD_BATCH carrying their results. None: one job (its own
-        statement is as cheap), or results too large to bind as one value."""
+        COMPLETE_HELD_BATCH carrying their results. Without history, it
+        deletes only the jobs no workflow has (DELETE_HELD_BATCH_PLAIN): a
+        job a waiter named while it ran is ended apart (`_marks`). None: one
+        job (its own statement is as cheap), a batch's job among them, or
+        results too large to bind as one value."""
         if len(outcomes) < 2:
-            return None
+            return []
         if not self.keeps(queue):
-            return (sql.DELETE_HELD_BATCH, (queue, until, token))
+            if any(o.job.batch is not None for o in outcomes):
+                return []  # each its own statements: END_HELD, DELETE_HELD
+            return [(sql.DELETE_HELD_BATCH_PLAIN, (queue, until, token))]
         results = {o.job.id: o.result for o in outcomes if o.result is not None}
         text = json.dumps(results, separators=(",", ":"))
         if len(text) > MAX_RESULT_BYTES:
-            return None
-        return (sql.COMPLETE_HELD_BATCH, (queue, until, token, text, now))
+            return []
+        return [(sql.COMPLETE_HELD_BATCH, (queue, until, token, text, now))]
 
     async def settle(self, outcomes: Sequence[Outcome]) -> list[bool]:
         """Apply many outcomes in one db.batch (one transaction). For each,
         True if it was written (also when an earlier send of ours landed and
         its reply was lost); False if the lease had lapsed and the job moved
         on, in which case nothing changed. Raises if D1 refuses the batch."""
-        statements, firsts, carried = self._settle_statements(outcomes, self.clock())
+        statements, firsts, carried, also = self._settle_statements(outcomes, self.clock())
         results = await self.binding.batch(statements)
-        marks = await self._marks(outcomes, results, firsts, carried)
+        marks = await self._marks(outcomes, results, firsts, carried, also=also)
         return [m != "stale" for m in marks]
 
     async def settle_outcomes(
@@ -1171,10 +1205,12 @@ class D1Queue:
         if not outcomes:
             return []
         now = self.clock()
-        statements, firsts, carried = self._settle_statements(outcomes, now)
+        statements, firsts, carried, also = self._settle_statements(outcomes, now)
         try:
             results = await self.binding.batch(statements)
-            return await self._marks(outcomes, results, firsts, carried, maybe_sent=maybe_sent)
+            return await self._marks(
+                outcomes, results, firsts, carried, maybe_sent=maybe_sent, also=also
+            )
         except Exception as exc:
             first = exc
         marks: list[Mark] = []
@@ -1190,7 +1226,17 @@ class D1Queue:
         for attempt in range(SETTLE_TRIES):
             try:
                 results = await self.binding.batch(stmts)
-                (mark,) = await self._marks([outcome], results, [0], {}, maybe_sent=True)
+                also = (
+                    {
+                        0: [
+                            (sql.END_HELD, (*stmts[0][1], sql.ENDED_DELETED)),
+                            (sql.DELETE_HELD, stmts[0][1]),
+                        ]
+                    }
+                    if stmts[0][0] == sql.DELETE_HELD_PLAIN
+                    else {}
+                )
+                (mark,) = await self._marks([outcome], results, [0], {}, maybe_sent=True, also=also)
                 return mark
             except Exception as exc:
                 if attempt + 1 == SETTLE_TRIES or isinstance(exc, SubrequestLimitExceeded):
@@ -1215,6 +1261,7 @@ class D1Queue:
         carried: Mapping[int, list[int]],
         *,
         maybe_sent: bool = False,
+        also: Mapping[int, list[Statement]] | None = None,
     ) -> list[Mark]:
         """Each outcome's mark, from the `changes` of its statement
         (`firsts`, as _settle_statements placed them). A statement carrying
@@ -1226,6 +1273,8 @@ class D1Queue:
         still there was not deleted by us."""
         marks: list[Mark] = []
         unsure: list[int] = []
+        if also:
+            results = await self._ended_apart(results, carried, also)
         landed: dict[int, int] = {k: results[k].changes for k in carried}
         for n, (outcome, at) in enumerate(zip(outcomes, firsts, strict=True)):
             first = results[at]
@@ -1263,6 +1312,32 @@ class D1Queue:
                 if outcomes[n].job.id not in present:
                     marks[n] = "resent"
         return marks
+
+    async def _ended_apart(
+        self,
+        results: Sequence[Result],
+        carried: Mapping[int, list[int]],
+        also: Mapping[int, list[Statement]],
+    ) -> list[Result]:
+        """`results`, where an acknowledgement that deletes only jobs no
+        workflow has fell short, with the jobs its follow-up ended and
+        deleted counted in: a waiter named them while they ran (or their
+        lease lapsed: then the follow-up finds nothing either). The
+        follow-up is fenced by the same key and token, so sending it is
+        safe whatever the first did; if D1 refuses it, those jobs stay held
+        until their lease lapses and run again, as any unsettled job."""
+        out = list(results)
+        for at, statements in also.items():
+            expected = len(carried[at]) if at in carried else 1
+            if out[at].changes >= expected:
+                continue
+            try:
+                ended = await self.binding.batch(statements)
+            except Exception as exc:
+                event(log, "d1queue.settle.unended", logging.WARNING, error=str(exc))
+                continue
+            out[at] = replace(out[at], changes=out[at].changes + ended[-1].changes)
+        return out
 
     async def complete(self, job: QueuedJob) -> bool:
         """The job is done: delete it (releasing its unique_key). False if the
@@ -1314,7 +1389,12 @@ class D1Queue:
 
     async def clear(self, queue: str) -> int:
         """Delete every job on `queue`, reserved or not; returns how many."""
-        result = await self.binding.run(sql.CLEAR_QUEUE, check_name("queue", queue))
+        check_name("queue", queue)
+        # A workflow's jobs are marked ended first: a clear fails them for
+        # their waiters and batches, in the same transaction.
+        _, result = await self.binding.batch(
+            [(sql.END_CLEARED, (queue,)), (sql.CLEAR_QUEUE, (queue,))]
+        )
         return result.changes
 
     async def reclaim_expired(self) -> int:

@@ -1050,11 +1050,22 @@ PRUNE_SIGNOUTS = (
 # unique index leaves the done band out). The token stays on the row: a
 # re-send after a lost reply finds nothing at the held key, and the driver
 # looks for the job among the live ones (_marks), where it no longer is.
-# The trigger d1queue_jobs_completed counts it for its waiters and batch.
+# A workflow's job is marked ended in the same statement, which fires the
+# trigger d1queue_jobs_ended (its waiters and batch count it); the move
+# changes the key, so SQLite updates in two passes whatever the triggers.
 # ?1 id ?2 reservation ?3 queue ?4 lease end ?5 now ?6 result
+WORKFLOW = "(dependents = 1 OR batch IS NOT NULL)"
+"""A job whose end the trigger d1queue_jobs_ended must count: some job waits
+for it, or it is a batch's."""
+
+ENDED_KEPT, ENDED_FAILED, ENDED_DELETED = 1, 2, 3
+"""`ended` as the trigger reads it: completed and kept; failed, cancelled or
+cleared; completed on a queue that keeps no history (deleted next)."""
+
 _DONE_SET = (
     f"UPDATE d1queue_jobs SET band = {DONE_BAND}, available_at = ?5, locked_until = 0, "
-    "reserved_at = NULL, slot = NULL, gslot = NULL, result = "
+    f"reserved_at = NULL, slot = NULL, gslot = NULL, ended = CASE WHEN {WORKFLOW} THEN "
+    f"{ENDED_KEPT} ELSE 0 END, result = "
 )
 COMPLETE_HELD = _DONE_SET + "?6 WHERE " + _held(3, 4, 1, 2)
 
@@ -1344,4 +1355,38 @@ SELECT_BATCH_VIEW = (
     "b.finished_at, p.ids, p.on_success IS NOT NULL AS has_on_success, "
     "p.on_failure IS NOT NULL AS has_on_failure, p.on_finish IS NOT NULL AS has_on_finish "
     "FROM d1queue_batches b LEFT JOIN d1queue_batch_parts p ON p.id = b.id WHERE b.id = ?1"
+)
+
+
+# Ending a workflow's job that is deleted next (a failure, or a completion on
+# a queue that keeps no history): its `ended` set in place, which fires the
+# trigger d1queue_jobs_ended, before the DELETE in the same transaction. A
+# job that is no workflow's is left alone (nothing written; the DELETE
+# before it in the batch, DELETE_HELD_PLAIN, took it). ?1 id ?2 reservation
+# ?3 queue ?4 lease end ?5 ended
+END_HELD = f"UPDATE d1queue_jobs SET ended = ?5 WHERE {_held(3, 4, 1, 2)} AND {WORKFLOW}"
+# DELETE_HELD of a job that is no workflow's. No trigger fires on a DELETE
+# of the jobs table, so a settle that deletes (DELETE_HELD_BATCH_PLAIN
+# too) reads each row once, in one pass, and the workflow's jobs of the
+# range are ended and deleted by the two statements after it, which find
+# none in the usual batch: a seek each. Same parameters as DELETE_HELD.
+DELETE_HELD_PLAIN = DELETE_HELD + f" AND NOT {WORKFLOW}"
+# ?1 queue ?2 lease end ?3 reservation ?4 ended
+END_HELD_BATCH = (
+    f"UPDATE d1queue_jobs SET ended = ?4 WHERE queue = ?1 AND band = {LOCKED_BAND} "
+    f"AND available_at = ?2 AND reservation = ?3 AND reserved_at IS NOT NULL AND {WORKFLOW}"
+)
+DELETE_HELD_BATCH_PLAIN = DELETE_HELD_BATCH + f" AND NOT {WORKFLOW}"
+
+# A cancel's end of a workflow's job, before CANCEL_JOBS deletes it (the
+# id index, then the walk of the locked bands). ?1 id
+END_CANCELLED = (
+    f"UPDATE d1queue_jobs SET ended = {ENDED_FAILED} WHERE id = ?1 AND {LISTED} "
+    f"AND reserved_at IS NULL AND {WORKFLOW}",
+    f"UPDATE d1queue_jobs SET ended = {ENDED_FAILED} WHERE queue IN ({QUEUE_NAMES}) "
+    f"AND band = {LOCKED_BAND} AND id = ?1 AND reserved_at IS NULL AND {WORKFLOW}",
+)
+# A clear's end of the queue's workflow jobs, before CLEAR_QUEUE. ?1 queue
+END_CLEARED = (
+    f"UPDATE d1queue_jobs SET ended = {ENDED_FAILED} WHERE queue = ?1 AND {LIVE} AND {WORKFLOW}"
 )
