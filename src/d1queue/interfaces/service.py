@@ -138,7 +138,7 @@ def check_id(id: Any) -> str:
     return id
 
 
-def _int(obj: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+def _int(obj: dict[str, Any], key: str, lo: int, hi: int, where: str = "") -> int | None:
     """`obj[key]` checked as an integer from lo to hi; None when absent, so
     the job's declared default applies (JobSpec.new). A null is refused."""
     if key not in obj:
@@ -147,7 +147,7 @@ def _int(obj: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # JSON Schema's integer: 120.0 is one
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise invalid(f"{key} must be an integer from {lo} to {hi}")
+        raise invalid(f"{where}{key} must be an integer from {lo} to {hi}")
     return value
 
 
@@ -299,8 +299,8 @@ class Service:
             or not (0 <= delay <= MAX_DELAY_S)
         ):
             raise invalid(f"{where}delay_s must be a number from 0 to {MAX_DELAY_S}")
-        max_attempts = _int(obj, "max_attempts", 1, MAX_ATTEMPTS)
-        priority = _int(obj, "priority", *PRIORITY_RANGE)
+        max_attempts = _int(obj, "max_attempts", 1, MAX_ATTEMPTS, where)
+        priority = _int(obj, "priority", *PRIORITY_RANGE, where)
         key = obj.get("unique_key")
         if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY):
             raise invalid(f"{where}unique_key must be a string of 1 to {MAX_UNIQUE_KEY} characters")

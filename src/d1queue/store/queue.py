@@ -1219,7 +1219,10 @@ class D1Queue:
         lapsed): the counts are exact, which jobs they were is not told.
         Where a re-send found nothing to change, a deleting outcome (ack,
         fail) may have landed the first time: one lookup tells, since a row
-        still there was not deleted by us."""
+        still there was not deleted by us. D1's `changes` counts the rows
+        the schema's triggers changed too (the waiters a completion frees,
+        the batch it counts in): a statement that matched its own row
+        changed at least that one, and one that did not fired no trigger."""
         marks: list[Mark] = []
         unsure: list[int] = []
         landed: dict[int, int] = {k: results[k].changes for k in carried}
@@ -1227,7 +1230,7 @@ class D1Queue:
             first = results[at]
             resent = first.resent or maybe_sent
             if at in landed:
-                if first.changes == len(carried[at]):
+                if first.changes >= len(carried[at]):
                     marks.append("resent" if resent else "written")
                 elif resent:
                     marks.append("stale")
@@ -1237,7 +1240,7 @@ class D1Queue:
                     marks.append("written")
                 else:
                     marks.append("stale")
-            elif first.changes == 1:
+            elif first.changes >= 1:
                 marks.append("resent" if resent else "written")
             elif resent and outcome.action in ("complete", "fail"):
                 marks.append("stale")
