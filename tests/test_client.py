@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from d1queue import D1Queue
+from d1queue import Config, D1Queue, drain
 from d1queue.core.bounds import MAX_PAYLOAD_BYTES
 from d1queue.interfaces.api import Api
 from d1queue.interfaces.client import ERROR_STATUS, Client, ClientError
@@ -60,9 +60,25 @@ class Binding:
     async def cancel(self, id: str) -> Any:
         return await self._call(self.service.cancel(str(id)))
 
+    async def completed(self, queue: str, limit: Any = 50, cursor: Any = None) -> Any:
+        return await self._call(
+            self.service.completed(str(queue), 50 if limit is None else limit, cursor)
+        )
+
+    async def batch(self, batch: Any) -> Any:
+        return await self._call(self.service.batch(batch))
+
+    async def batch_state(self, id: str) -> Any:
+        return await self._call(self.service.batch_state(str(id)))
+
+    async def add_to_batch(self, id: str, jobs: Any) -> Any:
+        return await self._call(self.service.add_to_batch(str(id), jobs))
+
 
 @pytest.fixture
 def api(queue: D1Queue) -> Api:
+    # Completed jobs kept, as the Worker glue keeps them by default.
+    queue.keep_completed = True
     return Api(Service(queue, registry()), TOKEN, "1", SPEC)
 
 
@@ -137,6 +153,40 @@ BAD: list[tuple[str, tuple[Any, ...], dict[str, Any], str, dict[str, Any] | None
     ("job", ("a/b",), {}, "/v1/jobs/a%2Fb", None),
     ("cancel", ("x" * 200,), {}, "/v1/jobs/" + "x" * 200, None),
     ("stats", ("bad queue",), {}, "/v1/queues/bad%20queue", None),
+    (
+        "push",
+        ("mail", "t.echo"),
+        {"after": ["a b"]},
+        "/v1/queues/mail/jobs",
+        {"name": "t.echo", "payload": None, "after": ["a b"]},
+    ),
+    (
+        "push",
+        (None, "t.echo"),
+        {"after": ["0" * 32], "ignore_failed": True},
+        "/v1/jobs",
+        {"name": "t.echo", "payload": None, "after": ["0" * 32], "ignore_failed": True},
+    ),
+    ("batch", ([],), {}, "/v1/batches", {"jobs": []}),
+    (
+        "batch",
+        ([{"name": "t.echo"}],),
+        {"on_success": {"name": "t.echo", "delay_s": 1}},
+        "/v1/batches",
+        {"jobs": [{"name": "t.echo"}], "on_success": {"name": "t.echo", "delay_s": 1}},
+    ),
+    ("batch_state", ("a b",), {}, "/v1/batches/a%20b", None),
+    ("batch_state", ("0" * 32,), {}, "/v1/batches/" + "0" * 32, None),
+    (
+        "add_to_batch",
+        ("0" * 32, [{"name": "t.echo"}]),
+        {},
+        "/v1/batches/" + "0" * 32 + "/jobs",
+        {"jobs": [{"name": "t.echo"}]},
+    ),
+    ("completed", ("a b",), {}, "/v1/queues/a%20b/completed", None),
+    ("completed", ("mail",), {"limit": 0}, "/v1/queues/mail/completed?limit=0", None),
+    ("completed", ("mail",), {"cursor": "x"}, "/v1/queues/mail/completed?cursor=x", None),
 ]
 
 
@@ -158,6 +208,48 @@ async def test_bad_input_is_refused_as_the_api_refuses_it(
             await getattr(client, method)(*args, **options)
         assert (caught.value.status, caught.value.code) == expected
     assert raw.counts() == (0, 0, 0), "nothing written"
+    for table in ("d1queue_deps", "d1queue_batches"):
+        assert db.query(f"SELECT COUNT(*) AS n FROM {table}")[0]["n"] == 0, table
+
+
+async def test_workflows_over_either_transport(client: Client, api: Api) -> None:
+    a = await client.push("flow", "t.echo", {"n": 1})
+    b = await client.push(None, "t.echo", {"n": 2}, queue="flow", after=[a["id"]])
+    c = await client.push("flow", "t.echo", {"n": 3}, after=[a["id"]], ignore_failed=True)
+    state = await client.job(b["id"])
+    assert (state["state"], state["after"], state["ignore_failed"]) == ("waiting", [a["id"]], False)
+    assert (await client.job(c["id"]))["ignore_failed"] is True
+    assert (await client.job(a["id"]))["dependents"] == sorted([b["id"], c["id"]])
+    with pytest.raises(ClientError) as caught:
+        await client.push("flow", "t.echo", after=["0" * 32])
+    assert (caught.value.status, caught.value.code) == (422, "unknown_dependency")
+
+    made = await client.batch(
+        [{"name": "t.echo", "payload": i, "queue": "flow"} for i in range(2)],
+        on_finish={"name": "t.echo", "payload": "done", "queue": "flow"},
+    )
+    assert set(made) == {"batch", "ids"} and len(made["ids"]) == 2
+    added = await client.add_to_batch(made["batch"], [{"name": "t.echo", "queue": "flow"}])
+    assert len(added["ids"]) == 1
+    got = await client.batch_state(made["batch"])
+    assert (got["total"], got["state"], got["ids"]) == (3, "running", made["ids"] + added["ids"])
+
+    await drain(api.service.queue, api.service.registry, Config())
+    await drain(api.service.queue, api.service.registry, Config())
+    got = await client.batch_state(made["batch"])
+    assert (got["state"], got["completed"]) == ("succeeded", 3)
+    with pytest.raises(ClientError) as caught:
+        await client.add_to_batch(made["batch"], [{"name": "t.echo"}])
+    assert (caught.value.status, caught.value.code) == (409, "batch_not_running")
+    assert (await client.job(b["id"]))["state"] == "completed"
+
+    page = await client.completed("flow", limit=3)
+    assert len(page["jobs"]) == 3 and page["next_cursor"] is not None
+    assert all(j["state"] == "completed" for j in page["jobs"])
+    rest = await client.completed("flow", 100, page["next_cursor"])
+    seen = [j["id"] for j in page["jobs"] + rest["jobs"]]
+    assert rest["next_cursor"] is None and len(seen) == len(set(seen)) == 7
+    assert f"{made['batch']}:on_finish" in seen
 
 
 async def test_a_payload_json_cannot_hold_is_refused_before_sending(client: Client) -> None:

@@ -5,6 +5,7 @@ calls (examples/ts-producer/src/wrong.ts) it must refuse."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import textwrap
 from pathlib import Path
@@ -34,6 +35,20 @@ def test_every_operation_has_a_unique_operation_id() -> None:
         if method != "parameters"
     ]
     assert len(ids) == len(set(ids))
+
+
+def test_every_rpc_method_is_exposed_by_a_subclass_of_the_entrypoint() -> None:
+    """workerd exposes only a class's own methods: the entrypoint copies
+    _RPC_METHODS onto each subclass, so a method missing there is typed but
+    not callable."""
+    tree = ast.parse(ts_types.RPC_SOURCE.read_text(encoding="utf-8"))
+    (listed,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "id", None) == "_RPC_METHODS" for t in node.targets)
+    ]
+    assert sorted(ast.literal_eval(listed)) == sorted(m.name for m in ts_types.rpc_methods())
 
 
 def test_every_rpc_method_is_typed_with_its_parameters() -> None:

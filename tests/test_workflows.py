@@ -370,3 +370,28 @@ async def test_a_job_named_while_it_runs_on_a_queue_keeping_no_history(
     assert [j.id for j in kit.enqueued()] == [waiter]
     await kit.run_due()
     assert ran == ["w"]
+
+
+async def test_completing_or_failing_a_job_others_wait_for_is_written_not_stale() -> None:
+    """D1's `changes` counts the rows the schema's triggers changed too (the
+    waiters a completion frees, the batch it counts in): a settle that
+    landed is written, however many rows its triggers touched."""
+    ran: list[str] = []
+    kit = Kit(jobs(ran))
+    q = kit.queue
+    a = await kit.dispatch("step", {"id": "a"})
+    await kit.dispatch("step", {"id": "b"}, after=[a])
+    held = await q.reserve("default")
+    assert held is not None and held.id == a
+    assert await q.complete(held), "its own row moved to the done band"
+    f = await kit.dispatch("step", {"id": "f", "fail": True})
+    await kit.dispatch("step", {"id": "g"}, after=[f])
+    completed = stale = failed = 0
+    for _ in range(3):
+        report = await kit.run_due()
+        completed, stale, failed = (
+            completed + report.completed,
+            stale + report.stale,
+            failed + report.failed,
+        )
+    assert (completed, failed, stale) == (1, 2, 0), (ran, completed, failed, stale)

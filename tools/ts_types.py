@@ -38,9 +38,10 @@ OUTPUT = REPO / "clients" / "ts" / "index.d.ts"
 HANDLERS = frozenset({"fetch", "scheduled", "queue", "email", "tail", "trace", "test"})
 """Methods the runtime calls on a WorkerEntrypoint: not RPC methods."""
 
-GENERIC = frozenset({"Job", "JobByName", "ScheduleIn"})
-"""Schemas whose `name` is a registered job name: generic in it (`N`), so a
-caller can narrow names to its deployment's (`D1Queue<"mail.send">`)."""
+GENERIC = frozenset({"Job", "JobByName", "CallbackJob", "ScheduleIn", "BatchIn", "BatchJobs"})
+"""Schemas whose `name` is a registered job name, or that hold such jobs:
+generic in it (`N`), so a caller can narrow names to its deployment's
+(`D1Queue<"mail.send">`)."""
 
 TS_NAMES = {"Error": "ErrorBody"}
 """Schema names that would shadow a TypeScript global."""
@@ -100,6 +101,20 @@ RPC: dict[str, Method] = {
         ("setLimits",),
     ),
     "job": Method({"id": Arg("path", "job", "id")}, ("job",)),
+    "completed": Method(
+        {
+            "queue": Arg("path", "completed", "queue"),
+            "limit": Arg("query", "completed", "limit"),
+            "cursor": Arg("query", "completed", "cursor"),
+        },
+        ("completed",),
+    ),
+    "batch": Method({"batch": Arg("body", "createBatch")}, ("createBatch",)),
+    "batch_state": Method({"id": Arg("path", "batchState", "id")}, ("batchState",)),
+    "add_to_batch": Method(
+        {"id": Arg("path", "addToBatch", "id"), "jobs": Arg("body", "addToBatch", "jobs")},
+        ("addToBatch",),
+    ),
     "cancel": Method({"id": Arg("path", "cancel", "id")}, ("cancel",)),
     "retry_failed": Method({"id": Arg("path", "retryFailed", "id")}, ("retryFailed",)),
     "put_schedule": Method(
@@ -234,6 +249,9 @@ def ts_type(schema: dict[str, Any], indent: str = "", name_param: bool = False) 
         return _literal(schema["const"])
     if "enum" in schema:
         return " | ".join(_literal(v) for v in schema["enum"]) or "never"
+    for union in ("oneOf", "anyOf"):
+        if union in schema:
+            return " | ".join(ts_type(s, indent) for s in schema[union])
     kind = schema.get("type")
     if kind is None:
         return "Json"  # any JSON value

@@ -56,6 +56,16 @@ export interface Job<N extends string = string> {
    * minLength 1; maxLength 255
    */
   partition?: string | null;
+  /**
+   * ids of jobs this one waits for: it is `waiting` until each of them completed, then ready. One that fails for good or is cancelled fails this job (`dependency <id> failed`) unless ignore_failed. Each must be queued, running, failed or kept as completed (else 422 unknown_dependency, nothing written); a job waits only for jobs on its own D1 database (shard): an id of another shard is unknown to it. Not with debounce_s
+   * minItems 1; maxItems 100
+   */
+  after?: string[] | null;
+  /**
+   * with after: run even if a job it waits for fails or is cancelled
+   * default false
+   */
+  ignore_failed?: boolean;
 }
 
 export interface JobByName<N extends string = string> {
@@ -101,6 +111,16 @@ export interface JobByName<N extends string = string> {
    */
   partition?: string | null;
   /**
+   * ids of jobs this one waits for: it is `waiting` until each of them completed, then ready. One that fails for good or is cancelled fails this job (`dependency <id> failed`) unless ignore_failed. Each must be queued, running, failed or kept as completed (else 422 unknown_dependency, nothing written); a job waits only for jobs on its own D1 database (shard): an id of another shard is unknown to it. Not with debounce_s
+   * minItems 1; maxItems 100
+   */
+  after?: string[] | null;
+  /**
+   * with after: run even if a job it waits for fails or is cancelled
+   * default false
+   */
+  ignore_failed?: boolean;
+  /**
    * the queue to push to; without it, the queue the job is registered with ('default' if it declares none)
    * pattern `^[A-Za-z0-9._:-]{1,64}$`
    */
@@ -118,7 +138,7 @@ export interface Stats {
   oldest_ready_age_s?: number | null;
   paused: boolean;
   /** its flow limits (null: none); `reserved` is their use */
-  limits?: Json;
+  limits?: Limits | null;
 }
 
 /**
@@ -194,7 +214,10 @@ export interface JobState {
   id: string;
   queue: string;
   name: string;
-  state: "ready" | "delayed" | "reserved" | "failed";
+  /**
+   * waiting: for the jobs in `after`; completed: ran, and kept with its result (D1QUEUE_KEEP_COMPLETED_S)
+   */
+  state: "waiting" | "ready" | "delayed" | "reserved" | "completed" | "failed";
   /**
    * the JSON value pushed; for a failed job whose stored text is not valid JSON (or nests past 64 levels), that text as a string
    */
@@ -217,6 +240,21 @@ export interface JobState {
   /** failed jobs: why */
   error?: string;
   failed_at?: number;
+  /** the ids it waits (or waited) for; null: none */
+  after?: string[] | null;
+  /** it runs even if one of `after` fails; null for a failed job (not kept once it failed) */
+  ignore_failed?: boolean | null;
+  /** the batch it is a job of */
+  batch?: string | null;
+  /** completed: what its handler returned (JSON; null otherwise) */
+  result?: Json;
+  /** completed: when, epoch ms (null otherwise) */
+  completed_at?: number | null;
+  /**
+   * GET /v1/jobs/{id}: ids of the jobs waiting (or that waited) for it, at most 100
+   * maxItems 100
+   */
+  dependents?: string[];
 }
 
 export interface ErrorBody {
@@ -315,11 +353,105 @@ export interface PushedBatch {
   warnings: string[];
 }
 
+/**
+ * a batch's callback: a job by name, with the fields a callback keeps (max_attempts, name, payload, priority, queue, unique_key; any other is 422). Its id is `<batch>:<on_success|on_failure|on_finish>`; its handler's context carries the batch
+ */
+export interface CallbackJob<N extends string = string> {
+  /**
+   * a registered job name
+   * pattern `^[A-Za-z0-9._:-]{1,64}$`
+   */
+  name: N;
+  /**
+   * any JSON value, at most 131072 bytes and 64 levels deep (a request nested deeper is refused: 422 too_deep)
+   */
+  payload?: Json;
+  /**
+   * attempts before the job is failed; without it, the job's registered max_attempts (3 if it declares none)
+   * minimum 1; maximum 100
+   */
+  max_attempts?: number;
+  /**
+   * higher runs first; without it, the job's registered priority (0 if it declares none)
+   * minimum -1000; maximum 1000
+   */
+  priority?: number;
+  /**
+   * a queued job holding the same key (on the same shard: with shards, keys are unique per D1 database) makes this push store nothing
+   * minLength 1; maxLength 255
+   */
+  unique_key?: string | null;
+  /**
+   * the queue to push to; without it, the queue the job is registered with ('default' if it declares none)
+   * pattern `^[A-Za-z0-9._:-]{1,64}$`
+   */
+  queue?: string;
+}
+
+export interface BatchIn<N extends string = string> {
+  /**
+   * jobs must be an array of 1 to 1000 jobs, each as POST /v1/jobs takes it, all routing to one shard
+   * minItems 1; maxItems 1000
+   */
+  jobs: JobByName<N>[];
+  /** enqueued once, when every job completed */
+  on_success?: CallbackJob<N> | null;
+  /** enqueued once, when the first job failed for good (or was cancelled) */
+  on_failure?: CallbackJob<N> | null;
+  /** enqueued once, when every job completed or failed */
+  on_finish?: CallbackJob<N> | null;
+}
+
+export interface BatchJobs<N extends string = string> {
+  /**
+   * jobs must be an array of 1 to 1000 jobs, each as POST /v1/jobs takes it, all routing to one shard
+   * minItems 1; maxItems 1000
+   */
+  jobs: JobByName<N>[];
+}
+
+export interface BatchCreated {
+  /** the batch's id (GET /v1/batches/{id}) */
+  batch: string;
+  /**
+   * its jobs' ids, in order (a job whose unique_key a queued job held: that job's id, and it is not a job of the batch)
+   */
+  ids: string[];
+}
+
+export interface BatchState {
+  id: string;
+  /** its jobs */
+  total: number;
+  /** not ended yet */
+  pending: number;
+  completed: number;
+  /** failed for good, or cancelled */
+  failed: number;
+  /** running while a job is pending; then succeeded if none failed, else failed */
+  state: "running" | "succeeded" | "failed";
+  /** epoch ms */
+  created_at: number;
+  /** when the last job ended */
+  finished_at?: number | null;
+  /** its jobs' ids */
+  ids?: string[];
+}
+
+export interface AddedToBatch {
+  ids: string[];
+}
+
 export interface Queues {
   queues: Stats[];
 }
 
 export interface FailedPage {
+  jobs: JobState[];
+  next_cursor: string | null;
+}
+
+export interface CompletedPage {
   jobs: JobState[];
   next_cursor: string | null;
 }
@@ -577,7 +709,25 @@ export interface Routes<N extends string = string> {
       422: ErrorBody;
     };
   };
-  /** A job's state (operationId `job`) */
+  /**
+   * A queue's completed jobs kept as history, newest first, with their results (operationId `completed`)
+   */
+  "GET /v1/queues/{queue}/completed": {
+    operationId: "completed";
+    params: { queue: string };
+    query: { limit?: number; cursor?: string };
+    body: never;
+    ok: CompletedPage;
+    responses: {
+      200: CompletedPage;
+      401: ErrorBody;
+      503: ErrorBody;
+      400: ErrorBody;
+    };
+  };
+  /**
+   * A job's state: waiting, ready, delayed, reserved, completed (while kept) or failed (operationId `job`)
+   */
   "GET /v1/jobs/{id}": {
     operationId: "job";
     params: { id: string };
@@ -606,6 +756,58 @@ export interface Routes<N extends string = string> {
       503: ErrorBody;
       404: ErrorBody;
       409: ErrorBody;
+    };
+  };
+  /**
+   * Push a batch of 1 to 1000 jobs, all or nothing, with callbacks (on_success, on_failure, on_finish) each enqueued exactly once (operationId `createBatch`)
+   */
+  "POST /v1/batches": {
+    operationId: "createBatch";
+    params: {};
+    query: {};
+    body: BatchIn<N>;
+    ok: BatchCreated;
+    responses: {
+      201: BatchCreated;
+      401: ErrorBody;
+      503: ErrorBody;
+      400: ErrorBody;
+      413: ErrorBody;
+      422: ErrorBody;
+    };
+  };
+  /** A batch's progress (operationId `batchState`) */
+  "GET /v1/batches/{id}": {
+    operationId: "batchState";
+    params: { id: string };
+    query: {};
+    body: never;
+    ok: BatchState;
+    responses: {
+      400: ErrorBody;
+      200: BatchState;
+      401: ErrorBody;
+      503: ErrorBody;
+      404: ErrorBody;
+    };
+  };
+  /**
+   * Add jobs to a running batch, all or nothing (409 batch_not_running once every job of it ended, or for no such batch) (operationId `addToBatch`)
+   */
+  "POST /v1/batches/{id}/jobs": {
+    operationId: "addToBatch";
+    params: { id: string };
+    query: {};
+    body: BatchJobs<N>;
+    ok: AddedToBatch;
+    responses: {
+      400: ErrorBody;
+      201: AddedToBatch;
+      401: ErrorBody;
+      503: ErrorBody;
+      409: ErrorBody;
+      413: ErrorBody;
+      422: ErrorBody;
     };
   };
   /** Failed jobs, newest first (operationId `failed`) */
@@ -830,10 +1032,33 @@ export interface D1Queue<N extends string = string> {
    */
   set_limits(queue: string, limits: Limits): Promise<LimitsState>;
   /**
-   * A job's state (as GET /v1/jobs/{id}).
+   * A job's state: waiting, ready, delayed, reserved, completed (while kept) or failed (as GET /v1/jobs/{id}).
    * `id`: the path parameter `id` of GET /v1/jobs/{id}
    */
   job(id: string): Promise<JobState>;
+  /**
+   * A queue's completed jobs kept as history, newest first, with their results (as GET /v1/queues/{queue}/completed).
+   * `queue`: the path parameter `queue` of GET /v1/queues/{queue}/completed
+   * `limit`: the query parameter `limit` of GET /v1/queues/{queue}/completed
+   * `cursor`: the query parameter `cursor` of GET /v1/queues/{queue}/completed
+   */
+  completed(queue: string, limit?: number, cursor?: string | null): Promise<CompletedPage>;
+  /**
+   * Push a batch of 1 to 1000 jobs, all or nothing, with callbacks (on_success, on_failure, on_finish) each enqueued exactly once (as POST /v1/batches).
+   * `batch`: the body of POST /v1/batches
+   */
+  batch(batch: BatchIn<N>): Promise<BatchCreated>;
+  /**
+   * A batch's progress (as GET /v1/batches/{id}).
+   * `id`: the path parameter `id` of GET /v1/batches/{id}
+   */
+  batch_state(id: string): Promise<BatchState>;
+  /**
+   * Add jobs to a running batch, all or nothing (409 batch_not_running once every job of it ended, or for no such batch) (as POST /v1/batches/{id}/jobs).
+   * `id`: the path parameter `id` of POST /v1/batches/{id}/jobs
+   * `jobs`: the body's `jobs` of POST /v1/batches/{id}/jobs
+   */
+  add_to_batch(id: string, jobs: JobByName<N>[]): Promise<AddedToBatch>;
   /**
    * Cancel a job no worker holds (as DELETE /v1/jobs/{id}).
    * `id`: the path parameter `id` of DELETE /v1/jobs/{id}
@@ -879,4 +1104,4 @@ export interface D1Queue<N extends string = string> {
 }
 
 /** The method names of `D1Queue`, in the entrypoint's order. */
-export type D1QueueMethod = "dispatch" | "dispatch_job" | "dispatch_json" | "dispatch_batch" | "stats" | "limits" | "set_limits" | "job" | "cancel" | "retry_failed" | "put_schedule" | "schedules" | "schedule" | "delete_schedule" | "pause_schedule" | "resume_schedule";
+export type D1QueueMethod = "dispatch" | "dispatch_job" | "dispatch_json" | "dispatch_batch" | "stats" | "limits" | "set_limits" | "job" | "completed" | "batch" | "batch_state" | "add_to_batch" | "cancel" | "retry_failed" | "put_schedule" | "schedules" | "schedule" | "delete_schedule" | "pause_schedule" | "resume_schedule";

@@ -51,7 +51,7 @@ def test_a_pushed_job_runs_at_the_next_scheduled_run(clean_host: Host) -> None:
         "paused + queue names, SELECT, claim batch, settle batch, the run's counters"
     )
     assert echo_runs(clean_host.output()[since:]) == Counter([job_id])
-    assert clean_host.api("GET", f"/v1/jobs/{job_id}").status == 404
+    assert clean_host.api("GET", f"/v1/jobs/{job_id}").json()["state"] == "completed"
 
 
 def test_the_echo_jobs_log_line_carries_its_id_and_no_payload(clean_host: Host) -> None:
@@ -151,6 +151,45 @@ def test_rpc_methods_as_a_js_worker_calls_them(clean_host: Host) -> None:
         clean_host.rpc("retry_failed", "nope")
 
 
+def test_workflow_rpc_methods_as_a_js_worker_calls_them(clean_host: Host) -> None:
+    """Dependencies, batches, additions, the completed page and a job's
+    states over RPC, and the same batch read over HTTP, in the real Worker
+    (which keeps completed jobs by default)."""
+    h = clean_host
+    first = h.rpc("dispatch", "wf", {"name": "example.echo", "payload": 1})
+    waiter = h.rpc("dispatch_job", {"name": "example.echo", "queue": "wf", "after": [first["id"]]})
+    assert h.rpc("job", waiter["id"])["state"] == "waiting"
+    assert h.rpc("job", first["id"])["dependents"] == [waiter["id"]]
+    with pytest.raises(RpcError, match="unknown_dependency"):
+        h.rpc("dispatch", "wf", {"name": "example.echo", "after": ["0" * 32]})
+    made = h.rpc(
+        "batch",
+        {
+            "jobs": [{"name": "example.echo", "queue": "wf", "payload": i} for i in range(3)],
+            "on_finish": {"name": "example.echo", "queue": "wf", "payload": "done"},
+        },
+    )
+    assert len(made["ids"]) == 3
+    added = h.rpc("add_to_batch", made["batch"], [{"name": "example.echo", "queue": "wf"}])
+    assert len(added["ids"]) == 1
+    state = h.rpc("batch_state", made["batch"])
+    assert (state["total"], state["state"]) == (4, "running")
+    assert h.api("GET", f"/v1/batches/{made['batch']}").json() == state
+    for _ in range(3):
+        h.scheduled()
+    state = h.rpc("batch_state", made["batch"])
+    assert (state["completed"], state["state"]) == (4, "succeeded"), state
+    with pytest.raises(RpcError, match="batch_not_running"):
+        h.rpc("add_to_batch", made["batch"], [{"name": "example.echo"}])
+    assert h.rpc("job", waiter["id"])["state"] == "completed"
+    page = h.rpc("completed", "wf", 100)
+    ids = {j["id"] for j in page["jobs"]}
+    assert {first["id"], waiter["id"], f"{made['batch']}:on_finish"} <= ids
+    assert len(ids) == 7 and page["next_cursor"] is None
+    assert h.rpc("limits", "wf")["source"] == "none"
+    assert h.rpc("set_limits", "wf", {"concurrency": 2})["limits"]["concurrency"] == 2
+
+
 def test_a_push_by_name_and_what_a_push_says_about_its_queue(clean_host: Host) -> None:
     """In the real Worker (wrangler.toml drains "*", every queue): a push by
     name alone lands on the job's registered queue, over HTTP and RPC; a push
@@ -187,7 +226,7 @@ def test_a_job_on_a_queue_of_the_callers_own_name_runs(clean_host: Host) -> None
     (report,) = wait_reports(clean_host, since, 1)
     assert (report["claimed"], report["completed"], report["rounds"]) == (2, 2, 1)
     assert echo_runs(clean_host.output()[since:]) == Counter(ids)
-    assert all(clean_host.api("GET", f"/v1/jobs/{i}").status == 404 for i in ids)
+    assert all(clean_host.api("GET", f"/v1/jobs/{i}").json()["state"] == "completed" for i in ids)
 
 
 def test_api_over_http_errors_and_nothing_written(clean_host: Host) -> None:
@@ -241,7 +280,9 @@ def test_http_request_job_through_the_workers_fetch(clean_host: Host, server: Se
     gone = push("/gone")
     slow = push("/slow", timeout_s=0.5)
     clean_host.scheduled()
-    assert clean_host.api("GET", f"/v1/jobs/{ok}").status == 404, "delivered and acknowledged"
+    ok_state = clean_host.api("GET", f"/v1/jobs/{ok}").json()
+    assert ok_state["state"] == "completed", "delivered and acknowledged"
+    assert ok_state["result"]["status"] == 200
     assert ("POST", "/ok", '{"hello": "world"}', "v") in server.seen
     f = clean_host.api("GET", f"/v1/jobs/{flaky}").json()
     assert f["state"] == "ready" and "answered 503: busy" in f["last_error"]
@@ -250,7 +291,7 @@ def test_http_request_job_through_the_workers_fetch(clean_host: Host, server: Se
     s = clean_host.api("GET", f"/v1/jobs/{slow}").json()
     assert s["state"] in ("ready", "delayed") and "no response within 0.5s" in s["last_error"]
     clean_host.scheduled()  # Retry-After: 0, so the 503 job is due again
-    assert clean_host.api("GET", f"/v1/jobs/{flaky}").status == 404
+    assert clean_host.api("GET", f"/v1/jobs/{flaky}").json()["state"] == "completed"
     assert sum(1 for m, p, *_ in server.seen if p == "/ok") == 1, "delivered exactly once"
 
 

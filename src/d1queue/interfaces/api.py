@@ -28,6 +28,7 @@ from ..core.d1_faults import is_unavailable
 from ..core.guard import CLIENT_HEADER, RETRY_AFTER_S, Guard
 from ..core.log import event, get
 from ..store.failed import FAILED_CURSOR_RULE
+from ..store.workflows import COMPLETED_CURSOR_RULE
 from .router import QueryParam, Reply, Route, Router, options_reply, without_body
 from .service import UNAVAILABLE_RETRY_AFTER_S, ApiError, Service, too_deep, unavailable
 
@@ -205,6 +206,20 @@ class Api:
             raise ApiError(422, "invalid", 'the body is {"jobs": [...]} and nothing else')
         return 201, await self.service.dispatch_batch(queue, obj.get("jobs"))
 
+    async def _batch(self, *, body: bytes, **_: Any) -> tuple[int, Any]:
+        return 201, await self.service.batch(json_object(body))
+
+    async def _add_to_batch(self, id: str, *, body: bytes, **_: Any) -> tuple[int, Any]:
+        obj = json_object(body)
+        unknown = sorted(set(obj) - {"jobs"})
+        if unknown:
+            message = f'unknown field(s): {", ".join(unknown)} (the body is {{"jobs": [...]}})'
+            raise ApiError(422, "invalid", message)
+        return 201, await self.service.add_to_batch(id, obj.get("jobs"))
+
+    async def _completed(self, queue: str, *, query: dict[str, Any], **_: Any) -> tuple[int, Any]:
+        return 200, await self.service.completed(queue, query["limit"], query["cursor"])
+
     async def _pause(self, queue: str, **_: Any) -> tuple[int, Any]:
         return 200, await self.service.set_paused(queue, True)
 
@@ -252,8 +267,20 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/queues/{queue}/resume", Api._resume),
     Route("GET", "/v1/queues/{queue}/limits", _on_path(Service.limits)),
     Route("PUT", "/v1/queues/{queue}/limits", Api._put_limits),
+    Route(
+        "GET",
+        "/v1/queues/{queue}/completed",
+        Api._completed,
+        query=(
+            QueryParam("limit", "integer", minimum=1, maximum=MAX_PAGE, default=50),
+            QueryParam("cursor", "string", pattern=COMPLETED_CURSOR_RULE),
+        ),
+    ),
     Route("GET", "/v1/jobs/{id}", _on_path(Service.job)),
     Route("DELETE", "/v1/jobs/{id}", _on_path(Service.cancel)),
+    Route("POST", "/v1/batches", Api._batch),
+    Route("GET", "/v1/batches/{id}", _on_path(Service.batch_state)),
+    Route("POST", "/v1/batches/{id}/jobs", Api._add_to_batch),
     Route(
         "GET",
         "/v1/failed",

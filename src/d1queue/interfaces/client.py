@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from .service import ApiError, check_id, check_queue
 
@@ -44,11 +44,13 @@ ERROR_STATUS: dict[str, int] = {
     "method_not_allowed": 405,
     "conflict": 409,
     "reserved": 409,
+    "batch_not_running": 409,
     "declared_in_code": 409,
     "payload_too_large": 413,
     "invalid": 422,
     "too_deep": 422,
     "unknown_job": 422,
+    "unknown_dependency": 422,
     "invalid_cron": 422,
     "unknown_timezone": 422,
     "too_many_attempts": 429,
@@ -93,11 +95,12 @@ class Client:
         self, queue: str | None, name: str, payload: Any = None, /, **options: Any
     ) -> dict[str, Any]:
         """Push one job: `options` are the job's other fields (delay_s,
-        max_attempts, priority, unique_key, group, debounce_s, partition).
-        `queue` None: the
-        job's registered queue (or `queue=` among the options, as POST
-        /v1/jobs takes it). Answers {id, queue, deduplicated, paused,
-        drained, warnings}."""
+        max_attempts, priority, unique_key, group, debounce_s, partition,
+        after, ignore_failed). `after`: 1 to 100 ids of jobs on the same
+        shard it waits for (422 unknown_dependency for one that is not
+        there). `queue` None: the job's registered queue (or `queue=` among
+        the options, as POST /v1/jobs takes it). Answers {id, queue,
+        deduplicated, paused, drained, warnings}."""
         job = {"name": name, "payload": payload, **options}
         if queue is None:
             return await self._transport.call("dispatch_job", job)
@@ -111,8 +114,51 @@ class Client:
         )
 
     async def job(self, id: str) -> dict[str, Any]:
-        """A job's state (404 not_found once it completed)."""
+        """A job's state: waiting, ready, delayed, reserved, completed (with
+        its result, while kept) or failed; with its after, batch and
+        dependents (404 not_found once it is no longer kept)."""
         return await self._transport.call("job", _segment(check_id, id))
+
+    async def completed(
+        self, queue: str, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """A page of `queue`'s completed jobs, newest first, with their
+        results: {jobs, next_cursor} (pass next_cursor for the next page)."""
+        return await self._transport.call("completed", _segment(check_queue, queue), limit, cursor)
+
+    async def batch(
+        self,
+        jobs: list[Mapping[str, Any]],
+        *,
+        on_success: Mapping[str, Any] | None = None,
+        on_failure: Mapping[str, Any] | None = None,
+        on_finish: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Push a workflow batch of 1 to 1,000 jobs ({name, payload?, queue?,
+        after?, ...} each, as `push` takes them by name), all or nothing,
+        with callback jobs ({name, payload?, queue?, max_attempts?,
+        priority?, unique_key?}) each enqueued exactly once: on_success when
+        every job completed, on_failure at the first that failed for good,
+        on_finish when every job ended. Answers {batch, ids}."""
+        body: dict[str, Any] = {"jobs": list(jobs)}
+        for kind, callback in (
+            ("on_success", on_success),
+            ("on_failure", on_failure),
+            ("on_finish", on_finish),
+        ):
+            if callback is not None:
+                body[kind] = dict(callback)
+        return await self._transport.call("batch", body)
+
+    async def batch_state(self, id: str) -> dict[str, Any]:
+        """A batch's progress: {id, total, pending, completed, failed, state,
+        created_at, finished_at, ids}."""
+        return await self._transport.call("batch_state", _segment(check_id, id))
+
+    async def add_to_batch(self, id: str, jobs: list[Mapping[str, Any]]) -> dict[str, Any]:
+        """Add jobs to a running batch: {ids}; 409 batch_not_running once
+        every job of it ended."""
+        return await self._transport.call("add_to_batch", _segment(check_id, id), list(jobs))
 
     async def cancel(self, id: str) -> dict[str, Any]:
         """Delete a job no worker holds (409 reserved if one does)."""
@@ -171,6 +217,16 @@ class _Http(_Transport):
             return await self._send("GET", f"/v1/jobs/{seg[0]}")
         if method == "cancel":
             return await self._send("DELETE", f"/v1/jobs/{seg[0]}")
+        if method == "completed":
+            query = {k: v for k, v in (("limit", args[1]), ("cursor", args[2])) if v is not None}
+            path = f"/v1/queues/{seg[0]}/completed"
+            return await self._send("GET", path + (f"?{urlencode(query)}" if query else ""))
+        if method == "batch":
+            return await self._send("POST", "/v1/batches", args[0])
+        if method == "batch_state":
+            return await self._send("GET", f"/v1/batches/{seg[0]}")
+        if method == "add_to_batch":
+            return await self._send("POST", f"/v1/batches/{seg[0]}/jobs", {"jobs": args[1]})
         if method == "stats":
             return await self._send("GET", f"/v1/queues/{seg[0]}" if seg else "/v1/queues")
         if method == "limits":

@@ -514,7 +514,13 @@ _RPC_METHODS = (
     "dispatch_json",
     "dispatch_batch",
     "stats",
+    "limits",
+    "set_limits",
     "job",
+    "completed",
+    "batch",
+    "batch_state",
+    "add_to_batch",
     "cancel",
     "retry_failed",
     "put_schedule",
@@ -591,8 +597,9 @@ class D1QueueEntrypoint(WorkerEntrypoint):
 
     async def dispatch(self, queue: str, job: Any) -> dict[str, Any]:
         """Push `job` ({name, payload?, delay_s?, priority?, unique_key?,
-        group?, debounce_s?, ...}, as POST /v1/queues/{queue}/jobs) to
-        `queue`: {id, queue, deduplicated, paused, drained, warnings}."""
+        group?, debounce_s?, after?, ignore_failed?, ...}, as POST
+        /v1/queues/{queue}/jobs) to `queue`: {id, queue, deduplicated,
+        paused, drained, warnings}."""
         return await self._service().dispatch(str(queue), _py(job))
 
     async def dispatch_job(self, job: Any) -> dict[str, Any]:
@@ -629,8 +636,31 @@ class D1QueueEntrypoint(WorkerEntrypoint):
         return await self._service().set_limits(str(queue), _py(limits))
 
     async def job(self, id: str) -> dict[str, Any]:
-        """A queued job's state (GET /v1/jobs/{id}); a completed job is gone."""
+        """A job's state (GET /v1/jobs/{id}): waiting, ready, delayed,
+        reserved, completed (while kept, with its result) or failed."""
         return await self._service().job(str(id))
+
+    async def completed(self, queue: str, limit: Any = 50, cursor: Any = None) -> dict[str, Any]:
+        """A page of a queue's completed jobs, newest first, with their results
+        (GET /v1/queues/{queue}/completed): {jobs, next_cursor}. A JS caller's
+        `undefined` limit arrives as None: the default page."""
+        limit = _py(limit)
+        return await self._service().completed(
+            str(queue), 50 if limit is None else limit, _py(cursor)
+        )
+
+    async def batch(self, batch: Any) -> dict[str, Any]:
+        """Push a workflow batch ({jobs, on_success?, on_failure?, on_finish?},
+        POST /v1/batches): {batch, ids}."""
+        return await self._service().batch(_py(batch))
+
+    async def batch_state(self, id: str) -> dict[str, Any]:
+        """A batch's progress (GET /v1/batches/{id})."""
+        return await self._service().batch_state(str(id))
+
+    async def add_to_batch(self, id: str, jobs: Any) -> dict[str, Any]:
+        """Add jobs to a running batch (POST /v1/batches/{id}/jobs): {ids}."""
+        return await self._service().add_to_batch(str(id), _py(jobs))
 
     async def cancel(self, id: str) -> dict[str, Any]:
         """Remove a queued job that no worker holds (DELETE /v1/jobs/{id})."""

@@ -12,9 +12,11 @@ import copy
 from typing import Any
 
 from ..core.bounds import (
+    BATCH_JOBS,
     GROUP_RULE,
     ID_RULE,
     LIMIT_RANGE,
+    MAX_AFTER,
     MAX_ATTEMPTS,
     MAX_BATCH,
     MAX_DELAY_S,
@@ -38,6 +40,7 @@ from ..core.schedule import (
 )
 from .api import INDEX, MAX_BODY_BYTES, ROUTES
 from .router import Route
+from .service import BATCH_JOBS_RULE, CALLBACK_FIELDS, CALLBACKS, DEPENDENTS_SHOWN, SAME_SHARD
 
 NAME_SCHEMA = {"type": "string", "pattern": f"^{NAME_RULE}$"}
 
@@ -62,9 +65,10 @@ ID_PARAM = {
     "in": "path",
     "required": True,
     "schema": {"type": "string", "pattern": f"^{ID_RULE}$"},
-    "description": "a job id is `[s<shard>-]<32 hex digits>`: the shard that holds it "
-    "(none: shard 0); a schedule id is the one it was given",
+    "description": "a job id (or a batch id) is `[s<shard>-]<32 hex digits>`: the shard "
+    "that holds it (none: shard 0); a schedule id is the one it was given",
 }
+JOB_ID = {"type": "string", "pattern": f"^{ID_RULE}$"}
 
 JOB_IN: dict[str, Any] = {
     "type": "object",
@@ -73,6 +77,11 @@ JOB_IN: dict[str, Any] = {
     # debounce_s names what it debounces by the job's unique_key.
     "if": {"required": ["debounce_s"], "properties": {"debounce_s": {"type": "number"}}},
     "then": {"required": ["unique_key"], "properties": {"unique_key": {"type": "string"}}},
+    # A job that waits for others is not debounced (it would move a waiting job).
+    "not": {
+        "required": ["after", "debounce_s"],
+        "properties": {"after": {"type": "array"}, "debounce_s": {"type": "number"}},
+    },
     "properties": {
         "name": NAME_SCHEMA | {"description": "a registered job name"},
         "payload": {
@@ -123,6 +132,23 @@ JOB_IN: dict[str, Any] = {
             "description": "with several shards (D1QUEUE_SHARDS), the key whose hash picks "
             "the job's shard instead of its queue's name; a queue pinned in "
             "D1QUEUE_SHARD_MAP ignores it. Not stored: the job's id names its shard",
+        },
+        "after": {
+            "type": ["array", "null"],
+            "items": JOB_ID,
+            "minItems": 1,
+            "maxItems": MAX_AFTER,
+            "uniqueItems": True,
+            "description": "ids of jobs this one waits for: it is `waiting` until each of "
+            "them completed, then ready. One that fails for good or is cancelled fails this "
+            "job (`dependency <id> failed`) unless ignore_failed. Each must be queued, "
+            "running, failed or kept as completed (else 422 unknown_dependency, nothing "
+            f"written); {SAME_SHARD}. Not with debounce_s",
+        },
+        "ignore_failed": {
+            "type": "boolean",
+            "default": False,
+            "description": "with after: run even if a job it waits for fails or is cancelled",
         },
     },
 }
@@ -194,7 +220,11 @@ JOB_OUT = {
         "id": {"type": "string"},
         "queue": {"type": "string"},
         "name": {"type": "string"},
-        "state": {"enum": ["ready", "delayed", "reserved", "failed"]},
+        "state": {
+            "enum": ["waiting", "ready", "delayed", "reserved", "completed", "failed"],
+            "description": "waiting: for the jobs in `after`; completed: ran, and kept with "
+            "its result (D1QUEUE_KEEP_COMPLETED_S)",
+        },
         "payload": {
             "description": "the JSON value pushed; for a failed job whose stored text is "
             f"not valid JSON (or nests past {MAX_JSON_DEPTH} levels), that text as a string"
@@ -214,6 +244,105 @@ JOB_OUT = {
         "last_error": {"type": ["string", "null"]},
         "error": {"type": "string", "description": "failed jobs: why"},
         "failed_at": {"type": "integer"},
+        "after": {
+            "type": ["array", "null"],
+            "items": {"type": "string"},
+            "description": "the ids it waits (or waited) for; null: none",
+        },
+        "ignore_failed": {
+            "type": ["boolean", "null"],
+            "description": "it runs even if one of `after` fails; null for a failed job "
+            "(not kept once it failed)",
+        },
+        "batch": {"type": ["string", "null"], "description": "the batch it is a job of"},
+        "result": {
+            "description": "completed: what its handler returned (JSON; null otherwise)",
+        },
+        "completed_at": {
+            "type": ["integer", "null"],
+            "description": "completed: when, epoch ms (null otherwise)",
+        },
+        "dependents": {
+            "type": "array",
+            "items": {"type": "string"},
+            "maxItems": DEPENDENTS_SHOWN,
+            "description": "GET /v1/jobs/{id}: ids of the jobs waiting (or that waited) for "
+            f"it, at most {DEPENDENTS_SHOWN}",
+        },
+    },
+}
+CALLBACK_JOB: dict[str, Any] = {
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {},  # JOB_BY_NAME's, below
+    "description": "a batch's callback: a job by name, with the fields a callback keeps "
+    f"({', '.join(sorted(CALLBACK_FIELDS))}; any other is 422). Its id is "
+    "`<batch>:<on_success|on_failure|on_finish>`; its handler's context carries the batch",
+}
+BATCH_OF_JOBS = {
+    "type": "array",
+    "minItems": BATCH_JOBS[0],
+    "maxItems": BATCH_JOBS[1],
+    "items": _ref("JobByName"),
+    "description": f"{BATCH_JOBS_RULE}, each as POST /v1/jobs takes it, all routing to one shard",
+}
+BATCH_IN = {
+    "type": "object",
+    "required": ["jobs"],
+    "additionalProperties": False,
+    "properties": {
+        "jobs": BATCH_OF_JOBS,
+        "on_success": {
+            "oneOf": [_ref("CallbackJob"), {"type": "null"}],
+            "description": "enqueued once, when every job completed",
+        },
+        "on_failure": {
+            "oneOf": [_ref("CallbackJob"), {"type": "null"}],
+            "description": "enqueued once, when the first job failed for good (or was cancelled)",
+        },
+        "on_finish": {
+            "oneOf": [_ref("CallbackJob"), {"type": "null"}],
+            "description": "enqueued once, when every job completed or failed",
+        },
+    },
+}
+BATCH_JOBS_IN = {
+    "type": "object",
+    "required": ["jobs"],
+    "additionalProperties": False,
+    "properties": {"jobs": BATCH_OF_JOBS},
+}
+BATCH_CREATED = {
+    "type": "object",
+    "required": ["batch", "ids"],
+    "properties": {
+        "batch": {"type": "string", "description": "the batch's id (GET /v1/batches/{id})"},
+        "ids": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "its jobs' ids, in order (a job whose unique_key a queued job "
+            "held: that job's id, and it is not a job of the batch)",
+        },
+    },
+}
+BATCH_STATE = {
+    "type": "object",
+    "required": ["id", "total", "pending", "completed", "failed", "state", "created_at"],
+    "properties": {
+        "id": {"type": "string"},
+        "total": {"type": "integer", "description": "its jobs"},
+        "pending": {"type": "integer", "description": "not ended yet"},
+        "completed": {"type": "integer"},
+        "failed": {"type": "integer", "description": "failed for good, or cancelled"},
+        "state": {
+            "enum": ["running", "succeeded", "failed"],
+            "description": "running while a job is pending; then succeeded if none failed, "
+            "else failed",
+        },
+        "created_at": {"type": "integer", "description": "epoch ms"},
+        "finished_at": {"type": ["integer", "null"], "description": "when the last job ended"},
+        "ids": {"type": "array", "items": {"type": "string"}, "description": "its jobs' ids"},
     },
 }
 ERROR = {
@@ -236,6 +365,9 @@ JOB_BY_NAME = JOB_IN | {
             f"registered with ({DEFAULT_QUEUE!r} if it declares none)"
         }
     }
+}
+CALLBACK_JOB["properties"] = {
+    k: v for k, v in JOB_BY_NAME["properties"].items() if k in CALLBACK_FIELDS
 }
 NOTES = {
     "paused": {
@@ -392,12 +524,30 @@ SPEC: dict[str, Any] = {
             "Schedule": SCHEDULE_OUT,
             "Pushed": PUSHED,
             "PushedBatch": PUSHED_BATCH,
+            "CallbackJob": CALLBACK_JOB,
+            "BatchIn": BATCH_IN,
+            "BatchJobs": BATCH_JOBS_IN,
+            "BatchCreated": BATCH_CREATED,
+            "BatchState": BATCH_STATE,
+            "AddedToBatch": {
+                "type": "object",
+                "required": ["ids"],
+                "properties": {"ids": {"type": "array", "items": {"type": "string"}}},
+            },
             "Queues": {
                 "type": "object",
                 "required": ["queues"],
                 "properties": {"queues": {"type": "array", "items": _ref("Stats")}},
             },
             "FailedPage": {
+                "type": "object",
+                "required": ["jobs", "next_cursor"],
+                "properties": {
+                    "jobs": {"type": "array", "items": _ref("JobState")},
+                    "next_cursor": {"type": ["string", "null"]},
+                },
+            },
+            "CompletedPage": {
                 "type": "object",
                 "required": ["jobs", "next_cursor"],
                 "properties": {
@@ -531,11 +681,45 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
             },
         },
     ),
+    ("GET", "/v1/queues/{queue}/completed"): _op(
+        "A queue's completed jobs kept as history, newest first, with their results",
+        {"200": _json(_ref("CompletedPage"), "a page")},
+        400,
+    ),
     ("GET", "/v1/jobs/{id}"): _op(
-        "A job's state", {"200": _json(_ref("JobState"), "the job")}, 404
+        "A job's state: waiting, ready, delayed, reserved, completed (while kept) or failed",
+        {"200": _json(_ref("JobState"), "the job")},
+        404,
     ),
     ("DELETE", "/v1/jobs/{id}"): _op(
         "Cancel a job no worker holds", {"200": _json(_ref("Cancelled"), "cancelled")}, 404, 409
+    ),
+    ("POST", "/v1/batches"): _op(
+        f"Push a batch of {BATCH_JOBS[0]} to {BATCH_JOBS[1]} jobs, all or nothing, with "
+        f"callbacks ({', '.join(CALLBACKS)}) each enqueued exactly once",
+        {"201": _json(_ref("BatchCreated"), "queued")},
+        400,
+        413,
+        422,
+        requestBody={
+            "required": True,
+            "content": {"application/json": {"schema": _ref("BatchIn")}},
+        },
+    ),
+    ("GET", "/v1/batches/{id}"): _op(
+        "A batch's progress", {"200": _json(_ref("BatchState"), "the batch")}, 404
+    ),
+    ("POST", "/v1/batches/{id}/jobs"): _op(
+        "Add jobs to a running batch, all or nothing (409 batch_not_running once every job "
+        "of it ended, or for no such batch)",
+        {"201": _json(_ref("AddedToBatch"), "added")},
+        409,
+        413,
+        422,
+        requestBody={
+            "required": True,
+            "content": {"application/json": {"schema": _ref("BatchJobs")}},
+        },
     ),
     ("GET", "/v1/failed"): _op(
         "Failed jobs, newest first",
@@ -607,8 +791,12 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/queues/{queue}/resume"): "resumeQueue",
     ("GET", "/v1/queues/{queue}/limits"): "limits",
     ("PUT", "/v1/queues/{queue}/limits"): "setLimits",
+    ("GET", "/v1/queues/{queue}/completed"): "completed",
     ("GET", "/v1/jobs/{id}"): "job",
     ("DELETE", "/v1/jobs/{id}"): "cancel",
+    ("POST", "/v1/batches"): "createBatch",
+    ("GET", "/v1/batches/{id}"): "batchState",
+    ("POST", "/v1/batches/{id}/jobs"): "addToBatch",
     ("GET", "/v1/failed"): "failed",
     ("DELETE", "/v1/failed"): "pruneFailed",
     ("POST", "/v1/failed/{id}/retry"): "retryFailed",
@@ -697,7 +885,7 @@ def document(job_names: list[str]) -> dict[str, Any]:
     """SPEC for a Worker whose registry has `job_names`: a job's `name` is one
     of them, so the document promises exactly what the Worker accepts."""
     doc = copy.deepcopy(SPEC)
-    for schema in ("Job", "JobByName", "ScheduleIn"):
+    for schema in ("Job", "JobByName", "CallbackJob", "ScheduleIn"):
         doc["components"]["schemas"][schema]["properties"]["name"] = {
             "enum": sorted(job_names),
             "description": "a registered job name",

@@ -8,11 +8,13 @@ failures are `ApiError`s carrying an HTTP status and a stable code.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
 from ..core.bounds import (
+    BATCH_JOBS,
     ID_PATTERN,
     ID_RULE,
     MAX_ATTEMPTS,
@@ -31,17 +33,19 @@ from ..core.bounds import (
     value_depth,
 )
 from ..core.config import Config
+from ..core.errors import BatchNotRunning, UnknownDependency
 from ..core.flow import Limits, LimitsError
 from ..core.job import QueuedJob, new_id
 from ..core.registry import Registry, spec_for
 from ..core.schedule import DEFAULT_CATCH_UP, DEFAULT_TZ, ScheduleDef, ScheduleError
-from ..core.shards import mark_id, shard_of_id
+from ..core.shards import mark_id, merge_pages, shard_of_id
 from ..features.after_push import AfterPush
 from ..store.admin import QueueStats
 from ..store.aggregate import ShardedAdmin, ShardedSchedules
 from ..store.failed import FailedJob
 from ..store.queue import D1Queue
 from ..store.shardset import ShardSet
+from ..store.workflows import COMPLETED_CURSOR_RULE, JobView, Workflows, stored
 
 SCHEDULE_FIELDS = {"id", "cron", "name", "payload", "queue", "tz", "catch_up"}
 """A schedule's fields in POST /v1/schedules (and the RPC argument)."""
@@ -58,11 +62,33 @@ JOB_FIELDS = {
     "partition",
     "group",
     "debounce_s",
+    "after",
+    "ignore_failed",
 }
 """A job's fields in a push whose queue is in the path (or the RPC argument)."""
 JOB_FIELDS_WITH_QUEUE = JOB_FIELDS | {"queue"}
 """A job's fields in a push by name alone (POST /v1/jobs, RPC dispatch_job):
 `queue` is optional there, and the job's registered queue applies without it."""
+
+CALLBACKS = ("on_success", "on_failure", "on_finish")
+"""A batch's callback jobs, by the field naming each in POST /v1/batches."""
+BATCH_FIELDS = {"jobs", *CALLBACKS}
+"""The fields of POST /v1/batches (and of the RPC `batch` argument)."""
+CALLBACK_FIELDS = {"name", "payload", "queue", "max_attempts", "priority", "unique_key"}
+"""What a batch's callback job keeps: the trigger that enqueues it inserts
+these and nothing else (store/queue.py _callback_row), so any other field a
+job may take is refused in a callback rather than dropped unsaid."""
+BATCH_JOBS_RULE = f"jobs must be an array of {BATCH_JOBS[0]} to {BATCH_JOBS[1]} jobs"
+"""bounds.BATCH_JOBS in words: the message of a batch's or an addition's
+job count, as the OpenAPI document's minItems and maxItems state it."""
+DEPENDENTS_SHOWN = 100
+"""Dependents a job's answer lists (GET /v1/jobs/{id}): one indexed read
+of the edges, a page's worth; a job waited on by more lists its first."""
+SAME_SHARD = (
+    "a job waits only for jobs on its own D1 database (shard): an id of another "
+    "shard is unknown to it"
+)
+COMPLETED_CURSOR = re.compile(COMPLETED_CURSOR_RULE)
 
 
 class ApiError(Exception):
@@ -112,7 +138,7 @@ def check_id(id: Any) -> str:
     return id
 
 
-def _int(obj: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+def _int(obj: dict[str, Any], key: str, lo: int, hi: int, where: str = "") -> int | None:
     """`obj[key]` checked as an integer from lo to hi; None when absent, so
     the job's declared default applies (JobSpec.new). A null is refused."""
     if key not in obj:
@@ -121,7 +147,7 @@ def _int(obj: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # JSON Schema's integer: 120.0 is one
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise invalid(f"{key} must be an integer from {lo} to {hi}")
+        raise invalid(f"{where}{key} must be an integer from {lo} to {hi}")
     return value
 
 
@@ -150,7 +176,66 @@ def _not_json(name: str) -> Any:
 
 
 def _failed(f: FailedJob) -> dict[str, Any]:
-    return {**asdict(f), "payload": stored_payload(f.payload), "state": "failed"}
+    after = stored(f.after)
+    return {
+        **asdict(f),
+        "payload": stored_payload(f.payload),
+        "state": "failed",
+        "after": after if isinstance(after, list) else None,
+        # Not kept with a failure: it decided nothing once the job failed.
+        "ignore_failed": None,
+    }
+
+
+def _view(view: JobView) -> dict[str, Any]:
+    """A live or completed job as the API answers it."""
+    job = view.job
+    completed = view.state == "completed"
+    return {
+        "id": job.id,
+        "queue": job.queue,
+        "name": job.name,
+        "state": view.state,
+        "payload": job.payload,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "priority": job.priority,
+        "available_at": job.available_at,
+        "created_at": job.created_at,
+        "reserved_until": None if completed else job.reserved_until,
+        "unique_key": job.unique_key,
+        "group": job.group,
+        "last_error": job.last_error,
+        "after": job.after,
+        "ignore_failed": view.ignore_failed,
+        "batch": job.batch,
+        "result": view.result if completed else None,
+        "completed_at": view.completed_at if completed else None,
+    }
+
+
+def unknown_dependency(exc: UnknownDependency) -> ApiError:
+    return ApiError(
+        422,
+        "unknown_dependency",
+        "after names no job that is queued, running, failed or kept as completed on the "
+        f"job's database: {', '.join(exc.ids)} ({SAME_SHARD})",
+    )
+
+
+def batch_not_running(id: str) -> ApiError:
+    return ApiError(
+        409,
+        "batch_not_running",
+        f"batch {id!r} is not running (every job of it ended, or it never existed): "
+        "nothing was added",
+    )
+
+
+def _page_limit(limit: Any) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ApiError(400, "invalid_limit", f"limit must be an integer from 1 to {MAX_PAGE}")
+    return limit
 
 
 class Service:
@@ -214,8 +299,8 @@ class Service:
             or not (0 <= delay <= MAX_DELAY_S)
         ):
             raise invalid(f"{where}delay_s must be a number from 0 to {MAX_DELAY_S}")
-        max_attempts = _int(obj, "max_attempts", 1, MAX_ATTEMPTS)
-        priority = _int(obj, "priority", *PRIORITY_RANGE)
+        max_attempts = _int(obj, "max_attempts", 1, MAX_ATTEMPTS, where)
+        priority = _int(obj, "priority", *PRIORITY_RANGE, where)
         key = obj.get("unique_key")
         if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY):
             raise invalid(f"{where}unique_key must be a string of 1 to {MAX_UNIQUE_KEY} characters")
@@ -236,6 +321,10 @@ class Service:
                 # (QueuedJob.new: bounds.GROUP_RULE; debounce needs a key).
                 group=obj.get("group"),
                 debounce_s=obj.get("debounce_s"),
+                # after (1 to MAX_AFTER distinct ids) and ignore_failed
+                # are checked by the job itself (core/job.py check_after).
+                after=obj.get("after"),
+                ignore_failed=obj.get("ignore_failed", False),
                 at_ms=self.queue.clock(),
             )
             size = len(job.payload_json().encode())
@@ -243,6 +332,15 @@ class Service:
             raise invalid(f"{where}{exc}") from None
         # The job's shard, fixed in its id before anything is sent.
         job.id = mark_id(job.id, self.shards.routing.shard_of(job.queue, partition))
+        shard = shard_of_id(job.id)
+        elsewhere = [i for i in job.after or () if shard_of_id(i) != shard]
+        if elsewhere:
+            raise ApiError(
+                422,
+                "unknown_dependency",
+                f"{where}after names {', '.join(elsewhere)}, not on this job's shard "
+                f"({shard}): {SAME_SHARD}",
+            )
         if size > MAX_PAYLOAD_BYTES:
             raise ApiError(
                 413,
@@ -291,7 +389,10 @@ class Service:
 
     async def _dispatch(self, job: QueuedJob) -> dict[str, Any]:
         shard = shard_of_id(job.id)
-        job_id, paused = await self.shards.queue(shard).push_noting_paused(job)
+        try:
+            job_id, paused = await self.shards.queue(shard).push_noting_paused(job)
+        except UnknownDependency as exc:
+            raise unknown_dependency(exc) from None
         await self._pushed(job.queue, shard)
         out = {
             "id": job_id,
@@ -309,16 +410,12 @@ class Service:
         if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_BATCH:
             raise invalid(f"jobs must be an array of 1 to {MAX_BATCH} jobs")
         parsed = [self.parse_job(queue, j, f"jobs[{i}]: ") for i, j in enumerate(jobs)]
-        shards = [shard_of_id(j.id) for j in parsed]
-        for i, shard in enumerate(shards):
-            if shard != shards[0]:
-                raise invalid(
-                    f"jobs[{i}]: routes to shard {shard} and jobs[0] to shard {shards[0]} "
-                    "(their partition keys differ): a batch is one transaction on one D1 "
-                    "database, so push them in separate batches"
-                )
-        results, paused = await self.shards.queue(shards[0]).push_many_noting_paused(parsed)
-        await self._pushed(queue, shards[0])
+        shard = _one_shard(parsed)
+        try:
+            results, paused = await self.shards.queue(shard).push_many_noting_paused(parsed)
+        except UnknownDependency as exc:
+            raise unknown_dependency(exc) from None
+        await self._pushed(queue, shard)
         out: dict[str, Any] = {
             "ids": [i for i, _ in results],
             "deduplicated": [d for _, d in results],
@@ -327,6 +424,91 @@ class Service:
         if any(j.debounce_s for j in parsed):
             out["debounced"] = [j.debounced for j in parsed]
         return out
+
+    # -- workflow batches ---------------------------------------------------------
+
+    def _batch_jobs(self, jobs: Any) -> list[QueuedJob]:
+        """A batch's (or an addition's) jobs, each of POST /v1/jobs' shape."""
+        if not isinstance(jobs, list) or not BATCH_JOBS[0] <= len(jobs) <= BATCH_JOBS[1]:
+            raise invalid(BATCH_JOBS_RULE)
+        return [self.parse_job(None, j, f"jobs[{i}]: ") for i, j in enumerate(jobs)]
+
+    def _callback(self, kind: str, obj: Any) -> QueuedJob | None:
+        """A batch's callback job (None: none): a job, with only the fields a
+        callback keeps (CALLBACK_FIELDS)."""
+        if obj is None:
+            return None
+        job = self.parse_job(None, obj, f"{kind}: ")
+        dropped = sorted(set(obj) - CALLBACK_FIELDS)
+        if dropped:
+            raise invalid(
+                f"{kind}: a callback job takes {', '.join(sorted(CALLBACK_FIELDS))}; "
+                f"not {', '.join(dropped)}"
+            )
+        return job
+
+    async def batch(self, obj: Any) -> dict[str, Any]:
+        """Push a workflow batch: {jobs, on_success?, on_failure?,
+        on_finish?}, every job and callback checked before anything is
+        written, all of them in one transaction on one shard."""
+        if not isinstance(obj, dict):
+            raise invalid("a batch must be a JSON object")
+        if value_depth(obj) > MAX_JSON_DEPTH:  # RPC arguments are not parsed by api.py
+            raise too_deep("the batch")
+        unknown = sorted(set(obj) - BATCH_FIELDS)
+        if unknown:
+            raise invalid(
+                f"unknown field(s): {', '.join(unknown)} (a batch is jobs, {', '.join(CALLBACKS)})"
+            )
+        parsed = self._batch_jobs(obj.get("jobs"))
+        callbacks = {kind: self._callback(kind, obj.get(kind)) for kind in CALLBACKS}
+        shard = _one_shard(parsed)
+        try:
+            batch_id, ids = await self.shards.queue(shard).push_batch(
+                parsed,
+                on_success=callbacks["on_success"],
+                on_failure=callbacks["on_failure"],
+                on_finish=callbacks["on_finish"],
+            )
+        except UnknownDependency as exc:
+            raise unknown_dependency(exc) from None
+        for queue in dict.fromkeys(j.queue for j in parsed):
+            await self._pushed(queue, shard)
+        return {"batch": batch_id, "ids": ids}
+
+    async def batch_state(self, id: str) -> dict[str, Any]:
+        """A batch's progress and its jobs' ids, from the shard its id names."""
+        id = check_id(id)
+        queue = self.shards.for_id(id)
+        state = None if queue is None else await Workflows(queue.binding, queue.clock).batch(id)
+        if state is None:
+            raise ApiError(404, "not_found", f"no batch {id!r} (never made, or pruned)")
+        return state.as_dict(ids=True)
+
+    async def add_to_batch(self, id: str, jobs: Any) -> dict[str, Any]:
+        """Add jobs to a running batch (409 batch_not_running, nothing written,
+        for one that finished or does not exist)."""
+        id = check_id(id)
+        parsed = self._batch_jobs(jobs)
+        shard = _one_shard(parsed)
+        queue = self.shards.for_id(id)
+        if queue is None:
+            raise batch_not_running(id)
+        if shard != queue.shard:
+            raise invalid(
+                f"the jobs route to shard {shard} and batch {id!r} is on shard {queue.shard}: "
+                "a batch's jobs are on its own D1 database (give them a partition or queue "
+                "of that shard)"
+            )
+        try:
+            ids = await queue.add_to_batch(id, parsed)
+        except BatchNotRunning:
+            raise batch_not_running(id) from None
+        except UnknownDependency as exc:
+            raise unknown_dependency(exc) from None
+        for name in dict.fromkeys(j.queue for j in parsed):
+            await self._pushed(name, shard)
+        return {"ids": ids}
 
     # -- queues -----------------------------------------------------------------
 
@@ -364,35 +546,24 @@ class Service:
     # -- jobs -------------------------------------------------------------------
 
     async def job(self, id: str) -> dict[str, Any]:
+        """A job wherever it is in its life (store/workflows.py), from the
+        shard its id names, with the ids of the jobs waiting for it."""
         id = check_id(id)
-        found = await self.admin.find(id)
+        queue = self.shards.for_id(id)
+        found: JobView | FailedJob | None = None
+        dependents: list[str] = []
+        if queue is not None:
+            views = Workflows(queue.binding, queue.clock)
+            found, dependents = await views.job_and_dependents(id, DEPENDENTS_SHOWN)
         if found is None:
-            raise ApiError(404, "not_found", f"job {id!r} completed or never existed")
-        if isinstance(found, FailedJob):
-            return _failed(found)
-        now = self.queue.clock()
-        state = (
-            "reserved"  # a lapsed lease is ready: the next claim takes it over
-            if found.reserved_until is not None and found.reserved_until > now
-            # A grouped job waiting its turn is ready whatever its fair tag.
-            else ("ready" if found.available_at <= now or found.waiting_turn else "delayed")
-        )
-        return {
-            "id": found.id,
-            "queue": found.queue,
-            "name": found.name,
-            "state": state,
-            "payload": found.payload,
-            "attempts": found.attempts,
-            "max_attempts": found.max_attempts,
-            "priority": found.priority,
-            "available_at": found.available_at,
-            "created_at": found.created_at,
-            "reserved_until": found.reserved_until,
-            "unique_key": found.unique_key,
-            "group": found.group,
-            "last_error": found.last_error,
-        }
+            raise ApiError(
+                404,
+                "not_found",
+                f"job {id!r} never existed, or is no longer kept (cancelled, or completed "
+                "and its history pruned or not kept)",
+            )
+        out = _failed(found) if isinstance(found, FailedJob) else _view(found)
+        return {**out, "dependents": dependents}
 
     async def cancel(self, id: str) -> dict[str, Any]:
         id = check_id(id)
@@ -400,7 +571,11 @@ class Service:
         if outcome == "reserved":
             raise ApiError(409, "reserved", f"job {id!r} is running; it cannot be cancelled now")
         if outcome == "missing":
-            raise ApiError(404, "not_found", f"job {id!r} completed or never existed")
+            raise ApiError(
+                404,
+                "not_found",
+                f"job {id!r} is not queued: it ended (completed or failed) or never existed",
+            )
         return {"id": id, "cancelled": True}
 
     # -- failed jobs --------------------------------------------------------------
@@ -410,13 +585,46 @@ class Service:
     ) -> dict[str, Any]:
         if queue is not None:
             check_queue(queue)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-            raise ApiError(400, "invalid_limit", f"limit must be an integer from 1 to {MAX_PAGE}")
+        _page_limit(limit)
         try:
             jobs, next_cursor = await self.admin.failed_page(queue, limit, cursor)
         except ValueError as exc:
             raise ApiError(400, "invalid_cursor", str(exc)) from None
         return {"jobs": [_failed(j) for j in jobs], "next_cursor": next_cursor}
+
+    # -- completed jobs -----------------------------------------------------------
+
+    async def completed(
+        self, queue: str, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """A page of `queue`'s completed jobs kept, newest first, with their
+        results: each shard's page after the same cursor, merged (a position
+        `<completed_at>:<id>` in the list, not a shard's)."""
+        check_queue(queue)
+        _page_limit(limit)
+        if cursor is not None and (
+            not isinstance(cursor, str) or not COMPLETED_CURSOR.fullmatch(cursor)
+        ):
+            raise ApiError(
+                400,
+                "invalid_cursor",
+                f"a cursor is <completed_at>:<id> ({COMPLETED_CURSOR_RULE}), as next_cursor "
+                "gives it",
+            )
+        pages = await self.shards.each(
+            lambda q: Workflows(q.binding, q.clock).completed(queue, limit, cursor)
+        )
+        views, more = merge_pages(
+            [(page, nxt is not None) for page, nxt in pages],
+            lambda v: (v.completed_at or 0, v.job.id),
+            limit,
+            reverse=True,
+        )
+        last = views[-1] if more and views else None
+        return {
+            "jobs": [_view(v) for v in views],
+            "next_cursor": None if last is None else f"{last.completed_at}:{last.job.id}",
+        }
 
     async def retry_failed(self, id: str) -> dict[str, Any]:
         id = check_id(id)
@@ -498,8 +706,7 @@ class Service:
         return created, {**row.as_dict(self.registry), "created": created}
 
     async def schedules(self, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-            raise ApiError(400, "invalid_limit", f"limit must be an integer from 1 to {MAX_PAGE}")
+        _page_limit(limit)
         if cursor is not None and not is_name(cursor):
             raise ApiError(400, "invalid_cursor", f"cursor is a schedule id ({NAME_RULE})")
         rows, next_cursor = await self.schedule_store.page(limit, cursor)
@@ -536,6 +743,20 @@ class Service:
         if row is None:
             raise ApiError(404, "not_found", f"no schedule {id!r}")
         return row.as_dict(self.registry)
+
+
+def _one_shard(jobs: list[QueuedJob]) -> int:
+    """The one shard a batch's jobs route to (422 if they route to several):
+    a batch is one transaction on one D1 database."""
+    shards = [shard_of_id(j.id) for j in jobs]
+    for i, shard in enumerate(shards):
+        if shard != shards[0]:
+            raise invalid(
+                f"jobs[{i}]: routes to shard {shard} and jobs[0] to shard {shards[0]} "
+                "(their queues or partition keys differ): a batch is one transaction on one "
+                "D1 database, so push them in separate batches"
+            )
+    return shards[0]
 
 
 def declared_in_code(id: str) -> ApiError:

@@ -1270,7 +1270,10 @@ class D1Queue:
         lapsed): the counts are exact, which jobs they were is not told.
         Where a re-send found nothing to change, a deleting outcome (ack,
         fail) may have landed the first time: one lookup tells, since a row
-        still there was not deleted by us."""
+        still there was not deleted by us. D1's `changes` counts the rows
+        the schema's triggers changed too (the waiters a completion frees,
+        the batch it counts in): a statement that matched its own row
+        changed at least that one, and one that did not fired no trigger."""
         marks: list[Mark] = []
         unsure: list[int] = []
         if also:

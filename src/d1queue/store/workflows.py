@@ -14,7 +14,7 @@ from typing import Any, Literal
 from ..core.bounds import json_loads
 from ..core.job import QueuedJob, row_to_job
 from . import sql
-from .binding import Binding
+from .binding import Binding, Result, Statement
 from .failed import FailedJob
 
 JobState = Literal["waiting", "ready", "delayed", "reserved", "completed", "failed"]
@@ -104,9 +104,25 @@ class Workflows:
         result), failed (a FailedJob), or None (never pushed, cancelled, or
         completed on a queue that keeps no history, or pruned). One round
         trip."""
-        found, failed = await self.binding.batch(
-            [(sql.SELECT_JOB_VIEW, (id,)), (sql.SELECT_FAILED, (id,))]
-        )
+        found, _ = await self.job_and_dependents(id, 0)
+        return found
+
+    async def job_and_dependents(
+        self, id: str, limit: int = 100
+    ) -> tuple[JobView | FailedJob | None, list[str]]:
+        """`job(id)` and `dependents(id, limit)` in one round trip (no
+        dependents read when `limit` is 0)."""
+        reads: list[Statement] = [
+            (sql.SELECT_JOB_VIEW, (id,)),
+            (sql.SELECT_FAILED, (id,)),
+        ]
+        if limit > 0:
+            reads.append((sql.DEPENDENTS, (id, limit)))
+        found, failed, *edges = await self.binding.batch(reads)
+        waiters = [str(r["waiter"]) for e in edges for r in e.rows]
+        return self._view(found, failed), waiters
+
+    def _view(self, found: Result, failed: Result) -> JobView | FailedJob | None:
         if found.rows:
             row = found.rows[0]
             job = row_to_job(row)
