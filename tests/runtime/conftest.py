@@ -196,8 +196,9 @@ class Host:
 
     def reset(self) -> None:
         """Empty d1queue's tables (cheaper than a new host per test): jobs,
-        failures, queue state, the run counters and API-made schedules (one
-        left by an earlier test would enqueue jobs into this one's cron runs).
+        failures, queue state, the run counters, workflow edges and batches,
+        and API-made schedules (one left by an earlier test would enqueue
+        jobs into this one's cron runs).
         Waits first for the waitUntil work an earlier test left running (a
         drain-on-push), whose D1 calls would otherwise land in this test."""
         self.idle()
@@ -209,6 +210,9 @@ class Host:
                 await env.DB.prepare("DELETE FROM d1queue_queues").run()
                 await env.DB.prepare("DELETE FROM d1queue_stats").run()
                 await env.DB.prepare("DELETE FROM d1queue_schedules WHERE source = 'api'").run()
+                await env.DB.prepare("DELETE FROM d1queue_deps").run()
+                await env.DB.prepare("DELETE FROM d1queue_batch_parts").run()
+                await env.DB.prepare("DELETE FROM d1queue_batches").run()
             """
         )
 
