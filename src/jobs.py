@@ -30,16 +30,17 @@ async def echo(payload: Any, ctx: JobContext) -> None:
 
 
 @registry.job("example.add", max_attempts=5, timeout_s=10, backoff=Backoff(base_s=2), subrequests=1)
-async def add(payload: Any, ctx: JobContext) -> None:
+async def add(payload: Any, ctx: JobContext) -> dict[str, Any]:
     """Adds two numbers and queues the sum on as a follow-up echo job: shows
-    validation (Fail) and a handler dispatching more work."""
+    validation (Fail), a handler dispatching more work, and a result (its
+    return value, kept with the completed job)."""
     if not isinstance(payload, dict) or not all(
         isinstance(payload.get(k), int | float) for k in ("a", "b")
     ):
         raise Fail("payload must be an object with numbers a and b")
-    await ctx.queue.dispatch(
-        "example.echo", {"sum": payload["a"] + payload["b"]}, queue=ctx.job.queue
-    )
+    total = payload["a"] + payload["b"]
+    await ctx.queue.dispatch("example.echo", {"sum": total}, queue=ctx.job.queue)
+    return {"sum": total}
 
 
 @registry.job("example.ping", max_attempts=3, timeout_s=15, subrequests=2)

@@ -207,6 +207,7 @@ async def test_stats_pause_resume_clear(
         "ready": 2,
         "delayed": 1,
         "reserved": 1,
+        "waiting": 0,
         "failed": 0,
         "oldest_ready_age_s": 2.0,
         "paused": False,

@@ -155,3 +155,193 @@ async def test_an_oversized_result_fails_the_job_with_why() -> None:
     await kit.run_due()
     (f,) = kit.failed()
     assert "limit is 65536" in f.error
+
+
+async def test_the_cron_prunes_history_past_its_retention_oldest_first() -> None:
+    from d1queue.store.schedules import Schedules
+
+    ran: list[str] = []
+    reg = jobs(ran)
+    kit = Kit(reg)
+    old = [await kit.dispatch("step", {"id": f"old{i}"}) for i in range(5)]
+    waiter = await kit.dispatch("step", {"id": "w"}, after=[old[0]])
+    await kit.run_due()
+    await kit.run_due()
+    kit.advance(3600)
+    young = await kit.dispatch("step", {"id": "young"})
+    await kit.run_due()
+    cutoff = kit.clock() - 1800 * 1000
+    done = {j.id for j in kit.completed()}
+    assert done == {*old, waiter, young}
+    sched = Schedules(kit.queue, reg)
+    report = await sched.run(prune_completed_before=cutoff, prune_completed_limit=4)
+    assert report.pruned_completed == 4 and not report.error
+    report = await sched.run(prune_completed_before=cutoff, prune_completed_limit=4)
+    assert report.pruned_completed == 2
+    assert {j.id for j in kit.completed()} == {young}, "the young one is kept"
+    assert kit.db.query("SELECT * FROM d1queue_deps") == [], "edges go with their job"
+    report = await sched.run(prune_completed_before=cutoff, prune_completed_limit=4)
+    assert report.pruned_completed == 0
+
+
+async def test_a_queue_may_keep_no_history() -> None:
+    ran: list[str] = []
+    reg = jobs(ran)
+    reg.history("default", keep=False)
+    kit = Kit(reg)
+    a = await kit.dispatch("step", {"id": "a"})
+    await kit.dispatch("step", {"id": "b"}, after=[a])
+    for _ in range(3):
+        await kit.run_due()
+    assert ran == ["a", "b"]
+    assert kit.completed() == [] and kit.enqueued() == []
+    assert await views(kit).job(a) is None
+    assert kit.db.query("SELECT * FROM d1queue_deps") == []
+
+
+async def test_a_handler_reads_its_dependencies_results_and_its_batch() -> None:
+    seen: dict[str, Any] = {}
+    reg = Registry()
+
+    @reg.job("make")
+    async def make(payload: Any) -> Any:
+        return {"n": payload}
+
+    @reg.job("sum", subrequests=2)
+    async def total(payload: Any, ctx: Any) -> int:
+        results = await ctx.results()
+        seen["results"] = results
+        seen["batch"] = await ctx.batch()
+        return sum(r["n"] for r in results.values())
+
+    @reg.job("report", subrequests=1)
+    async def report(payload: Any, ctx: Any) -> None:
+        seen["callback"] = await ctx.batch()
+
+    kit = Kit(reg)
+    q = kit.queue
+    a = await kit.dispatch("make", 2)
+    b = await kit.dispatch("make", 3)
+    batch, (s,) = await q.push_batch(
+        [q.new_job("sum", None, after=[a, b])], on_success=q.new_job("report", None)
+    )
+    for _ in range(4):
+        await kit.run_due()
+    assert seen["results"] == {a: {"n": 2}, b: {"n": 3}}
+    assert seen["batch"]["id"] == batch and seen["batch"]["pending"] == 1
+    assert seen["callback"]["state"] == "succeeded" and seen["callback"]["ids"] == [s]
+    (done,) = [j for j in kit.completed() if j.id == s]
+    assert done.result == 5
+
+
+async def test_a_chain_pushes_in_one_batch_and_a_cancel_fails_the_rest() -> None:
+    ran: list[str] = []
+    kit = Kit(jobs(ran))
+    q = kit.queue
+    _, b, c = await q.chain([q.new_job("step", {"id": x}) for x in "abc"])
+    from d1queue.store.admin import Admin
+
+    assert await Admin(q).cancel(b) == "cancelled"
+    for _ in range(3):
+        await kit.run_due()
+    assert ran == ["a"]
+    assert {f.id: f.error for f in kit.failed()} == {c: f"dependency {b} failed"}
+
+
+async def test_callbacks_fire_once_and_deps_hold_under_faults_and_overlapping_drains() -> None:
+    """Four drains at once on one database, 10% of statements failing (half
+    of them after they commit: the reply lost): a batch's callbacks are each
+    enqueued once, and no job of a dependency tree starts before its
+    dependencies completed."""
+    import asyncio
+    import random
+
+    rng = random.Random(25)
+    started: list[str] = []
+    ended: set[str] = set()
+    early: list[str] = []
+    deps: dict[str, list[str]] = {}
+    reg = Registry()
+
+    @reg.job("node", max_attempts=25)
+    async def node(payload: Any) -> Any:
+        # Recorded, not raised: a raise would only retry the job.
+        early.extend(f"{payload} before {d}" for d in deps.get(payload, []) if d not in ended)
+        started.append(payload)
+        if payload.startswith("bad"):
+            raise Fail("bad")
+        ended.add(payload)
+        return payload
+
+    @reg.job("cb", max_attempts=25)
+    async def cb(payload: Any) -> None:
+        started.append(f"cb:{payload}")
+
+    kit = Kit(reg)
+    q = kit.queue
+    members = [q.new_job("node", f"bad{i}" if i % 20 == 0 else f"m{i}") for i in range(200)]
+    batch, _ = await q.push_batch(
+        members,
+        on_success=q.new_job("cb", "success"),
+        on_failure=q.new_job("cb", "failure"),
+        on_finish=q.new_job("cb", "finish"),
+    )
+    roots = [q.new_job("node", f"r{i}") for i in range(20)]
+    await q.push_many(roots)
+    kids = []
+    for i in range(20):
+        parents = rng.sample(roots, 2)
+        job = q.new_job("node", f"k{i}", after=[p.id for p in parents])
+        deps[f"k{i}"] = [p.payload for p in parents]
+        kids.append(job)
+    await q.push_many(kids)
+    for i in range(20):
+        parents = rng.sample(kids, 2)
+        deps[f"g{i}"] = [p.payload for p in parents]
+        await q.push(q.new_job("node", f"g{i}", after=[p.id for p in parents]))
+
+    kit.db.fail_when(lambda s: rng.random() < 0.05, times=None)
+    kit.db.lose_reply_when(lambda s: rng.random() < 0.05, times=None)
+    for _ in range(60):
+        await asyncio.gather(*(kit.run_due() for _ in range(4)))
+        kit.advance(120)  # retries' backoff, lapsed leases
+        if not kit.enqueued():
+            break
+    kit.db.clear_faults()
+    assert kit.enqueued() == [], "nothing left"
+    state = await views(kit).batch(batch)
+    assert state is not None
+    assert (state.pending, state.completed + state.failed) == (0, 200)
+    assert state.failed == 10
+    for kind in ("success", "failure", "finish"):
+        rows = kit.db.query(
+            "SELECT COUNT(*) AS n FROM d1queue_jobs WHERE id = ?", f"{batch}:on_{kind}"
+        ) + kit.db.query(
+            "SELECT COUNT(*) AS n FROM d1queue_failed_jobs WHERE id = ?", f"{batch}:on_{kind}"
+        )
+        assert sum(r["n"] for r in rows) == (0 if kind == "success" else 1), kind
+    assert {f"g{i}" for i in range(20)} <= ended
+    assert early == [], "a job started before a job it waits for completed"
+
+
+async def test_a_job_may_wait_for_a_running_job() -> None:
+    """A dependency held by a worker is found by the walk of the locked
+    bands; its completion releases the waiting job, a retry does not."""
+    from d1queue.store.queue import Outcome
+
+    ran: list[str] = []
+    kit = Kit(jobs(ran))
+    q = kit.queue
+    a = await kit.dispatch("step", {"id": "a"})
+    held = await q.reserve("default")
+    assert held is not None and held.id == a
+    b = await kit.dispatch("step", {"id": "b"}, after=[a])
+    assert (await views(kit).job(b)).state == "waiting"  # type: ignore[union-attr]
+    await q.settle([Outcome(held, "retry", delay_s=0)])
+    assert (await views(kit).job(b)).state == "waiting"  # type: ignore[union-attr]
+    again = await q.reserve("default")
+    assert again is not None and again.id == a
+    assert await q.settle([Outcome(again, "complete", result='{"ok":1}')]) == [True]
+    assert (await views(kit).job(b)).state == "ready"  # type: ignore[union-attr]
+    await kit.run_due()
+    assert ran == ["b"]

@@ -111,6 +111,8 @@ export interface Stats {
   queue: string;
   ready: number;
   delayed: number;
+  /** Jobs waiting for others (`after`). */
+  waiting?: number;
   reserved: number;
   failed: number;
   oldest_ready_age_s?: number | null;

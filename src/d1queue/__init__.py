@@ -7,7 +7,7 @@ Importable under plain CPython: nothing here imports the `workers` SDK or
 from ._old_paths import install as _install_old_paths
 from .core.config import Config, ConfigError
 from .core.context import JobContext
-from .core.errors import Fail, Retry
+from .core.errors import BatchNotRunning, Fail, Retry, UnknownDependency
 from .core.job import QueuedJob
 from .core.registry import Backoff, JobSpec, Registry
 from .features.drain import DrainReport, drain
@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Backoff",
+    "BatchNotRunning",
     "Config",
     "ConfigError",
     "D1Queue",
@@ -36,6 +37,7 @@ __all__ = [
     "Retry",
     "ShardQueue",
     "ShardSet",
+    "UnknownDependency",
     "__version__",
     "drain",
 ]

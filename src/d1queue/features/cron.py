@@ -72,6 +72,10 @@ async def cron(
     due_limits = [max(1, d) for d in split(due_limit, n)]
     prune_limits = [max(1, p) if config.prune_failed else 0 for p in split(config.prune_failed, n)]
     prune_before = now - config.keep_failed_s * 1000
+    completed_limits = [max(1, p) for p in split(config.prune_completed, n)]
+    # Kept history past its retention; with none kept (0), whatever an
+    # earlier setting kept is pruned as it comes.
+    completed_before = now - config.keep_completed_s * 1000
     carry_queries = carry_jobs = 0
     runs = []
     for turn, shard in enumerate(rotation(n, (now // 60_000) % n)):
@@ -82,6 +86,8 @@ async def cron(
             limit=due_limits[turn],
             prune_before=prune_before,
             prune_limit=prune_limits[turn],
+            prune_completed_before=completed_before,
+            prune_completed_limit=completed_limits[turn],
         )
         if n == 1:
             runs.append(ShardRun(shard, schedules, await run_drain(queue, config)))

@@ -133,6 +133,7 @@ STATS = {
         "queue": {"type": "string"},
         "ready": {"type": "integer"},
         "delayed": {"type": "integer"},
+        "waiting": {"type": "integer", "description": "Jobs waiting for others (`after`)."},
         "reserved": {"type": "integer"},
         "failed": {"type": "integer"},
         "oldest_ready_age_s": {"type": ["number", "null"]},

@@ -99,7 +99,8 @@ def d1queue_db() -> Iterator[SqliteD1]:
 def d1queue_queue(
     d1queue_db: SqliteD1, d1queue_clock: Clock, d1queue_registry: Registry
 ) -> D1Queue:
-    return D1Queue(d1queue_db, registry=d1queue_registry, clock=d1queue_clock)
+    # Completed jobs kept, as a deployment's default (D1QUEUE_KEEP_COMPLETED_S).
+    return D1Queue(d1queue_db, registry=d1queue_registry, clock=d1queue_clock, keep_completed=True)
 
 
 @pytest.fixture

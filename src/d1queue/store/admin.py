@@ -32,6 +32,8 @@ class QueueStats:
     ready: int = 0
     delayed: int = 0
     reserved: int = 0
+    waiting: int = 0
+    """Jobs waiting for others (`after`) to complete."""
     failed: int = 0
     oldest_ready_age_s: float | None = None
     paused: bool = False
@@ -70,6 +72,7 @@ class Admin:
             s = entry(r["queue"])
             s.ready, s.delayed = int(r["ready"] or 0), int(r["delayed"] or 0)
             s.reserved = int(r["reserved"] or 0)
+            s.waiting = int(r["waiting"] or 0)
             if r["oldest_ready_at"] is not None:
                 s.oldest_ready_age_s = max(0, now - int(r["oldest_ready_at"])) / 1000
         for r in results[1].rows:

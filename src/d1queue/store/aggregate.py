@@ -49,6 +49,7 @@ def merge_stats(per_shard: list[list[QueueStats]]) -> list[QueueStats]:
             m.ready += s.ready
             m.delayed += s.delayed
             m.reserved += s.reserved
+            m.waiting += s.waiting
             m.failed += s.failed
             m.paused = m.paused or s.paused
             m.limits = m.limits or s.limits

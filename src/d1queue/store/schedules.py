@@ -145,6 +145,9 @@ class ScheduleReport:
     pruned_failed: int = 0
     """Failed jobs older than the retention this run deleted (at most the
     run's prune limit; more wait for the next run)."""
+    pruned_completed: int = 0
+    """Completed jobs kept past D1QUEUE_KEEP_COMPLETED_S this run deleted
+    (at most the run's limit; more wait for the next run)."""
     queries: int = 0
     rows_read: int = 0
     rows_written: int = 0
@@ -194,18 +197,31 @@ class Schedules:
         limit: int = DUE_LIMIT,
         prune_before: int | None = None,
         prune_limit: int = 0,
+        prune_completed_before: int | None = None,
+        prune_completed_limit: int = 0,
     ) -> ScheduleReport:
         """Enqueue every due slot and sync code-declared schedules, in at most
         two D1 queries. With `prune_before` (epoch ms) and `prune_limit`, the
         first query also deletes up to that many failed jobs that failed
-        before it, oldest first. Never raises for a D1 error (it is in the
+        before it, oldest first; with `prune_completed_before` and
+        `prune_completed_limit`, up to that many completed jobs kept from
+        before it (and the batches finished before it). Never raises for a D1 error (it is in the
         report): the drain that follows must run all the same."""
         now = self.queue.clock() if now is None else now
         usage = self.binding.usage
         base = (usage.queries, usage.rows_read, usage.rows_written)
         report = ScheduleReport()
         try:
-            await self._run(report, now, grace_ms, limit, prune_before, prune_limit)
+            await self._run(
+                report,
+                now,
+                grace_ms,
+                limit,
+                prune_before,
+                prune_limit,
+                prune_completed_before,
+                prune_completed_limit,
+            )
         except Exception as exc:
             report.error = f"{type(exc).__name__}: {exc}"[:1000]
         report.queries = usage.queries - base[0]
@@ -221,6 +237,8 @@ class Schedules:
         limit: int,
         prune_before: int | None,
         prune_limit: int,
+        prune_completed_before: int | None = None,
+        prune_completed_limit: int = 0,
     ) -> None:
         declared = [
             d for d in self.registry.schedules() if self.declared is None or self.declared(d)
@@ -235,8 +253,22 @@ class Schedules:
             # A batch is one transaction, so a D1 error here fails the
             # schedules' read too; the DELETE is bounded to keep it short.
             reads.append((sql.PRUNE_OLDEST_FAILED, (max(0, prune_before), prune_limit)))
+        failed_prunes = len(reads) - 2
+        if prune_completed_before is not None and prune_completed_limit > 0:
+            # History past its retention, bounded like the failures': the
+            # edges of the jobs it deletes first, then the jobs, then the
+            # batches that finished before the same cutoff.
+            cut = (max(0, prune_completed_before), prune_completed_limit)
+            reads += [
+                (sql.PRUNE_DONE_EDGES, cut),
+                (sql.PRUNE_DONE, cut),
+                (sql.PRUNE_BATCH_PARTS, cut),
+                (sql.PRUNE_BATCHES, cut),
+            ]
         meta, due, *pruned = await self.binding.batch(reads)
-        report.pruned_failed = sum(r.changes for r in pruned)
+        report.pruned_failed = sum(r.changes for r in pruned[:failed_prunes])
+        if len(pruned) > failed_prunes:
+            report.pruned_completed = pruned[failed_prunes + 1].changes
         report.resent = any(r.resent for r in pruned)
         stored = str(meta.rows[0]["value"]) if meta.rows else EMPTY_SET
         report.due, report.more = len(due.rows), len(due.rows) >= limit

@@ -1103,16 +1103,38 @@ def _ids_in(param: int) -> str:
     return f"(SELECT value FROM json_each(?{param}))"
 
 
-def _live_ids(param: int) -> str:
-    """The ids among ?param's that are live jobs: waiting to run or for
-    others (the id index), or held or waiting out a retry (a walk of the
-    locked bands, which the index leaves out: the jobs in flight, read once
-    for the whole list)."""
+def _unlocated(param: int) -> str:
+    """Whether some id of ?param's is found by no index: neither waiting to
+    run or for others, nor completed and kept, nor failed. A constant term
+    (it names no row of the statement's loop), which SQLite tests once
+    before the loop: false, the walk it guards reads nothing."""
     ids = _ids_in(param)
     return (
-        f"(SELECT id FROM d1queue_jobs WHERE id IN {ids} AND {LISTED} UNION ALL "
-        f"SELECT id FROM d1queue_jobs WHERE queue IN ({QUEUE_NAMES}) AND band = {LOCKED_BAND} "
-        f"AND id IN {ids})"
+        f"(SELECT COUNT(*) FROM d1queue_jobs WHERE id IN {ids} AND {LISTED}) + "
+        f"(SELECT COUNT(*) FROM d1queue_jobs WHERE id IN {ids} AND band = {DONE_BAND}) + "
+        f"(SELECT COUNT(*) FROM d1queue_failed_jobs WHERE id IN {ids}) "
+        f"< json_array_length(?{param})"
+    )
+
+
+def _running(param: int) -> str:
+    """WHERE of the jobs among ?param's ids that are held or waiting out a
+    retry: a walk of the locked bands (the id index leaves them out), which
+    reads the jobs in flight, so it runs only when some id is found by no
+    index (_unlocated): the usual dependencies, queued or waiting, cost
+    point reads alone."""
+    return (
+        f"queue IN ({QUEUE_NAMES}) AND band = {LOCKED_BAND} AND id IN {_ids_in(param)} "
+        f"AND {_unlocated(param)}"
+    )
+
+
+def _live_ids(param: int) -> str:
+    """The ids among ?param's that are live jobs: waiting to run or for
+    others (the id index), or held or waiting out a retry (_running)."""
+    return (
+        f"(SELECT id FROM d1queue_jobs WHERE id IN {_ids_in(param)} AND {LISTED} UNION ALL "
+        f"SELECT id FROM d1queue_jobs WHERE {_running(param)})"
     )
 
 
@@ -1177,8 +1199,7 @@ MARK_WAITED = (
     "AND dependents = 0"
 )
 MARK_WAITED_RUNNING = (
-    f"UPDATE d1queue_jobs SET dependents = 1 WHERE queue IN ({QUEUE_NAMES}) "
-    f"AND band = {LOCKED_BAND} AND id IN {_ids_in(1)} AND dependents = 0"
+    f"UPDATE d1queue_jobs SET dependents = 1 WHERE {_running(1)} AND dependents = 0"
 )
 
 # Which of ?1's ids (a JSON array) no job may wait for: after a push whose
