@@ -21,10 +21,16 @@ from d1queue.store.binding import Binding, Result
 from d1queue.store.sql import (
     CLAIM,
     DELAYED_BAND,
+    DONE_BAND,
     GROUP_SHIFT,
     LOCKED_BAND,
     MARK_GROUPED,
+    PRUNE_BATCH_PARTS,
+    PRUNE_BATCHES,
+    PRUNE_DONE,
+    PRUNE_DONE_EDGES,
     TOP_PRIORITY,
+    WAITING_BAND,
 )
 
 from .seed_driver import FAILED, JOBS, SCHEMA, SeedQueue, seed_drain
@@ -419,11 +425,14 @@ async def seed_jobs(
     due: int = 0,
     in_flight: int = 0,
     levels: int = 1,
+    waiting: int = 0,
     queue: str = BACKLOG_QUEUE,
 ) -> dict[str, Any]:
     """Replace `queue`'s jobs with: `delayed` jobs pushed to run after NOW_MS,
     `due` jobs ready, `in_flight` jobs held by a live lease (in the locked
-    band, as a claim leaves them); priorities spread over `levels` levels."""
+    band, as a claim leaves them), `waiting` jobs waiting for others (the
+    waiting band, `waiting` 1: a dependency not yet ended); priorities
+    spread over `levels` levels."""
     b = Binding(db)
     await b.run("DELETE FROM d1queue_jobs WHERE queue = ?1", queue)
     kinds = (
@@ -431,19 +440,27 @@ async def seed_jobs(
         (delayed, "d", DELAYED_BAND, NOW_MS + 60_000, 0, None, None),
         (due, "r", None, NOW_MS - 100_000, 0, None, None),
         (in_flight, "f", LOCKED_BAND, NOW_MS + 600_000, 1, NOW_MS - 1, "held"),
+        (waiting, "w", WAITING_BAND, NOW_MS - 200_000, 0, None, None),
     )
     for n, prefix, band, at, locked, reserved_at, token in kinds:
         if n:
             await b.run(_SEED_JOBS, n, prefix, queue, levels, band, at, locked, reserved_at, token)
+    if waiting:
+        await b.run(
+            f"UPDATE d1queue_jobs SET waiting = 1 WHERE queue = ?1 AND band = {WAITING_BAND}", queue
+        )
     return {"ok": True}
 
 
-async def claim_cost(db: Any, n: int = BATCH, queue: str = BACKLOG_QUEUE) -> dict[str, Any]:
+async def claim_cost(
+    db: Any, n: int = BATCH, queue: str = BACKLOG_QUEUE, *, keep: bool = False
+) -> dict[str, Any]:
     """One claim round of up to `n` jobs on `queue` at NOW_MS, then their
-    acknowledgements: rows read and written by the candidate SELECT, the
-    claims and the acks."""
+    acknowledgements (with `keep`, completions kept as history: a move to
+    the done band, else a DELETE): rows read and written by the candidate
+    SELECT, the claims and the acks."""
     target = InstrumentedD1(db)
-    q = D1Queue(target, reservation_s=RESERVATION_S, clock=lambda: NOW_MS)
+    q = D1Queue(target, reservation_s=RESERVATION_S, clock=lambda: NOW_MS, keep_completed=keep)
     jobs, candidates = await q.claim_round(queue, n)
     claim_rows = {k: dict(v) for k, v in target.rows.items()}
     for job in jobs:
@@ -452,14 +469,17 @@ async def claim_cost(db: Any, n: int = BATCH, queue: str = BACKLOG_QUEUE) -> dic
     def rows(kind: str, key: str, src: dict[str, dict[str, int]]) -> int:
         return src.get(kind, {}).get(key, 0)
 
+    def acks(key: str) -> int:
+        return sum(v[key] for v in target.rows.values()) - sum(v[key] for v in claim_rows.values())
+
     return {
         "claimed": len(jobs),
         "candidates": candidates,
         "select_rows_read": rows("SELECT", "rows_read", claim_rows),
         "claim_rows_read": rows("UPDATE", "rows_read", claim_rows),
         "claim_rows_written": rows("UPDATE", "rows_written", claim_rows),
-        "ack_rows_read": rows("DELETE", "rows_read", target.rows),
-        "ack_rows_written": rows("DELETE", "rows_written", target.rows),
+        "ack_rows_read": acks("rows_read"),
+        "ack_rows_written": acks("rows_written"),
     }
 
 
@@ -869,3 +889,194 @@ async def limited_round(
     }
     await flow_reset(db, queue)
     return out
+
+
+# -- workflows: history, dependencies, batches (migrations/0010_workflows.sql) ------
+
+WF_QUEUE = "wf"
+WF_UNKEPT = "wf-unkept"
+"""A queue the registry opts out of history (registry.history(q, keep=False))."""
+REGISTRY.history(WF_UNKEPT, keep=False)
+DAY_MS = 86_400_000
+
+
+async def wf_reset(db: Any) -> dict[str, Any]:
+    """No job, edge, batch or failure left anywhere (the workflow lines own
+    the database while they run)."""
+    await Binding(db).batch(
+        [
+            (f"DELETE FROM {t}", ())
+            for t in (
+                "d1queue_jobs",
+                "d1queue_failed_jobs",
+                "d1queue_deps",
+                "d1queue_batch_parts",
+                "d1queue_batches",
+            )
+        ]
+    )
+    return {"ok": True}
+
+
+def _wf_config(queue: str, max_jobs: int = UNCAPPED) -> Config:
+    return Config(
+        plan="paid",
+        max_jobs=max_jobs,
+        queues=(queue,),
+        time_budget_s=TIME_BUDGET_S,
+        query_budget=1000,
+        batch_size=BATCH,
+        reservation_s=RESERVATION_S,
+        stats=False,
+    )
+
+
+async def _prune(db: Any, cutoff: int, limit: int) -> dict[str, Any]:
+    """The cron's prune of history (the four statements, one db.batch) of
+    what completed before `cutoff`, at most `limit` each: rows read and
+    written by statement."""
+    target = InstrumentedD1(db)
+    b = Binding(target)
+    args = (cutoff, limit)
+    results = await b.batch(
+        [
+            (PRUNE_DONE_EDGES, args),
+            (PRUNE_DONE, args),
+            (PRUNE_BATCH_PARTS, args),
+            (PRUNE_BATCHES, args),
+        ]
+    )
+    return {
+        "deleted": results[1].changes,
+        **_usage(b),
+        "by_statement": target.by_statement(),
+    }
+
+
+async def wf_life(db: Any, n: int, history: str) -> dict[str, Any]:
+    """`n` jobs pushed one by one then drained, with `history` "off" (the
+    queue built with keep_completed False: D1QUEUE_KEEP_COMPLETED_S = 0),
+    "opted_out" (keep_completed, the registry opts the queue out) or "kept";
+    then the prune of what it kept, once expired. Rows written by the
+    pushes, the drain and the prune."""
+    await wf_reset(db)
+    queue = WF_UNKEPT if history == "opted_out" else WF_QUEUE
+    target = InstrumentedD1(db)
+    q = D1Queue(target, reservation_s=RESERVATION_S, keep_completed=history != "off")
+    for i in range(n):
+        await q.dispatch("bench.noop", {"i": i}, queue=queue)
+    pushed = _usage(q.binding)
+    report = await drain(q, REGISTRY, _wf_config(queue))
+    total = _usage(q.binding)
+    kept = await Binding(db).run(f"SELECT COUNT(*) AS n FROM d1queue_jobs WHERE band = {DONE_BAND}")
+    prune = await _prune(db, cutoff=q.clock() + DAY_MS, limit=n)
+    return {
+        "jobs": n,
+        "done": report.completed,
+        "kept": int(kept.rows[0]["n"]),
+        "push_rows_written": pushed["rows_written"],
+        "drain_rows_written": total["rows_written"] - pushed["rows_written"],
+        "drain_rows_read": total["rows_read"] - pushed["rows_read"],
+        "rows_written": total["rows_written"],
+        "prune_deleted": prune["deleted"],
+        "prune_rows_written": prune["rows_written"],
+        "prune_rows_read": prune["rows_read"],
+        "by_statement": target.by_statement(),
+    }
+
+
+async def wf_dependents(db: Any, k: int, *, keep: bool = True) -> dict[str, Any]:
+    """A job with `k` dependents (each waiting for it alone) completes: the
+    rows its settle reads and writes (the triggers' included), and how many
+    dependents it released."""
+    await wf_reset(db)
+    q = D1Queue(db, reservation_s=RESERVATION_S, keep_completed=keep)
+    dep = q.new_job("bench.noop", None, queue=WF_QUEUE)
+    await q.push(dep)
+    waiters = [q.new_job("bench.noop", None, queue=WF_QUEUE, after=[dep.id]) for _ in range(k)]
+    for i in range(0, k, 25):
+        await q.push_many(waiters[i : i + 25])
+    job = await q.reserve(WF_QUEUE)
+    if job is None or job.id != dep.id:
+        raise RuntimeError(f"reserved {job and job.id}, not the dependency {dep.id}")
+    target = InstrumentedD1(db)
+    mq = q.derive(binding=Binding(target))
+    landed = await mq.complete(job)
+    released = await Binding(db).run(
+        f"SELECT COUNT(*) AS n FROM d1queue_jobs WHERE queue = ?1 AND band > {LOCKED_BAND} "
+        "AND waiting = 0",
+        WF_QUEUE,
+    )
+    return {
+        "dependents": k,
+        "landed": landed,
+        "released": int(released.rows[0]["n"]),
+        **_usage(mq.binding),
+        "by_statement": target.by_statement(),
+    }
+
+
+async def wf_waiting_claim(db: Any, waiting: int, *, keep: bool = True) -> dict[str, Any]:
+    """One claim round of 25 and their settles on a queue of 1,000 ready jobs
+    and `waiting` jobs waiting for others (claim_cost, with history kept)."""
+    await wf_reset(db)
+    await seed_jobs(db, due=1000, waiting=waiting)
+    out = await claim_cost(db, keep=keep)
+    await seed_jobs(db)
+    return out
+
+
+async def wf_batch_last(db: Any, size: int) -> dict[str, Any]:
+    """A batch of `size` jobs with on_success and on_finish: all but one
+    drained, then the last one's settle, which finishes the batch and
+    enqueues both callbacks: its rows read and written."""
+    await wf_reset(db)
+    q = D1Queue(db, reservation_s=RESERVATION_S, keep_completed=True)
+    jobs = [q.new_job("bench.noop", {"i": i}, queue=WF_QUEUE) for i in range(size)]
+    batch_id, _ = await q.push_batch(
+        jobs,
+        on_success=q.new_job("bench.noop", None, queue=WF_QUEUE),
+        on_finish=q.new_job("bench.noop", None, queue=WF_QUEUE),
+    )
+    report = await drain(q, REGISTRY, _wf_config(WF_QUEUE, max_jobs=size - 1))
+    job = await q.reserve(WF_QUEUE)
+    if report.completed != size - 1 or job is None or job.batch != batch_id:
+        raise RuntimeError(f"drained {report.completed} of {size}; then {job}")
+    target = InstrumentedD1(db)
+    mq = q.derive(binding=Binding(target))
+    await mq.complete(job)
+    batch = await q.batch_state(batch_id)
+    callbacks = await Binding(db).run(
+        "SELECT COUNT(*) AS n FROM d1queue_jobs WHERE id IN (?1, ?2)",
+        f"{batch_id}:on_success",
+        f"{batch_id}:on_finish",
+    )
+    return {
+        "size": size,
+        "state": batch and batch["state"],
+        "callbacks": int(callbacks.rows[0]["n"]),
+        **_usage(mq.binding),
+        "by_statement": target.by_statement(),
+    }
+
+
+async def wf_prune(db: Any, expired: int, young: int, limit: int = 2_000) -> dict[str, Any]:
+    """History of `young` jobs completed an hour ago and `expired` two days
+    ago (kept one day), over two queues; 1,000 ready jobs beside: one prune
+    of at most `limit`, its rows read and written by statement."""
+    await wf_reset(db)
+    b = Binding(db)
+    for queue, n, at in (
+        (WF_QUEUE, young // 2, NOW_MS - 3_600_000),
+        (BACKLOG_QUEUE, young - young // 2, NOW_MS - 3_600_000),
+        (WF_QUEUE, expired // 2, NOW_MS - 2 * DAY_MS),
+        (BACKLOG_QUEUE, expired - expired // 2, NOW_MS - 2 * DAY_MS),
+    ):
+        if n:
+            prefix = f"x{at}"
+            await b.run(_SEED_JOBS, n, prefix, queue, 1, DONE_BAND, at, 0, None, None)
+    await b.run(_SEED_JOBS, 1000, "r", WF_QUEUE, 1, None, NOW_MS - 100_000, 0, None, None)
+    out = await _prune(db, cutoff=NOW_MS - DAY_MS, limit=limit)
+    left = await b.run(f"SELECT COUNT(*) AS n FROM d1queue_jobs WHERE band = {DONE_BAND}")
+    await wf_reset(db)
+    return {"expired": expired, "young": young, "left": int(left.rows[0]["n"]), **out}

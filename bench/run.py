@@ -128,11 +128,40 @@ def runtime_figures(plan: Plan) -> dict[str, Any]:
             "d1queue": call("retry_cost", n=20, delay_s=5.0),
             "seed": call("seed_design_retry_cost", n=20, delay_s=5.0),
         }
+        out["workflows"] = workflow_costs(call, plan)
         call("clear")
         call("drop_seed_tables")
         return out
     finally:
         host.stop()
+
+
+def workflow_costs(call: Callable[..., Any], plan: Plan) -> dict[str, Any]:
+    """What workflows cost (bench/README.md): a job's life by history, a
+    completion with dependents, a claim beside waiting jobs, the last job of
+    a batch, the prune. Each line empties d1queue's tables first."""
+    n = plan.life_jobs
+    out: dict[str, Any] = {"life": {}, "dependents": {}, "waiting": {}, "batch": {}, "prune": {}}
+    for history in ("off", "opted_out", "kept"):
+        log(f"workflows: job life, history {history}: {n} pushes, a drain, the prune")
+        out["life"][history] = call("wf_life", n=n, history=history)
+    for k in (1, 10, 100):
+        for keep in (True, False):
+            log(f"workflows: a completion with {k} dependents, history {'kept' if keep else 'off'}")
+            out["dependents"][f"{k}/{'kept' if keep else 'off'}"] = call(
+                "wf_dependents", k=k, keep=keep
+            )
+    for waiting in (0, 100_000):
+        log(f"workflows: a claim round of 25 beside {waiting:,} waiting jobs")
+        out["waiting"][str(waiting)] = call("wf_waiting_claim", waiting=waiting)
+    for size in (10, 1000):
+        log(f"workflows: the last job of a batch of {size:,}")
+        out["batch"][str(size)] = call("wf_batch_last", size=size)
+    for expired in (0, 100, 1000):
+        log(f"workflows: a prune of {expired:,} expired among 10,000 young")
+        out["prune"][str(expired)] = call("wf_prune", expired=expired, young=10_000)
+    call("wf_reset")
+    return out
 
 
 def delayed_backlog(call: Callable[..., Any], plan: Plan) -> dict[str, Any]:
@@ -458,6 +487,7 @@ def figures(
         "schedules": schedules,
         "life": life,
         "flow": flow,
+        "workflows": runtime["workflows"],
         "push_to_start": {
             "d1queue_drain_on_push_s": push["median_s"],
             "d1queue_drain_on_push_p90_s": push["p90_s"],
@@ -679,6 +709,7 @@ def table_rows(fig: dict[str, Any]) -> list[Row]:
             )
         )
     rows += flow_rows(fig["flow"], life["d1queue/complete"]["rows_written_per_job"])
+    rows += workflow_rows(fig["workflows"])
     p = fig["push_to_start"]
     rows.append(
         (
@@ -860,6 +891,104 @@ def flow_rows(flow: dict[str, Any], plain_life: float) -> list[Row]:
             )
         )
     return rows
+
+
+def workflow_rows(wf: dict[str, Any]) -> list[Row]:
+    """The workflow lines of the table (bench/README.md), against the issue's
+    cost targets."""
+    rows: list[Row] = []
+    lives = wf["life"]
+    plain = lives["off"]["rows_written"] / lives["off"]["jobs"]
+    for key, label in (
+        ("off", "rows written / job life: no history (KEEP_COMPLETED_S=0)"),
+        ("opted_out", "rows written / job life: queue opted out of history"),
+    ):
+        a = lives[key]["rows_written"] / lives[key]["jobs"]
+        rows.append((label, "any", _num(a), "4 (before workflows)", "", f"= 4: {_met(a == 4)}"))
+    kept = lives["kept"]
+    a = kept["rows_written"] / kept["jobs"]
+    pruned = kept["prune_rows_written"] / kept["jobs"]
+    rows.append(
+        (
+            "rows written / job life: history kept (+ its prune)",
+            "any",
+            f"{_num(a)} + {_num(pruned)} = {_num(a + pruned)}",
+            f"{_num(plain)} (no history)",
+            "",
+            f"≤ 4 + 2: {_met(a + pruned <= 6)}",
+        )
+    )
+    first = True
+    for key, d in wf["dependents"].items():
+        k, history = key.split("/")
+        # The slope over k: what each dependent adds (the rest is the constant).
+        per = (d["rows_written"] - wf["dependents"][f"1/{history}"]["rows_written"]) / max(
+            int(k) - 1, 1
+        )
+        rows.append(
+            (
+                "a completion with k dependents: rows written / read" if first else "",
+                f"k = {k}, history {history}",
+                f"{d['rows_written']:,} / {d['rows_read']:,}",
+                "",
+                "",
+                f"≤ 1 a dependent + c: {_met(per <= 1)} ({per:.2f} a dependent)"
+                if k != "1"
+                else "",
+            )
+        )
+        first = False
+    w0, w100k = wf["waiting"]["0"], wf["waiting"]["100000"]
+    for label, w in (("0", w0), ("100k", w100k)):
+        reads = w["select_rows_read"] + w["claim_rows_read"] + w["ack_rows_read"]
+        rows.append(
+            (
+                "rows read / claimed job (claim + settle), waiting jobs beside"
+                if label == "0"
+                else "",
+                f"{label} waiting",
+                _num(reads / w["claimed"]),
+                "",
+                "",
+                "" if label == "0" else f"= with 0 waiting: {_met(w == w0)}",
+            )
+        )
+    b10, b1k = wf["batch"]["10"], wf["batch"]["1000"]
+    for label, b in (("10", b10), ("1,000", b1k)):
+        rows.append(
+            (
+                "the last job of a batch: rows written / read" if label == "10" else "",
+                f"batch of {label}",
+                f"{b['rows_written']} / {b['rows_read']}",
+                "",
+                "",
+                ""
+                if label == "10"
+                else "constant: "
+                + _met(
+                    (b["rows_written"], b["rows_read"]) == (b10["rows_written"], b10["rows_read"])
+                ),
+            )
+        )
+    base = wf["prune"]["0"]["rows_read"]
+    for expired, pr in wf["prune"].items():
+        rows.append(
+            (
+                "a prune: rows deleted / read" if expired == "0" else "",
+                f"{int(expired):,} expired, 10k young",
+                f"{pr['deleted']:,} / {pr['rows_read']:,}",
+                "",
+                "",
+                f"{(pr['rows_read'] - base) / int(expired):.1f} read a row deleted"
+                if int(expired)
+                else "",
+            )
+        )
+    return rows
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
 
 
 COLUMNS: Row = ("figure", "backlog", "d1queue", "baseline (seed)", "d1queue ÷ baseline", "target")

@@ -197,8 +197,8 @@ class Host:
     def reset(self) -> None:
         """Empty d1queue's tables (cheaper than a new host per test): jobs,
         batches and edges, failures, queue state, the run counters and
-        API-made schedules (one
-        left by an earlier test would enqueue jobs into this one's cron runs).
+        API-made schedules (one left by an earlier test would enqueue jobs
+        into this one's cron runs).
         Waits first for the waitUntil work an earlier test left running (a
         drain-on-push), whose D1 calls would otherwise land in this test."""
         self.idle()

@@ -7,7 +7,15 @@ Reads: a claimed job costs its candidate SELECT, its claim UPDATE and its
 acknowledging DELETE one row each, plus a row a round for the probes of the
 delayed and locked bands, whatever the backlog holds: delayed jobs and jobs
 in flight are never read. Writes: a job's life is 4 rows (push 2, claim 1,
-acknowledge 1), a failed one 7, a retry 1.
+acknowledge 1), a failed one 7, a retry 1. Since migration 0010 a claim
+batch's acknowledgement reads its range twice (TWO_PASS below): 4.1 rows a
+claimed job; the old target is kept as a strict xfail.
+
+Workflows (wf_* at the end): a life without history writes 4 rows, with
+history 5 and 1 more when pruned; a completion writes 2 rows per dependent
+released (3 unkept) plus a constant; waiting jobs cost a claim nothing; the
+last job of a batch costs the same at 10 or 1,000; a prune reads in
+proportion to what it deletes.
 """
 
 from __future__ import annotations
@@ -73,16 +81,34 @@ def test_a_claimed_job_reads_one_row_per_statement(drains: dict[str, dict[str, A
     about one row each, however deep the backlog (the delayed band's probe and the
     paused-queue read add a few rows per invocation)."""
     ours = drains["d1queue"]
-    assert per_job(ours, "rows_read") <= 3.15
     by_kind = {k: v["rows_read"] / ours["claimed"] for k, v in ours["rows_by_kind"].items()}
     # The ready band's 25 rows and the probes of the delayed and locked bands,
     # a round; and the last round's read-ahead, whose candidates the budget
     # leaves unclaimed.
     assert 1 + 2 / 25 <= by_kind["SELECT"] <= 1 + 3 / 25
     assert by_kind["UPDATE"] == pytest.approx(1, abs=0.02)
-    # A round's completed jobs in one DELETE of their range of the key: their
-    # rows (and at most one past the range).
+    # Since migration 0010 (test_a_batch_ack_reads_one_row_a_job below): the
+    # DELETE reads its range twice, and no more.
+    assert by_kind["DELETE"] == pytest.approx(2, abs=1 / 25)
+    assert per_job(ours, "rows_read") <= 4.15
+
+
+TWO_PASS = (
+    "migration 0010's AFTER DELETE trigger on d1queue_jobs makes SQLite delete a range "
+    "in two passes (collect the keys, then seek each): a claim batch's DELETE reads 2 "
+    "rows a job, every queue, workflows or not (3.08 -> 4.11 rows read a claimed job)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=TWO_PASS)
+def test_a_batch_ack_reads_one_row_a_job(drains: dict[str, dict[str, Any]]) -> None:
+    """The target before migration 0010, kept: a round's completed jobs in
+    one DELETE of their range of the key read their rows (and at most one
+    past the range), and a claimed job reads about 3 rows in all."""
+    ours = drains["d1queue"]
+    by_kind = {k: v["rows_read"] / ours["claimed"] for k, v in ours["rows_by_kind"].items()}
     assert by_kind["DELETE"] == pytest.approx(1, abs=1 / 25)
+    assert per_job(ours, "rows_read") <= 3.15
 
 
 def test_the_seed_design_reads_the_whole_backlog_per_claim(
@@ -252,7 +278,9 @@ def test_fair_groups_cost_a_claim_what_a_plain_queue_does(
         # delete's row past its range (another queue's, after this one's).
         assert by_statement(run, "select_flow_candidates") <= 1 + 4 / 25 + 0.01
         assert by_statement(run, "CLAIM") == 1
-        assert by_statement(run, "DELETE_HELD") <= 1 + 1 / 25
+        # 2 since migration 0010 (TWO_PASS); the target, 1 + 1 / 25, is kept
+        # by test_flow_acks_read_one_row_a_job.
+        assert by_statement(run, "DELETE_HELD") <= 2 + 1 / 25
         extra = per_job(run, "rows_read") - per_job(plain, "rows_read")
         assert 0 <= extra <= 2 / 25 + 0.01, (groups, extra)
         assert run["rows_written"] == plain["rows_written"] == 2 * run["claimed"]
@@ -274,10 +302,21 @@ def test_limits_cost_a_claimed_job_its_places_and_no_more(
         assert by_statement(run, "claim_limited") == 1
         assert by_statement(run, "claim_limited", "rows_written") == 3
         assert by_statement(run, "OCCUPIED_SLOTS") <= 1 + 1 / 10
-        assert by_statement(run, "DELETE_HELD") <= 1 + 1 / 10
+        assert by_statement(run, "DELETE_HELD") <= 2 + 1 / 10  # TWO_PASS
         assert by_statement(run, "select_flow_candidates") <= (20 + 4) / 10 + 0.1
         extra = per_job(run, "rows_read") - per_job(plain, "rows_read")
         assert extra <= 3, (groups, extra)
+
+
+@pytest.mark.xfail(strict=True, reason=TWO_PASS)
+def test_flow_acks_read_one_row_a_job(
+    flow_drains: dict[tuple[str, int], dict[str, Any]],
+) -> None:
+    """The target before migration 0010: a claim batch's DELETE reads a row
+    a job (and one past its range, a round), grouped or limited."""
+    for (kind, groups), run in flow_drains.items():
+        per_round = 25 if kind == "fair" else 10
+        assert by_statement(run, "DELETE_HELD") <= 1 + 1 / per_round, (kind, groups)
 
 
 @pytest.fixture(scope="module")
@@ -329,3 +368,113 @@ def test_a_drain_meeting_its_queues_limit_reads_no_job_of_the_backlog(bench: Hos
         assert sum(v["rows_read"] for v in select.values()) <= 2 * 10 + 5
         assert run["rows_written"] == 0
     assert runs[0]["rows_read"] == runs[1]["rows_read"]
+
+
+# -- workflows: history, dependencies, batches (bench/inside.py, wf_*) ------------------
+
+
+@pytest.fixture(scope="module")
+def wf_lives(bench: Host) -> dict[str, dict[str, Any]]:
+    """20 jobs pushed one by one then drained, by history: "off"
+    (D1QUEUE_KEEP_COMPLETED_S = 0), "opted_out" (registry.history(q,
+    keep=False)), "kept"; each followed by the prune of what it kept."""
+    return {
+        history: bench_host.call(bench, "wf_life", n=20, history=history)
+        for history in ("off", "opted_out", "kept")
+    }
+
+
+def test_a_life_without_history_writes_four_rows(wf_lives: dict[str, dict[str, Any]]) -> None:
+    """Opted out either way, a job's life writes what it did before
+    workflows: push 2, claim 1, the acknowledging DELETE 1; nothing kept,
+    nothing for the prune."""
+    for history in ("off", "opted_out"):
+        life = wf_lives[history]
+        assert life["done"] == life["jobs"] and life["kept"] == 0, history
+        assert life_written(life) == 4, history
+        assert life["by_statement"]["DELETE_HELD_BATCH"]["rows_written"] == life["jobs"]
+        assert life["prune_deleted"] == life["prune_rows_written"] == 0
+
+
+def test_a_life_with_history_writes_six_rows(wf_lives: dict[str, dict[str, Any]]) -> None:
+    """Kept: the completion moves the row to the done band (1) and enters
+    the done index (1): 5 rows a life, then 1 when the prune deletes it:
+    6, today's 4 + 2."""
+    life = wf_lives["kept"]
+    n = life["jobs"]
+    assert life["done"] == life["kept"] == n
+    assert life_written(life) == 5
+    assert life["by_statement"]["COMPLETE_HELD_BATCH"]["rows_written"] == 2 * n
+    assert life["prune_deleted"] == n
+    assert life["prune_rows_written"] == n
+    assert life_written(life) + life["prune_rows_written"] / n == 4 + 2
+
+
+@pytest.fixture(scope="module")
+def wf_dependents(bench: Host) -> dict[tuple[int, bool], dict[str, Any]]:
+    """A job completing with k dependents (each waiting for it alone), by
+    (k, history kept)."""
+    return {
+        (k, keep): bench_host.call(bench, "wf_dependents", k=k, keep=keep)
+        for k in (1, 10, 100)
+        for keep in (True, False)
+    }
+
+
+def test_a_completion_writes_a_constant_and_a_few_rows_per_dependent(
+    wf_dependents: dict[tuple[int, bool], dict[str, Any]],
+) -> None:
+    """The settle is one statement whatever the dependents: its trigger
+    releases each (the row moves from the waiting band to its ready band:
+    the row, and its id-index entry, which holds the key); unkept, the
+    dependency's edges are deleted too (a row each). Linear in the
+    dependents, never in anything else: per dependent 2 rows written kept,
+    3 unkept (the target of 1 a dependent is NOT met: the released row's
+    id-index entry is the second)."""
+    for (k, keep), cost in wf_dependents.items():
+        assert cost["landed"] is True and cost["released"] == k, (k, keep, cost)
+        assert cost["queries"] == cost["statements"] == 1
+        per, const = (2, 2) if keep else (3, 1)
+        assert cost["rows_written"] == per * k + const, (k, keep, cost)
+        assert cost["rows_read"] <= (4 if keep else 8) * k + 3, (k, keep, cost)
+
+
+def test_waiting_jobs_cost_a_claim_and_its_settle_nothing(bench: Host) -> None:
+    """100,000 jobs waiting for others on the queue (their own band, below
+    the ready and delayed ones): a claim round of 25 and its settles read
+    and write what they do on a queue without them."""
+    costs = {w: bench_host.call(bench, "wf_waiting_claim", waiting=w) for w in (0, 100_000)}
+    assert costs[0]["claimed"] == costs[100_000]["claimed"] == 25
+    assert costs[0] == costs[100_000]
+    assert read_per_claimed(costs[100_000]) <= 3.1
+    assert costs[100_000]["ack_rows_written"] == 2 * 25  # kept: the move and the done index
+
+
+def test_the_last_job_of_a_batch_costs_the_same_for_10_or_1000(bench: Host) -> None:
+    """Its settle counts it on the batch's row, reads the callbacks from the
+    parts row, enqueues on_success and on_finish and marks them fired: a
+    constant, whatever the batch's size."""
+    small = bench_host.call(bench, "wf_batch_last", size=10)
+    big = bench_host.call(bench, "wf_batch_last", size=1000)
+    for cost in (small, big):
+        assert cost["state"] == "succeeded" and cost["callbacks"] == 2, cost
+        assert cost["queries"] == 1
+    keys = ("rows_read", "rows_written")
+    assert {k: small[k] for k in keys} == {k: big[k] for k in keys}
+    assert big["rows_written"] <= 10 and big["rows_read"] <= 12, big
+
+
+def test_a_prune_reads_in_proportion_to_what_it_deletes(bench: Host) -> None:
+    """10,000 young completed jobs over two queues, and 0, 100 or 1,000
+    expired: a prune reads a few rows per queue to find nothing, and a
+    bounded number of rows per row it deletes (the edges' probe, the walk,
+    the delete's two passes), never the young history."""
+    runs = {e: bench_host.call(bench, "wf_prune", expired=e, young=10_000) for e in (0, 100, 1000)}
+    base = runs[0]["rows_read"]
+    assert runs[0]["deleted"] == 0 and base <= 40, runs[0]
+    for e in (100, 1000):
+        run = runs[e]
+        assert run["deleted"] == run["rows_written"] == e and run["left"] == 10_000, run
+        assert run["rows_read"] - base <= 6 * e, run
+    young = bench_host.call(bench, "wf_prune", expired=0, young=50_000)
+    assert young["rows_read"] == base
