@@ -434,7 +434,6 @@ def test_migration_0010_is_applied(clean_host: Host) -> None:
     )
     for wanted in (
         "trigger d1queue_jobs_join",
-        "trigger d1queue_jobs_completed",
         "trigger d1queue_jobs_ended",
         "table d1queue_deps",
         "table d1queue_batches",
