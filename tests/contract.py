@@ -369,9 +369,8 @@ async def case_a_claim_batch_is_acknowledged_in_one_statement(db: Any, clock: Cl
     ]
     before = queue.binding.usage.statements
     assert await queue.settle(outcomes) == [True] * 5
-    # The retry, the failure's copy, end (a workflow's job: none here) and
-    # delete, and one DELETE for the rest.
-    assert queue.binding.usage.statements - before == 5
+    # The retry, the failure's copy and delete, and one DELETE for the rest.
+    assert queue.binding.usage.statements - before == 4
     (left,) = await rows(queue)
     assert (left["id"], left["reserved_at"], left["last_error"]) == (b.id, None, "again")
     (failed,) = await queue.failed_jobs()

@@ -131,8 +131,7 @@ async def test_a_job_life_in_statements(bench_db: SqliteD1, fail: bool) -> None:
     assert statements == {
         # push, and failing copies the row into the failed table first
         "INSERT": 20 if fail else 10,
-        # the claims, and each failure's end (for a workflow's job: none here)
-        "UPDATE": 20 if fail else 10,
+        "UPDATE": 10,  # the claims
         "SELECT": 3,  # paused queues, candidates, the read-ahead
         # one acknowledging the batch's 10 completed jobs, or each failure's
         # delete half

@@ -102,6 +102,7 @@ _ROW = {
     "after": None,
     "waiting": 0,
     "batch": None,
+    "dependents": 0,
 }
 
 

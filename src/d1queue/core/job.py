@@ -69,6 +69,7 @@ JOB_COLUMN_NAMES = (
     "after",
     "waiting",
     "batch",
+    "dependents",
 )
 """The columns of a d1queue_jobs row as a QueuedJob is read from it, in the
 order `values_to_job` unpacks them: sql.JOB_COLUMNS selects them in this
@@ -154,6 +155,9 @@ class QueuedJob:
     waiting: int = field(default=0, compare=False, repr=False)
     """As read: how many of `after` had not ended; -1: one of them failed,
     so the job is failed instead of run (`doomed`)."""
+    dependents: bool = field(default=False, compare=False, repr=False)
+    """As read: some job waits for this one (one may start to while it
+    runs: its settle finds out then)."""
 
     @classmethod
     def new(
@@ -258,6 +262,12 @@ class QueuedJob:
         due, claimed when its group's turn comes (its available_at is its
         fair tag there, not a time to wait for)."""
         return self.band is not None and self.band > GROUPED_ABOVE
+
+    @property
+    def workflow(self) -> bool:
+        """A job whose end its waiters or its batch count, as read: its
+        settle marks it ended (store/sql.py END_HELD) before it goes."""
+        return self.batch is not None or self.dependents
 
     @property
     def doomed(self) -> bool:
@@ -377,6 +387,7 @@ def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         "ignore_failed": bool(get("ignore_failed")),
         "batch": get("batch"),
         "waiting": get("waiting") or 0,
+        "dependents": bool(get("dependents")),
     }
     return job
 
@@ -408,6 +419,7 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         after,
         waiting,
         batch,
+        dependents,
     ) = values
     if type(text) is not str or len(text) > MAX_JSON_DEPTH:
         return _row_to_job(dict(zip(JOB_COLUMN_NAMES, values, strict=True)))
@@ -458,6 +470,7 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         "ignore_failed": False,
         "batch": batch,
         "waiting": waiting or 0,
+        "dependents": bool(dependents),
     }
     return job
 
@@ -510,4 +523,5 @@ def _row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         ignore_failed=bool(row.get("ignore_failed")),
         batch=row.get("batch"),
         waiting=int(row.get("waiting") or 0),
+        dependents=bool(row.get("dependents")),
     )

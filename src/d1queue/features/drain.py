@@ -426,7 +426,9 @@ class Budget:
             if held_for + SETTLE_MARGIN_S > lease:
                 stop = stop or "lease"  # it would wait for a slot past its lease
                 break
-            takes = flow.limits.rows if flow is not None else 0
+            # Flow rows a claim takes, and a workflow's job's end (its
+            # failure's third settle statement, END_HELD).
+            takes = (flow.limits.rows if flow is not None else 0) + int(job.workflow)
             cost = round_cost(len(chosen) + 1, owed=carried + takes, per_statement=per_statement)
             if cost + declared + need > room:
                 stop = "query_budget"

@@ -1072,7 +1072,7 @@ class D1Queue:
         if outcome.action == "complete":
             if self.keeps(job.queue):
                 return [(sql.COMPLETE_HELD, (*held, now, outcome.result))]
-            if job.batch is None:
+            if not job.workflow:
                 # A waiter may name the job while it runs: if it did, this
                 # deletes nothing and `_ended_apart` ends and deletes it.
                 return [(sql.DELETE_HELD_PLAIN, held)]
@@ -1086,11 +1086,11 @@ class D1Queue:
             delay_ms = round(clamp_delay_s(outcome.delay_s) * 1000)
             retry = sql.RETRY_FREEING if _holds_places(job) else sql.RETRY
             return [(retry, (now + delay_ms, outcome.error, *held))]
-        return [
-            (sql.FAIL_RECORD, (outcome.error or "failed", now, *held)),
-            (sql.END_HELD, (*held, sql.ENDED_FAILED)),
-            (sql.DELETE_HELD, held),
-        ]
+        record = (sql.FAIL_RECORD, (outcome.error or "failed", now, *held))
+        if not job.workflow:
+            # As a completion's: `_ended_apart` ends it if a waiter named it.
+            return [record, (sql.DELETE_HELD_PLAIN, held)]
+        return [record, (sql.END_HELD, (*held, sql.ENDED_FAILED)), (sql.DELETE_HELD, held)]
 
     def _settle_statements(
         self, outcomes: Sequence[Outcome], now: int
@@ -1123,12 +1123,7 @@ class D1Queue:
             first = len(statements)
             own = self._statements(outcome, now)
             statements.extend(own)
-            if own[0][0] == sql.DELETE_HELD_PLAIN:
-                held = own[0][1]
-                also[first] = [
-                    (sql.END_HELD, (*held, sql.ENDED_DELETED)),
-                    (sql.DELETE_HELD, held),
-                ]
+            also.update({first + k: v for k, v in _ended_after(own).items()})
             return first
 
         for i, outcome in enumerate(outcomes):
@@ -1174,7 +1169,7 @@ class D1Queue:
         if len(outcomes) < 2:
             return []
         if not self.keeps(queue):
-            if any(o.job.batch is not None for o in outcomes):
+            if any(o.job.workflow for o in outcomes):
                 return []  # each its own statements: END_HELD, DELETE_HELD
             return [(sql.DELETE_HELD_BATCH_PLAIN, (queue, until, token))]
         results = {o.job.id: o.result for o in outcomes if o.result is not None}
@@ -1226,16 +1221,7 @@ class D1Queue:
         for attempt in range(SETTLE_TRIES):
             try:
                 results = await self.binding.batch(stmts)
-                also = (
-                    {
-                        0: [
-                            (sql.END_HELD, (*stmts[0][1], sql.ENDED_DELETED)),
-                            (sql.DELETE_HELD, stmts[0][1]),
-                        ]
-                    }
-                    if stmts[0][0] == sql.DELETE_HELD_PLAIN
-                    else {}
-                )
+                also = _ended_after(stmts)
                 (mark,) = await self._marks([outcome], results, [0], {}, maybe_sent=True, also=also)
                 return mark
             except Exception as exc:
@@ -1457,6 +1443,19 @@ class D1Queue:
         last error, with its registration's max_attempts afresh; False if
         there is no such failed job (failed.py)."""
         return await FailedJobs(self.binding, self.clock, self.registry).retry(id)
+
+
+def _ended_after(statements: Sequence[Statement]) -> dict[int, list[Statement]]:
+    """For a job's settle statements: by the index of its DELETE_HELD_PLAIN
+    (a completion's, or a failure's after its copy), what ends and deletes
+    the job if that found it named by a waiter since its claim."""
+    out: dict[int, list[Statement]] = {}
+    for i, (text, held) in enumerate(statements):
+        if text == sql.DELETE_HELD_PLAIN:
+            failed = statements[0][0] == sql.FAIL_RECORD
+            ended = sql.ENDED_FAILED if failed else sql.ENDED_DELETED
+            out[i] = [(sql.END_HELD, (*held, ended)), (sql.DELETE_HELD, held)]
+    return out
 
 
 def _callback_row(job: QueuedJob, id: str) -> str:
