@@ -401,10 +401,9 @@ def test_a_completion_writes_a_constant_and_a_few_rows_per_dependent(
     id-index entry is the second)."""
     for (k, keep), cost in wf_dependents.items():
         assert cost["landed"] is True and cost["released"] == k, (k, keep, cost)
-        # Unkept, the plain DELETE finds the job named by waiters and leaves
-        # it; the follow-up (one more query) ends it (the trigger) and
-        # deletes it.
-        assert (cost["queries"], cost["statements"]) == ((1, 1) if keep else (2, 3))
+        # Unkept, a job read as waited for is ended (the trigger) and deleted:
+        # two statements of one batch.
+        assert (cost["queries"], cost["statements"]) == ((1, 1) if keep else (1, 2))
         per, const = (2, 2) if keep else (3, 2)
         assert cost["rows_written"] == per * k + const, (k, keep, cost)
         assert cost["rows_read"] <= (4 if keep else 8) * k + 3, (k, keep, cost)
