@@ -260,17 +260,8 @@ class ShardStore:
         if not found.rows:
             return None
         r = found.rows[0]
-        ids = [str(i) for i in json.loads(r["ids"])] if r["ids"] else []
-        batch = BatchState(
-            id=str(r["id"]),
-            total=int(r["total"]),
-            pending=int(r["pending"]),
-            completed=int(r["completed"]),
-            failed=int(r["failed"]),
-            created_at=int(r["created_at"]),
-            finished_at=None if r["finished_at"] is None else int(r["finished_at"]),
-            ids=ids,
-        )
+        batch = BatchState.of(r)
+        ids = batch.ids
         pages = max(1, -(-len(ids) // BATCH_PAGE))
         if not 1 <= page <= pages:
             raise ValueError(f"the batch's jobs fill {pages} page(s); there is no page {page}")

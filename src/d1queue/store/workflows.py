@@ -7,7 +7,7 @@ the schema's (migrations/0010_workflows.sql)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -59,6 +59,21 @@ class BatchState:
     created_at: int
     finished_at: int | None = None
     ids: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, r: Mapping[str, Any]) -> BatchState:
+        """A d1queue_batches row joined with its parts' `ids` (sql.SELECT_BATCH)."""
+        ids = json.loads(r["ids"]) if r["ids"] else []
+        return cls(
+            id=str(r["id"]),
+            total=int(r["total"]),
+            pending=int(r["pending"]),
+            completed=int(r["completed"]),
+            failed=int(r["failed"]),
+            created_at=int(r["created_at"]),
+            finished_at=None if r["finished_at"] is None else int(r["finished_at"]),
+            ids=[str(i) for i in ids],
+        )
 
     @property
     def state(self) -> Literal["running", "succeeded", "failed"]:
@@ -186,15 +201,4 @@ class Workflows:
         found = await self.binding.run(sql.SELECT_BATCH, id)
         if not found.rows:
             return None
-        r = found.rows[0]
-        ids = json.loads(r["ids"]) if r["ids"] else []
-        return BatchState(
-            id=str(r["id"]),
-            total=int(r["total"]),
-            pending=int(r["pending"]),
-            completed=int(r["completed"]),
-            failed=int(r["failed"]),
-            created_at=int(r["created_at"]),
-            finished_at=None if r["finished_at"] is None else int(r["finished_at"]),
-            ids=[str(i) for i in ids],
-        )
+        return BatchState.of(found.rows[0])
