@@ -1051,8 +1051,8 @@ PRUNE_SIGNOUTS = (
 # re-send after a lost reply finds nothing at the held key, and the driver
 # looks for the job among the live ones (_marks), where it no longer is.
 # A workflow's job is marked ended in the same statement, which fires the
-# trigger d1queue_jobs_ended (its waiters and batch count it); the move
-# changes the key, so SQLite updates in two passes whatever the triggers.
+# trigger d1queue_jobs_ended (its waiters and batch count it); any other
+# job's `ended` stays 0 and fires nothing.
 # ?1 id ?2 reservation ?3 queue ?4 lease end ?5 now ?6 result
 WORKFLOW = "(dependents = 1 OR batch IS NOT NULL)"
 """A job whose end the trigger d1queue_jobs_ended must count: some job waits
@@ -1204,7 +1204,7 @@ INSERT_WAITER = (
 
 # After INSERT_WAITER, in its batch: an edge per live dependency, if the job
 # was inserted (a unique key held by another job inserts none), and each
-# live dependency marked as waited for, so its end fires the triggers
+# live dependency marked as waited for, so its end fires the trigger
 # (one row written each, the first time; running jobs are found by the walk
 # of the locked bands). ?1 the waiter's id ?2 `after`
 INSERT_EDGES = (
@@ -1226,7 +1226,7 @@ UNKNOWN_AFTER = f"SELECT value AS id FROM json_each(?1) WHERE value NOT IN {_kno
 
 # A batch's rows, written first in the batch creating it (one transaction
 # with its jobs). The counters start at the jobs' number: each job's end
-# counts down (the triggers). A re-send after a lost reply meets the row
+# counts down (the trigger d1queue_jobs_ended). A re-send after a lost reply meets the row
 # (PRIMARY KEY) and fails whole: the driver then finds the batch there.
 # ?1 id ?2 jobs ?3 now
 INSERT_BATCH = (
