@@ -30,6 +30,11 @@ class UnknownDependency(ValueError):
         self.ids = ids
 
 
+class EmptyBatch(ValueError):
+    """A batch none of whose jobs was pushed (each one's unique_key already
+    held by a queued job): it could never end, so nothing was written."""
+
+
 class BatchNotRunning(Exception):
     """Jobs were added to a batch that finished (every job of it ended and
     its callbacks fired) or never existed: nothing was written."""

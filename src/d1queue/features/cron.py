@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
-from ..core.config import Config
+from ..core.config import KEEP_COMPLETED_S, Config
 from ..core.costs import least_run
 from ..core.registry import Registry
 from ..core.shards import rotation, split
@@ -76,6 +76,9 @@ async def cron(
     # Kept history past its retention; with none kept (0), whatever an
     # earlier setting kept is pruned as it comes.
     completed_before = now - config.keep_completed_s * 1000
+    # A finished batch's row is what its callbacks' ctx.batch() and GET
+    # /v1/batches read: kept a day at least, whatever jobs are kept.
+    batches_before = now - max(config.keep_completed_s, KEEP_COMPLETED_S) * 1000
     carry_queries = carry_jobs = 0
     runs = []
     for turn, shard in enumerate(rotation(n, (now // 60_000) % n)):
@@ -88,6 +91,7 @@ async def cron(
             prune_limit=prune_limits[turn],
             prune_completed_before=completed_before,
             prune_completed_limit=completed_limits[turn],
+            prune_batches_before=batches_before,
         )
         if n == 1:
             runs.append(ShardRun(shard, schedules, await run_drain(queue, config)))

@@ -33,7 +33,7 @@ from ..core.bounds import (
     value_depth,
 )
 from ..core.config import Config
-from ..core.errors import BatchNotRunning, UnknownDependency
+from ..core.errors import BatchNotRunning, EmptyBatch, UnknownDependency
 from ..core.flow import Limits, LimitsError
 from ..core.job import QueuedJob, new_id
 from ..core.registry import Registry, spec_for
@@ -472,6 +472,8 @@ class Service:
             )
         except UnknownDependency as exc:
             raise unknown_dependency(exc) from None
+        except EmptyBatch as exc:
+            raise ApiError(409, "conflict", str(exc)) from None
         for queue in dict.fromkeys(j.queue for j in parsed):
             await self._pushed(queue, shard)
         return {"batch": batch_id, "ids": ids}

@@ -19,13 +19,13 @@ from itertools import groupby, pairwise
 from typing import Any, Literal, Protocol, Self, Unpack
 
 from ..core.bounds import BATCH_JOBS, MAX_RESULT_BYTES, MAX_SAFE_INT, check_name, clamp_delay_s
-from ..core.errors import BatchNotRunning, UnknownDependency
+from ..core.errors import BatchNotRunning, EmptyBatch, UnknownDependency
 from ..core.flow import NO_GROUP, QUEUE_ROW, Flow, Limits, flows_of
 from ..core.job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
 from ..core.registry import Overrides, Registry, spec_for
-from ..core.shards import mark_id
+from ..core.shards import mark_id, shard_of_id
 from . import sql
 from .binding import Binding, Result, Statement, was_resent
 from .failed import FailedJob as FailedJob  # public: d1queue.FailedJob
@@ -552,6 +552,11 @@ class D1Queue:
                 pushed = {j.id for j in jobs}
                 unknown = [i for i in unknown if i not in pushed] or unknown
                 raise UnknownDependency(unknown) from None
+            if "d1queue_batches.total" in text:
+                raise EmptyBatch(
+                    "every job of the batch is already queued under its unique_key: "
+                    "a batch of none of them could never end"
+                ) from None
             if "batch not running" in text:
                 raise BatchNotRunning(
                     "the batch is not running: it finished, or never existed"
@@ -733,17 +738,19 @@ class D1Queue:
             raise ValueError(f"add {BATCH_JOBS[0]} to {BATCH_JOBS[1]} jobs to a batch")
         for job in jobs:
             job.batch = batch_id
+            if self.shards is not None and not job.id:
+                # On the batch's database, whatever the job's queue routes to.
+                job.id = mark_id(new_id(self.clock()), shard_of_id(batch_id))
         target = self if self.shards is None else self.shards.route_many(self, jobs)
         ids = [self._stamp(j).id for j in jobs]
 
-        def before(q: D1Queue) -> list[Statement]:
-            text = json.dumps(ids)
-            return [
-                (sql.GROW_BATCH, (batch_id, len(jobs))),
-                (sql.GROW_BATCH_IDS, (batch_id, len(jobs), text)),
-            ]
-
-        out, _ = await target._push_many(jobs, (), before, _recount(batch_id, jobs))
+        text = json.dumps(ids)
+        # After the inserts, counted once: a re-send finds the ids listed.
+        grow = [
+            (sql.GROW_BATCH, (batch_id, text, ids[0])),
+            (sql.GROW_BATCH_IDS, (batch_id, text, ids[0])),
+        ]
+        out, _ = await target._push_many(jobs, (), None, grow)
         return [i for i, _ in out]
 
     async def dependency_results(self, ids: Sequence[str]) -> dict[str, Any]:
@@ -762,6 +769,8 @@ class D1Queue:
         failed`)."""
         if not 1 <= len(jobs) <= BATCH_JOBS[1]:
             raise ValueError(f"a chain holds 1 to {BATCH_JOBS[1]} jobs")
+        if self.shards is not None:
+            self.shards.route_many(self, jobs)  # ids of the shard they go to
         for job in jobs:
             self._stamp(job)
         for before, job in pairwise(jobs):
@@ -1145,9 +1154,10 @@ class D1Queue:
                     firsts[i] = len(statements)
                 if ack[0][0] == sql.DELETE_HELD_BATCH_PLAIN:
                     held = (queue, until, token)
+                    done = json.dumps([outcomes[i].job.id for i in members])
                     also[len(statements)] = [
-                        (sql.END_HELD_BATCH, (*held, sql.ENDED_DELETED)),
-                        (sql.DELETE_HELD_BATCH, held),
+                        (sql.END_HELD_BATCH, (*held, sql.ENDED_DELETED, done)),
+                        (sql.DELETE_ENDED_BATCH, held),
                     ]
                 statements.extend(ack)
         return statements, firsts, carried, also
@@ -1172,7 +1182,7 @@ class D1Queue:
             if any(o.job.workflow for o in outcomes):
                 return []  # each its own statements: END_HELD, DELETE_HELD
             return [(sql.DELETE_HELD_BATCH_PLAIN, (queue, until, token))]
-        results = {o.job.id: o.result for o in outcomes if o.result is not None}
+        results = {o.job.id: o.result for o in outcomes}
         text = json.dumps(results, separators=(",", ":"))
         if len(text) > MAX_RESULT_BYTES:
             return []
@@ -1381,8 +1391,8 @@ class D1Queue:
         check_name("queue", queue)
         # A workflow's jobs are marked ended first: a clear fails them for
         # their waiters and batches, in the same transaction.
-        _, result = await self.binding.batch(
-            [(sql.END_CLEARED, (queue,)), (sql.CLEAR_QUEUE, (queue,))]
+        *_, result = await self.binding.batch(
+            [*((e, (queue,)) for e in sql.END_CLEARED), (sql.CLEAR_QUEUE, (queue,))]
         )
         return result.changes
 

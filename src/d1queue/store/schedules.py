@@ -199,6 +199,7 @@ class Schedules:
         prune_limit: int = 0,
         prune_completed_before: int | None = None,
         prune_completed_limit: int = 0,
+        prune_batches_before: int | None = None,
     ) -> ScheduleReport:
         """Enqueue every due slot and sync code-declared schedules, in at most
         two D1 queries. With `prune_before` (epoch ms) and `prune_limit`, the
@@ -221,6 +222,7 @@ class Schedules:
                 prune_limit,
                 prune_completed_before,
                 prune_completed_limit,
+                prune_batches_before,
             )
         except Exception as exc:
             report.error = f"{type(exc).__name__}: {exc}"[:1000]
@@ -239,6 +241,7 @@ class Schedules:
         prune_limit: int,
         prune_completed_before: int | None = None,
         prune_completed_limit: int = 0,
+        prune_batches_before: int | None = None,
     ) -> None:
         declared = [
             d for d in self.registry.schedules() if self.declared is None or self.declared(d)
@@ -259,11 +262,14 @@ class Schedules:
             # edges of the jobs it deletes first, then the jobs, then the
             # batches that finished before the same cutoff.
             cut = (max(0, prune_completed_before), prune_completed_limit)
+            if prune_batches_before is None:
+                prune_batches_before = prune_completed_before
+            batches = (max(0, prune_batches_before), prune_completed_limit)
             reads += [
                 (sql.PRUNE_DONE_EDGES, cut),
                 (sql.PRUNE_DONE, cut),
-                (sql.PRUNE_BATCH_PARTS, cut),
-                (sql.PRUNE_BATCHES, cut),
+                (sql.PRUNE_BATCH_PARTS, batches),
+                (sql.PRUNE_BATCHES, batches),
             ]
         meta, due, *pruned = await self.binding.batch(reads)
         report.pruned_failed = sum(r.changes for r in pruned[:failed_prunes])

@@ -1079,7 +1079,8 @@ COMPLETE_HELD_BATCH = (
     _DONE_SET
     + "json_extract(?4, '$.\"' || id || '\"') "
     + f"WHERE queue = ?1 AND band = {LOCKED_BAND} AND available_at = ?2 "
-    "AND reservation = ?3 AND reserved_at IS NOT NULL"
+    "AND reservation = ?3 AND reserved_at IS NOT NULL "
+    "AND json_type(?4, '$.\"' || id || '\"') IS NOT NULL"
 )
 
 _VIEW_COLUMNS = f"{JOB_COLUMNS}, result, ignore_failed"
@@ -1186,19 +1187,23 @@ _FAILED_IDS = "(SELECT id FROM d1queue_failed_jobs WHERE id IN (SELECT value FRO
 # held, as INSERT_JOB.
 _LIVE_N = f"(SELECT COUNT(*) FROM json_each(?12) WHERE value IN {_live_ids(12)})"
 _KNOWN_N = f"(SELECT COUNT(*) FROM json_each(?12) WHERE value IN {_known_ids(12)})"
-_DOOMED = (
-    f"(?13 = 0 AND EXISTS (SELECT 1 FROM json_each(?12) WHERE value IN {_FAILED_IDS} "
-    f"AND value NOT IN {_live_ids(12)}))"
+_FAILED_DEP = (
+    f"(SELECT value FROM json_each(?12) WHERE ?13 = 0 AND value IN {_FAILED_IDS} "
+    f"AND value NOT IN {_live_ids(12)} LIMIT 1)"
 )
+_DOOMED = f"({_FAILED_DEP} IS NOT NULL)"
 _RUN_BAND = f"CASE WHEN ?11 IS NULL THEN ?7 ELSE ?7 + {GROUP_SHIFT} END"
 INSERT_WAITER = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
-    "available_at, created_at, unique_key, grp, after, ignore_failed, batch, waiting, band) "
+    "available_at, created_at, unique_key, grp, after, ignore_failed, batch, last_error, "
+    "waiting, band) "
     "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+    "CASE WHEN s.doomed THEN 'dependency ' || s.failed || ' failed' END, "
     "CASE WHEN s.known < json_array_length(?12) THEN NULL WHEN s.doomed THEN -1 ELSE s.live END, "
     f"CASE WHEN s.doomed THEN {_RUN_BAND} WHEN s.live > 0 THEN {WAITING_BAND} "
     f"WHEN ?8 > ?9 THEN {DELAYED_BAND} ELSE {_RUN_BAND} END "
-    f"FROM (SELECT {_KNOWN_N} AS known, {_LIVE_N} AS live, {_DOOMED} AS doomed) AS s "
+    f"FROM (SELECT {_KNOWN_N} AS known, {_LIVE_N} AS live, {_FAILED_DEP} AS failed, "
+    f"{_DOOMED} AS doomed) AS s "
     "WHERE 1 ON CONFLICT DO NOTHING"
 )
 
@@ -1210,7 +1215,7 @@ INSERT_WAITER = (
 INSERT_EDGES = (
     f"INSERT OR IGNORE INTO d1queue_deps (dep, waiter) SELECT value, ?1 FROM json_each(?2) "
     f"WHERE value IN {_live_ids(2)} AND EXISTS (SELECT 1 FROM d1queue_jobs WHERE id = ?1 "
-    f"AND {LISTED})"
+    f"AND {LISTED} AND after = ?2)"
 )
 MARK_WAITED = (
     f"UPDATE d1queue_jobs SET dependents = 1 WHERE id IN {_ids_in(1)} AND {LISTED} "
@@ -1245,14 +1250,17 @@ INSERT_BATCH_PARTS = (
 # db.batch (the trigger d1queue_jobs_join): nothing is added. Re-sent after
 # a lost reply, the inserts meet their ids and fail it whole as well.
 # ?1 batch ?2 jobs added ?3 their ids (JSON array)
+_NOT_GROWN = "(SELECT instr(ids, json_quote(?3)) FROM d1queue_batch_parts WHERE id = ?1) = 0"
+# ?1 batch ?2 the added ids (JSON array) ?3 the first of them
 GROW_BATCH = (
-    "UPDATE d1queue_batches SET total = total + ?2, pending = pending + ?2 "
-    "WHERE id = ?1 AND pending > 0"
+    "UPDATE d1queue_batches SET total = total + k.n, pending = pending + k.n "
+    "FROM (SELECT COUNT(*) AS n FROM d1queue_jobs WHERE id IN (SELECT value FROM json_each(?2)) "
+    f"AND {LISTED} AND batch = ?1) AS k WHERE d1queue_batches.id = ?1 AND {_NOT_GROWN}"
 )
 GROW_BATCH_IDS = (
     "UPDATE d1queue_batch_parts SET ids = (SELECT json_group_array(value) FROM "
     "(SELECT value FROM json_each(d1queue_batch_parts.ids) UNION ALL "
-    "SELECT value FROM json_each(?3))) WHERE id = ?1"
+    f"SELECT value FROM json_each(?2))) WHERE id = ?1 AND {_NOT_GROWN}"
 )
 
 # A batch's counters, and its parts (the ids of its jobs). ?1 id
@@ -1292,10 +1300,12 @@ PRUNE_BATCHES = (
 # After a batch's (or an addition's) inserts, when some of its jobs carry a
 # unique key: a key already held inserts no job, which is then no job of
 # the batch, so the counters take the jobs that were inserted instead of
-# the ?3 counted before (point reads through the id index).
+# the ?3 counted before (point reads through the id index). None inserted:
+# a batch that could never end; total NULL, which the NOT NULL column
+# refuses, fails the push's whole db.batch (EmptyBatch).
 # ?1 batch ?2 the jobs' ids (JSON array) ?3 how many were counted
 RECOUNT_BATCH = (
-    "UPDATE d1queue_batches SET total = total - ?3 + k.n, pending = pending - ?3 + k.n "
+    "UPDATE d1queue_batches SET total = NULLIF(total - ?3 + k.n, 0), pending = pending - ?3 + k.n "
     "FROM (SELECT COUNT(*) AS n FROM d1queue_jobs WHERE id IN (SELECT value FROM json_each(?2)) "
     f"AND {LISTED} AND batch = ?1) AS k WHERE d1queue_batches.id = ?1"
 )
@@ -1371,11 +1381,17 @@ END_HELD = f"UPDATE d1queue_jobs SET ended = ?5 WHERE {_held(3, 4, 1, 2)} AND {W
 # range are ended and deleted by the two statements after it, which find
 # none in the usual batch: a seek each. Same parameters as DELETE_HELD.
 DELETE_HELD_PLAIN = DELETE_HELD + f" AND NOT {WORKFLOW}"
-# ?1 queue ?2 lease end ?3 reservation ?4 ended
+# The completed jobs of a claim batch's range a waiter named since (the
+# ids given: a failed job of the range is another's to end). ?1 queue
+# ?2 lease end ?3 reservation ?4 ended ?5 the completed jobs' ids (JSON array)
 END_HELD_BATCH = (
     f"UPDATE d1queue_jobs SET ended = ?4 WHERE queue = ?1 AND band = {LOCKED_BAND} "
-    f"AND available_at = ?2 AND reservation = ?3 AND reserved_at IS NOT NULL AND {WORKFLOW}"
+    f"AND available_at = ?2 AND reservation = ?3 AND reserved_at IS NOT NULL AND {WORKFLOW} "
+    "AND id IN (SELECT value FROM json_each(?5))"
 )
+# Then those, and only those (a job END_HELD_BATCH did not end stays held
+# for its own settle). ?1 queue ?2 lease end ?3 reservation
+DELETE_ENDED_BATCH = DELETE_HELD_BATCH + f" AND ended = {ENDED_DELETED}"
 DELETE_HELD_BATCH_PLAIN = DELETE_HELD_BATCH + f" AND NOT {WORKFLOW}"
 
 # A cancel's end of a workflow's job, before CANCEL_JOBS deletes it (the
@@ -1388,5 +1404,8 @@ END_CANCELLED = (
 )
 # A clear's end of the queue's workflow jobs, before CLEAR_QUEUE. ?1 queue
 END_CLEARED = (
-    f"UPDATE d1queue_jobs SET ended = {ENDED_FAILED} WHERE queue = ?1 AND {LIVE} AND {WORKFLOW}"
+    f"UPDATE d1queue_jobs SET ended = {ENDED_FAILED} WHERE queue = ?1 AND band = {WAITING_BAND} "
+    f"AND {WORKFLOW} AND ended = 0",
+    f"UPDATE d1queue_jobs SET ended = {ENDED_FAILED} WHERE queue = ?1 AND {LIVE} AND {WORKFLOW} "
+    "AND ended = 0",
 )
