@@ -772,6 +772,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       400: ErrorBody;
+      409: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
     };

@@ -699,6 +699,7 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         f"callbacks ({', '.join(CALLBACKS)}) each enqueued exactly once",
         {"201": _json(_ref("BatchCreated"), "queued")},
         400,
+        409,
         413,
         422,
         requestBody={
