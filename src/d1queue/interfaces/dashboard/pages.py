@@ -604,7 +604,9 @@ class Pages:
         check_id(id)
         outcome = await self.store.run_now(id)
         if outcome == "missing":
-            raise Refused(404, f"Job {id} completed or never existed.")
+            raise Refused(
+                404, f"Job {id} is not queued: it completed, failed, was cancelled, or never was."
+            )
         if outcome == "reserved":
             raise Refused(409, f"Job {id} is running now; it cannot be moved.")
         code = "run_now" if outcome == "done" else "already_ready"
