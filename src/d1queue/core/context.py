@@ -61,6 +61,13 @@ class JobContext:
         head, sep, kind = self.job.id.rpartition(":")
         return head if sep and kind in CALLBACKS else None
 
+    @property
+    def keeps_result(self) -> bool:
+        """Whether this job's queue keeps completed jobs, and so its result
+        (D1Queue.keeps; True for a queue that cannot say)."""
+        keeps = getattr(self.queue, "keeps", None)
+        return bool(keeps(self.job.queue)) if callable(keeps) else True
+
     async def results(self) -> dict[str, Any]:
         """The results of the jobs this one waited for (`after`), by id: each
         one's return value while it is kept as completed (a dependency
@@ -173,6 +180,11 @@ class DrainContext(JobContext):
     @queue.setter
     def queue(self, value: Any) -> None:
         self._queue = value
+
+    @property
+    def keeps_result(self) -> bool:
+        # Asked of the drain's own queue: no metered twin made for it.
+        return bool(self._queue_source.keeps(self.job.queue))
 
     @property
     def env(self) -> Any:

@@ -206,17 +206,11 @@ async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcom
         return retry_or_fail_outcome(job, spec, f"timed out after {spec.timeout_s:g}s")
     except Exception as exc:
         return retry_or_fail_outcome(job, spec, _describe(exc))
-    if ctx is not None and not _kept(ctx, job):
+    if value is not None and ctx is not None and not ctx.keeps_result:
         # A queue keeping no history ignores the value, as before results
         # were kept: no check, no cost.
         return Outcome(job, "complete")
     return completed(job, value)
-
-
-def _kept(ctx: JobContext, job: QueuedJob) -> bool:
-    """Whether the job's queue keeps completed jobs (and so results)."""
-    keeps = getattr(ctx.queue, "keeps", None)
-    return bool(keeps(job.queue)) if callable(keeps) else True
 
 
 def completed(job: QueuedJob, value: Any) -> Outcome:

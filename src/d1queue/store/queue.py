@@ -1144,22 +1144,17 @@ class D1Queue:
             firsts.append(place(outcome))
         carried: dict[int, list[int]] = {}
         for (token, queue, until), members in groups.items():
-            ack = self._ack_batch(queue, until, token, [outcomes[i] for i in members], now)
-            if not ack:  # one job, or results too large for one statement
+            ack, ended = self._ack_batch(queue, until, token, [outcomes[i] for i in members], now)
+            if ack is None:
                 for i in members:
                     firsts[i] = place(outcomes[i])
             else:
                 carried[len(statements)] = members
                 for i in members:
                     firsts[i] = len(statements)
-                if ack[0][0] == sql.DELETE_HELD_BATCH_PLAIN:
-                    held = (queue, until, token)
-                    done = json.dumps([outcomes[i].job.id for i in members])
-                    also[len(statements)] = [
-                        (sql.END_HELD_BATCH, (*held, sql.ENDED_DELETED, done)),
-                        (sql.DELETE_ENDED_BATCH, held),
-                    ]
-                statements.extend(ack)
+                if ended:
+                    also[len(statements)] = ended
+                statements.append(ack)
         return statements, firsts, carried, also
 
     def keeps(self, queue: str) -> bool:
@@ -1168,25 +1163,32 @@ class D1Queue:
 
     def _ack_batch(
         self, queue: str, until: int, token: str, outcomes: Sequence[Outcome], now: int
-    ) -> list[Statement]:
+    ) -> tuple[Statement | None, list[Statement]]:
         """The one statement acknowledging every completed job of a claim
-        batch on `queue`: DELETE_HELD_BATCH, or with history
-        COMPLETE_HELD_BATCH carrying their results. Without history, it
-        deletes only the jobs no workflow has (DELETE_HELD_BATCH_PLAIN): a
-        job a waiter named while it ran is ended apart (`_marks`). None: one
-        job (its own statement is as cheap), a batch's job among them, or
-        results too large to bind as one value."""
+        batch on `queue`, and what ends the jobs it leaves if it falls short.
+        With history, COMPLETE_HELD_BATCH carrying their results (it ends a
+        workflow's jobs itself). Without, DELETE_HELD_BATCH_PLAIN, which
+        deletes only the jobs no workflow has; a job a waiter named while
+        it ran is ended and deleted by the follow-up (`_ended_apart`). None:
+        one job (its own statement is as cheap), a batch's job among them
+        without history, or results too large to bind as one value."""
         if len(outcomes) < 2:
-            return []
+            return None, []
+        held = (queue, until, token)
         if not self.keeps(queue):
             if any(o.job.workflow for o in outcomes):
-                return []  # each its own statements: END_HELD, DELETE_HELD
-            return [(sql.DELETE_HELD_BATCH_PLAIN, (queue, until, token))]
+                return None, []  # each its own statements: END_HELD, DELETE_HELD
+            done = json.dumps([o.job.id for o in outcomes])
+            ended: list[Statement] = [
+                (sql.END_HELD_BATCH, (*held, sql.ENDED_DELETED, done)),
+                (sql.DELETE_ENDED_BATCH, held),
+            ]
+            return (sql.DELETE_HELD_BATCH_PLAIN, held), ended
         results = {o.job.id: o.result for o in outcomes}
         text = json.dumps(results, separators=(",", ":"))
         if len(text) > MAX_RESULT_BYTES:
-            return []
-        return [(sql.COMPLETE_HELD_BATCH, (queue, until, token, text, now))]
+            return None, []
+        return (sql.COMPLETE_HELD_BATCH, (*held, text, now)), []
 
     async def settle(self, outcomes: Sequence[Outcome]) -> list[bool]:
         """Apply many outcomes in one db.batch (one transaction). For each,
@@ -1278,9 +1280,6 @@ class D1Queue:
         for n, (outcome, at) in enumerate(zip(outcomes, firsts, strict=True)):
             first = results[at]
             resent = first.resent or maybe_sent
-            # D1 counts the rows a statement's triggers changed in its
-            # `changes` (migrations/0010_workflows.sql: a job's end counted
-            # for its waiters and batch): more than the jobs it settled.
             if at in landed:
                 if first.changes >= len(carried[at]):
                     marks.append("resent" if resent else "written")
@@ -1339,8 +1338,9 @@ class D1Queue:
         return out
 
     async def complete(self, job: QueuedJob) -> bool:
-        """The job is done: delete it (releasing its unique_key). False if the
-        lease had lapsed and this worker no longer held the job."""
+        """The job is done: kept as history where its queue keeps it, else
+        deleted (either releases its unique_key). False if the lease had
+        lapsed and this worker no longer held the job."""
         (written,) = await self.settle([Outcome(job, "complete")])
         return written
 
@@ -1387,7 +1387,9 @@ class D1Queue:
         return result.changes == 1
 
     async def clear(self, queue: str) -> int:
-        """Delete every job on `queue`, reserved or not; returns how many."""
+        """Delete every job on `queue`, reserved or not (its completed jobs
+        stay until pruned; its workflow jobs end as failed for their waiters
+        and batches); returns how many."""
         check_name("queue", queue)
         # A workflow's jobs are marked ended first: a clear fails them for
         # their waiters and batches, in the same transaction.
