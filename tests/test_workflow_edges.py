@@ -75,7 +75,7 @@ async def test_add_to_batch_resent_counts_once(added: dict[str, str]) -> None:
     q = kit.queue
     bid, _ = await q.push_batch([q.new_job("step", {"id": "a"})])
     kit.db.lose_reply_when("UPDATE d1queue_batches SET total = total +")
-    await q.add_to_batch(bid, [q.new_job("step", {"id": "b"}, **added)])  # type: ignore[arg-type]
+    await q.add_to_batch(bid, [q.new_job("step", {"id": "b"}, **added)])
     st = await views(kit).batch(bid)
     assert st is not None and st.total == 2, st
     for _ in range(3):

@@ -452,9 +452,9 @@ def drain_quietly(host: Host, rounds: int = 30) -> None:
     raise AssertionError(f"not drained: {state(host)}")
 
 
-def test_a_chain_runs_in_order_and_keeps_results(clean_host: Host, target: Target) -> None:
-    host = clean_host
-    keys = [f"chain/{i}" for i in range(5)]
+def push_chain(host: Host, payloads: list[dict[str, Any]]) -> list[str]:
+    """`http.request` jobs with `payloads`, pushed as a chain (D1Queue.chain)
+    from inside the Worker; their ids."""
     ids: list[str] = hook(
         host,
         """
@@ -466,8 +466,15 @@ def test_a_chain_runs_in_order_and_keeps_results(clean_host: Host, target: Targe
                                   for p in VALUES["payloads"]])
         """,
         queue=QUEUE,
-        payloads=[target.payload(k, 0.05) for k in keys],
+        payloads=payloads,
     )
+    return ids
+
+
+def test_a_chain_runs_in_order_and_keeps_results(clean_host: Host, target: Target) -> None:
+    host = clean_host
+    keys = [f"chain/{i}" for i in range(5)]
+    ids = push_chain(host, [target.payload(k, 0.05) for k in keys])
     waiting = rows_by_id(host, ids)
     assert all(w["live"] == 1 for w in waiting.values())
     drain_quietly(host)
@@ -490,19 +497,7 @@ def test_a_failed_link_fails_the_rest_of_its_chain(clean_host: Host, target: Tar
         target.payload("fchain/2", 0.01),
         target.payload("fchain/3", 0.01),
     ]
-    ids: list[str] = hook(
-        host,
-        """
-        from d1queue import D1Queue
-
-        async def main(env):
-            q = D1Queue(env.DB)
-            return await q.chain([q.new_job("http.request", p, queue=VALUES["queue"])
-                                  for p in VALUES["payloads"]])
-        """,
-        queue=QUEUE,
-        payloads=payloads,
-    )
+    ids = push_chain(host, payloads)
     drain_quietly(host)
     runs = target.by_key()
     assert sorted(runs) == ["fchain/0", "fchain/1"], runs
