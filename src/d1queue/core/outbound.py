@@ -26,6 +26,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
+import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -59,9 +60,21 @@ DROPPED_HEADER = re.compile(
 """Headers a job may not send: a target behind Cloudflare or a proxy would
 read them as the client's address or as the platform's own markers."""
 
-CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
-"""Headers not carried across a redirect to another origin, as browsers do:
-a target must not be able to forward a job's credentials to a third party."""
+CROSS_ORIGIN_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "cache-control",
+        "content-language",
+        "content-type",
+        "user-agent",
+    }
+)
+"""The only headers a job set that follow a redirect to another origin. Any
+other one may be a credential (`authorization`, `cookie`, `x-api-key`, a
+vendor's own token header): a target must not be able to forward a job's
+credentials to a third party by answering with a Location."""
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
@@ -175,33 +188,67 @@ class Host:
 
 _PRIVATE_SUFFIXES = (".local", ".internal", ".localdomain", ".home.arpa", ".lan", ".intranet")
 
+_FORBIDDEN_DOMAIN_CHARS = re.compile(r"[\x00-\x20#%/:<>?@\[\\\]^|\x7f]")
+"""WHATWG's forbidden domain code points (in ASCII): a host holding one once
+percent-decoded is no valid host to fetch."""
+
+
+_BRACKETS = re.compile(r"[^\[\]]*|\[[^\[\]]*\](:[0-9]*)?")
+"""A URL's host and port: brackets only around the whole host."""
+
+
+def _check_ace_labels(host: str) -> None:
+    """WHATWG refuses a host with an `xn--` label that is not valid Punycode;
+    so does d1queue, rather than allow a host the runtime would not read."""
+    for label in host.split("."):
+        if label.startswith("xn--"):
+            try:
+                decoded = label[4:].encode("ascii").decode("punycode")
+                # A label decoding to ASCII alone or to controls is refused,
+                # as WHATWG does; other Unicode rules are the runtime's to apply.
+                valid = not decoded.isascii() and not any(
+                    unicodedata.category(c) == "Cc" for c in decoded
+                )
+            except (UnicodeError, IndexError, ValueError):
+                valid = False
+            if not valid:
+                raise ValueError("the host has a label that is not valid Punycode")
+
 
 def parse_host(raw: str) -> Host:
     """The host `raw` (as urlsplit gives it: percent-encoded, any case,
-    brackets removed) names, classified; ValueError if it is no valid host."""
-    host = unquote(raw)  # WHATWG percent-decodes a host before reading it
+    brackets removed) names, classified; ValueError if it is no valid host.
+
+    Only ASCII hosts are read (after percent-decoding): the runtime maps
+    other code points by current Unicode (dropping some, reading others as
+    digits), which no Python codec here follows. The Worker hands this the
+    runtime's own reading of a URL, which is always ASCII (`Http.read_url`)."""
+    try:
+        host = unquote(raw, errors="strict")
+    except UnicodeError:
+        raise ValueError("the host is not ASCII once percent-decoded") from None
     if not host:
         raise ValueError("the URL has no host")
+    if not host.isascii():
+        raise ValueError("the host is not ASCII: give an internationalized name in its xn-- form")
     if ":" in host:
+        if "%" in host or "%" in raw:  # a zone id or an escape: WHATWG reads neither in [...]
+            raise ValueError("the host is not a valid IPv6 address")
         try:
-            ip6 = ipaddress.IPv6Address(host.split("%", 1)[0])
+            ip6 = ipaddress.IPv6Address(host)
         except ValueError:
             raise ValueError("the host is not a valid IPv6 address") from None
         return Host(str(ip6), ip6, ip_class(ip6))
-    if not host.isascii():
-        try:  # IDNA maps full-width digits and dots to ASCII, as fetch would
-            host = host.encode("idna").decode("ascii")
-        except UnicodeError:
-            raise ValueError("the host is not a valid name") from None
     host = host.lower()
+    if _FORBIDDEN_DOMAIN_CHARS.search(host):
+        raise ValueError("the host holds a character no host may hold")
     ip4 = _whatwg_ipv4(host)
     if isinstance(ip4, str):
         raise ValueError(f"the host is {ip4}")
     if ip4 is not None:
         return Host(str(ip4), ip4, ip_class(ip4))
+    _check_ace_labels(host)
     name = host[:-1] if host.endswith(".") else host
-    if not _NAME_RULE.fullmatch(name) or name.startswith("*"):
-        raise ValueError("the host is not a valid name")
     if name == "localhost" or name.endswith(".localhost"):
         return Host(name, None, "localhost")
     if "." not in name or name.endswith(_PRIVATE_SUFFIXES):
@@ -273,13 +320,17 @@ class HostRules:
         )
 
     def refusal(self, url: str) -> str | None:
-        """Why `url` may not be fetched (None: it may). The reason names
-        only what the URL itself says, never what a target answered."""
+        """Why `url` may not be fetched (None: it may), read by d1queue's own
+        parser (`parse_host`: ASCII hosts only). The reason names only what
+        the URL itself says, never what a target answered."""
         if _FORBIDDEN_URL_CHARS.search(url):
             return "the URL holds spaces, control characters or backslashes"
         try:
             parts = urlsplit(url)
             parts.port  # noqa: B018 -- raises for a port that is not a number in range
+            if not _BRACKETS.fullmatch(parts.netloc.rpartition("@")[2]):
+                # urlsplit reads `[::1].` or `x[::1]` as ::1; WHATWG refuses both.
+                raise ValueError("the host is not a valid IPv6 address")
             host = parse_host(parts.hostname or "")
         except ValueError as exc:
             return str(exc)
@@ -288,6 +339,37 @@ class HostRules:
         if not self.admits(host):
             return f"{host.kind} host {host.name} is not allowed by D1QUEUE_HTTP_ALLOW"
         return None
+
+    def target(self, url: str, base: str | None = None, read: UrlReader | None = None) -> str:
+        """The URL to send for `url` (a redirect's Location resolved against
+        `base`): as `read`, the runtime's URL parser, writes it, and checked
+        on that reading, so the host checked is the host connected to.
+        ValueError, saying why, for a URL these rules refuse."""
+        if _FORBIDDEN_URL_CHARS.search(url):
+            # Refused before the runtime reads it: WHATWG strips tabs and
+            # newlines and reads `\\` as `/`, so a URL holding one says
+            # something else to a reader of the job than to fetch.
+            raise ValueError("the URL holds spaces, control characters or backslashes")
+        resolved = (read or plain_url)(url, base)
+        reason = self.refusal(resolved)
+        if reason is not None:
+            raise ValueError(reason)
+        return resolved
+
+
+class UrlReader(Protocol):
+    """A URL parser: `read(url, base)` is `url` (resolved against `base`
+    when given) as the parser writes it; ValueError when it reads no URL."""
+
+    def __call__(self, url: str, base: str | None = None, /) -> str: ...
+
+
+def plain_url(url: str, base: str | None = None, /) -> str:
+    """The reader used where no runtime reads URLs (a drain under CPython):
+    the URL as given, a relative one resolved with urljoin. The check that
+    follows refuses any host that is not ASCII, which Python cannot read as
+    the runtime would."""
+    return url if base is None else urljoin(base, url)
 
 
 def parse_services(text: str) -> frozenset[str]:
@@ -328,7 +410,9 @@ class RawResponse(Protocol):
 
 Http = Callable[..., Awaitable[Any]]
 """The Worker's fetch: `http(url, *, method, headers, body, service, env)`,
-sending one request without following redirects."""
+sending one request without following redirects. It may also offer
+`read_url(url, base)` (a UrlReader): the runtime's own reading of a URL,
+which `send` then checks and sends; without one, `plain_url`."""
 
 
 class Reply:
@@ -380,9 +464,14 @@ class Reply:
             await cancel()
 
 
-def _origin(url: str) -> tuple[str, str]:
+def _origin(url: str) -> tuple[str, str | None, int | None]:
     parts = urlsplit(url)
-    return parts.scheme, parts.netloc.rpartition("@")[2].lower()
+    return parts.scheme, parts.hostname, parts.port
+
+
+def cross_origin_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers that follow a redirect to another origin (CROSS_ORIGIN_HEADERS)."""
+    return {k: v for k, v in headers.items() if k.strip().lower() in CROSS_ORIGIN_HEADERS}
 
 
 def _note(name: str, **fields: Any) -> None:
@@ -408,6 +497,7 @@ async def send(
     "binding"): a redirect costs a subrequest as the first request did.
     Raises OutboundRefused for a target the rules refuse, at any hop."""
     headers, first = clean_headers(headers), url
+    read: UrlReader = getattr(http, "read_url", None) or plain_url
     if service is not None:
         if service not in rules.services or env is None or getattr(env, service, None) is None:
             # Whether the name is unlisted or missing is the operator's to
@@ -419,9 +509,10 @@ async def send(
                 f"service binding {service!r} is not available to jobs (D1QUEUE_HTTP_SERVICES)"
             )
     else:
-        reason = rules.hosts.refusal(url)
-        if reason is not None:
-            raise OutboundRefused(f"{strip_credentials(url)}: refused: {reason}")
+        try:
+            url = rules.hosts.target(url, read=read)
+        except ValueError as exc:
+            raise OutboundRefused(f"{strip_credentials(url)}: refused: {exc}") from None
     for hop in range(MAX_REDIRECTS + 1):
         if spend is not None:
             spend("binding" if service else "fetch")
@@ -433,21 +524,24 @@ async def send(
         await reply.cancel()
         if hop == MAX_REDIRECTS:
             break
-        target = urljoin(url, location.strip())
-        if service is not None and urlsplit(location.strip()).netloc:
+        location = location.strip()
+        if service is not None and urlsplit(location).netloc:
             service = None  # an absolute Location leaves the binding for the Internet
         if service is None:
-            reason = rules.hosts.refusal(target)
-            if reason is not None:
+            try:
+                target = rules.hosts.target(location, base=url, read=read)
+            except ValueError as exc:
                 # The Location is the target's own words: logged for the
                 # operator, never stored where the job's pusher can read it.
-                _note("refused", redirect_from=strip_credentials(url), why=reason)
+                _note("refused", redirect_from=strip_credentials(url), why=str(exc))
                 raise OutboundRefused(
                     f"{method} {strip_credentials(url)} redirected to a target "
                     "D1QUEUE_HTTP_ALLOW refuses"
-                )
+                ) from None
             if _origin(target) != _origin(url):
-                headers = {k: v for k, v in headers.items() if k.lower() not in CREDENTIAL_HEADERS}
+                headers = cross_origin_headers(headers)
+        else:
+            target = urljoin(url, location)
         if reply.status == 303 or (reply.status in (301, 302) and method == "POST"):
             method, body = ("HEAD" if method == "HEAD" else "GET"), None
             headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}

@@ -125,20 +125,51 @@ class _FetchReply:
             await stream.cancel()
 
 
-async def job_fetch(
-    url: str, *, method: str, headers: dict[str, str], body: str | None, service: Any, env: Any
-) -> _FetchReply:
-    # Redirects are followed by d1queue.core.outbound, which checks every hop
-    # against the deployment's rules; the platform would follow them blind.
-    options: dict[str, Any] = {"method": method, "headers": headers, "redirect": "manual"}
-    if body is not None:
-        options["body"] = body
-    if service is not None:
-        binding = getattr(env, service, None)
-        if binding is None:  # outbound.send checked it; a binding cannot vanish
-            raise LookupError("the service binding is not available")
-        return _FetchReply(await binding.fetch(url, **options))
-    return _FetchReply(await fetch(url, **options))
+class _JobFetch:
+    """The Workers fetch as d1queue.core.outbound sends a job's requests:
+    one request, redirects not followed, and `read_url`, the runtime's own
+    URL parser, so the host outbound checks is the host fetch connects to."""
+
+    async def __call__(
+        self,
+        url: str,
+        *,
+        method: str,
+        headers: dict[str, str],
+        body: str | None,
+        service: Any,
+        env: Any,
+    ) -> _FetchReply:
+        # Redirects are followed by d1queue.core.outbound, which checks every
+        # hop against the deployment's rules; the platform would follow them blind.
+        options: dict[str, Any] = {"method": method, "headers": headers, "redirect": "manual"}
+        if body is not None:
+            options["body"] = body
+        if service is not None:
+            binding = getattr(env, service, None)
+            if binding is None:  # outbound.send checked it; a binding cannot vanish
+                raise LookupError("the service binding is not available")
+            return _FetchReply(await binding.fetch(url, **options))
+        return _FetchReply(await fetch(url, **options))
+
+    @staticmethod
+    def read_url(url: str, base: str | None = None, /) -> str:
+        """`url` as the runtime's WHATWG parser writes it (`new URL(url,
+        base).href`): host lower-cased, IDNA to ASCII by current Unicode,
+        addresses in their one form. Python cannot parse as it does: a code
+        point its IDNA drops (U+2064) or reads as a digit (U+1FBF1) would
+        otherwise hide an internal address from the check."""
+        from js import URL  # only exists inside the Worker
+
+        try:
+            parsed = URL.new(url) if base is None else URL.new(url, base)
+        except ffi.JsException:
+            raise ValueError("the URL is not valid") from None
+        return str(parsed.href)
+
+
+job_fetch = _JobFetch()
+"""The `fetch` every drain in the Worker is given."""
 
 
 async def _body(request: Any) -> bytes | None:
