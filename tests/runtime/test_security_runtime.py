@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ..http_server import Server
+from ..http_server import Server, running_server
 from .conftest import ROOT, TOKEN, Host, RpcError, start_host
 
 
@@ -85,6 +85,35 @@ def test_loopback_is_closed_where_the_deployment_closes_it(server: Server) -> No
         assert server.seen == []
     finally:
         h.stop()
+
+
+def test_the_client_in_a_worker_follows_no_redirect(clean_host: Host, server: Server) -> None:
+    """d1queue's Python client over HTTP inside a Worker (Pyodide's fetch):
+    a 3xx is ClientError `redirected`, and the Location's server never sees
+    the request nor the token."""
+    paths = ["/v1/jobs/abc", "/v1/queues", "/v1/queues/mail/jobs"]
+    with running_server() as other:
+        for path in paths:
+            server.script[path] = [(302, {"location": other.url + path}, "", 0)]
+        said = clean_host.python(
+            f"""
+            async def main(env):
+                from d1queue.interfaces.client import Client, ClientError
+                client = Client.over_http({server.url!r}, {TOKEN!r})
+                said = []
+                for call in (client.job("abc"), client.stats(), client.push("mail", "x.y", 1)):
+                    try:
+                        said.append(["answered", await call])
+                    except ClientError as exc:
+                        said.append([exc.status, exc.code, exc.message])
+                return said
+            """
+        )
+        for (status, code, message), path in zip(said, paths, strict=True):
+            assert (status, code) == (302, "redirected"), said
+            assert other.url + path in message
+        assert [p for _, p, *_ in server.seen] == paths
+        assert other.seen == []
 
 
 class _Flood(http.server.ThreadingHTTPServer):
