@@ -21,6 +21,7 @@ from d1queue.interfaces.openapi import SPEC
 from d1queue.interfaces.service import ApiError, Service
 from d1queue.interfaces.testing import SqliteD1
 
+from .http_server import running_server
 from .test_api import TOKEN, registry
 from .test_api import Client as RawApi
 
@@ -280,6 +281,47 @@ async def test_an_answer_that_is_not_d1queues_says_its_status() -> None:
     with pytest.raises(ClientError) as caught:
         await Client.over_http(BASE, TOKEN, fetch=proxy).job("abc")
     assert (caught.value.status, caught.value.code) == (502, "http_error")
+
+
+REDIRECTED: list[tuple[str, tuple[Any, ...], str, str]] = [
+    # (client method, args, the request's method and path)
+    ("job", ("abc",), "GET", "/v1/jobs/abc"),
+    ("stats", (), "GET", "/v1/queues"),
+    ("push", ("mail", "t.echo", {"to": "a@example.com"}), "POST", "/v1/queues/mail/jobs"),
+]
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+@pytest.mark.parametrize("case", REDIRECTED, ids=lambda c: c[0])
+async def test_a_redirect_is_an_error_and_is_not_followed(
+    case: tuple[str, tuple[Any, ...], str, str], status: int
+) -> None:
+    """The urllib transport on loopback: a d1queue URL answering 3xx to
+    another server. The client raises `redirected`, naming the Location,
+    and the other server sees nothing: not the request, not the token."""
+    method, args, verb, path = case
+    with running_server() as other, running_server() as first:
+        location = f"{other.url}{path}"
+        first.script[path] = [(status, {"location": location}, "moved", 0.0)]
+        # What the other server would answer: a pushed job's shape.
+        other.script[path] = [(200, {"content-type": "application/json"}, '{"id": "x"}', 0.0)]
+        client = Client.over_http(first.url, TOKEN)
+        with pytest.raises(ClientError) as caught:
+            await getattr(client, method)(*args)
+        assert (caught.value.status, caught.value.code) == (status, "redirected")
+        assert location in caught.value.message
+        assert [(m, p) for m, p, *_ in first.seen] == [(verb, path)]
+        assert first.headers_seen[0]["authorization"] == f"Bearer {TOKEN}"
+        assert other.seen == [] and other.headers_seen == []
+
+
+async def test_a_3xx_from_a_callers_fetch_is_an_error() -> None:
+    async def moved(method: str, url: str, headers: dict[str, str], body: Any) -> Any:
+        return 302, b'{"id": "x"}'
+
+    with pytest.raises(ClientError) as caught:
+        await Client.over_http(BASE, TOKEN, fetch=moved).push("mail", "t.echo")
+    assert (caught.value.status, caught.value.code) == (302, "redirected")
 
 
 def test_every_error_code_has_its_status() -> None:

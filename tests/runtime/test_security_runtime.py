@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ..http_server import Server
+from ..http_server import Server, running_server
 from .conftest import ROOT, TOKEN, Host, RpcError, start_host
 
 
@@ -85,6 +85,35 @@ def test_loopback_is_closed_where_the_deployment_closes_it(server: Server) -> No
         assert server.seen == []
     finally:
         h.stop()
+
+
+def test_the_client_in_a_worker_follows_no_redirect(clean_host: Host, server: Server) -> None:
+    """d1queue's Python client over HTTP inside a Worker (Pyodide's fetch):
+    a 3xx is ClientError `redirected`, and the Location's server never sees
+    the request nor the token."""
+    paths = ["/v1/jobs/abc", "/v1/queues", "/v1/queues/mail/jobs"]
+    with running_server() as other:
+        for path in paths:
+            server.script[path] = [(302, {"location": other.url + path}, "", 0)]
+        said = clean_host.python(
+            f"""
+            async def main(env):
+                from d1queue.interfaces.client import Client, ClientError
+                client = Client.over_http({server.url!r}, {TOKEN!r})
+                said = []
+                for call in (client.job("abc"), client.stats(), client.push("mail", "x.y", 1)):
+                    try:
+                        said.append(["answered", await call])
+                    except ClientError as exc:
+                        said.append([exc.status, exc.code, exc.message])
+                return said
+            """
+        )
+        for (status, code, message), path in zip(said, paths, strict=True):
+            assert (status, code) == (302, "redirected"), said
+            assert other.url + path in message
+        assert [p for _, p, *_ in server.seen] == paths
+        assert other.seen == []
 
 
 class _Flood(http.server.ThreadingHTTPServer):
@@ -182,12 +211,49 @@ def test_rpc_ids_follow_the_id_pattern(clean_host: Host) -> None:
 
 
 def test_a_short_token_is_refused_at_start() -> None:
+    """A short token guards nothing, so nobody is signed in with it: its
+    sender reads `misconfigured` alone, the log says why."""
     h = start_host("--var", "D1QUEUE_TOKEN=too-short")
     try:
         reply = h.api("GET", "/v1/queues", token="too-short")
-        assert reply.status == 500
-        message = reply.json()["error"]["message"]
-        assert "at least 32 characters" in message and "secrets.token_urlsafe" in message
+        assert reply.status == 500 and reply.json()["error"]["code"] == "misconfigured"
+        assert "32" not in reply.text and "D1QUEUE_TOKEN" not in reply.text
+        h.wait_for_output('"d1queue.misconfigured"')
+        (line,) = h.events("d1queue.misconfigured")
+        assert (
+            "at least 32 characters" in line["error"] and "secrets.token_urlsafe" in line["error"]
+        )
+    finally:
+        h.stop()
+
+
+def test_a_bad_setting_is_told_to_the_tokens_holder_only() -> None:
+    """A bad D1QUEUE_HTTP_ALLOW names internal hosts: /health, the API and
+    the dashboard answer 500 `misconfigured` without it to anyone without
+    the token (a wrong one included); the token's holder and the log read it."""
+    h = start_host("--var", "D1QUEUE_HTTP_ALLOW=public,db.internal.corp:5432")
+    try:
+        anonymous = [
+            h.get("/health"),
+            h.get("/ui", headers={"accept": "text/html"}),
+            h.post("/ui/signin", body="token=x", headers={"origin": h.url}),
+            h.api("GET", "/v1/queues", token=None),
+            h.api("POST", "/v1/queues/q/jobs", {"name": "http.request"}, token=None),
+            h.api("GET", "/v1/queues", token="wrong-" + "x" * 32),
+        ]
+        for reply in anonymous:
+            assert reply.status == 500, reply.text
+            assert reply.json()["error"]["code"] == "misconfigured"
+            assert "internal" not in reply.text and "5432" not in reply.text, reply.text
+        for path in ("/health", "/v1/queues/told"):
+            told = h.api("GET", path)
+            assert told.status == 500 and told.json()["error"]["code"] == "misconfigured"
+            assert "D1QUEUE_HTTP_ALLOW" in told.text and "db.internal.corp:5432" in told.text
+        h.wait_for_output('"request":"GET /v1/queues/told"')  # the last request's line
+        lines = h.events("d1queue.misconfigured")
+        assert len(lines) == len(anonymous) + 2
+        assert all("db.internal.corp:5432" in line["error"] for line in lines)
+        assert {line["request"] for line in lines} >= {"GET /health", "POST /ui/signin"}
     finally:
         h.stop()
 

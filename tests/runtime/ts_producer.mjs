@@ -7,14 +7,16 @@
 //
 //   node ts_producer.mjs <host url> <producer.js> '<methods JSON>' < requests.json
 //
-// stdin: a JSON array of request bodies, each POSTed to the producer in
-// turn; stdout: a JSON array of {status, body}.
+// stdin: a JSON array of request bodies (strings, sent as they are), each
+// POSTed to the producer in turn; stdout: {answers, rpc}, answers a JSON
+// array of {status, body}, rpc the RPC methods the producer called, in order.
 import { readFileSync } from 'node:fs';
 import { Miniflare, convertV4MiniflareOptions } from 'miniflare';
 
 const [hostUrl, producerPath, methodsJson] = process.argv.slice(2);
 const methods = JSON.parse(methodsJson);
 const requests = JSON.parse(readFileSync(0, 'utf8'));
+const rpc = [];
 
 // Explicit methods (not prototype assignments): workerd exposes a class's
 // own declared methods over RPC.
@@ -52,6 +54,7 @@ const mf = new Miniflare(
           // A Node function: the host's test hook, reached from Node.
           HOST: async (request) => {
             const url = new URL(request.url);
+            rpc.push(url.pathname.split('/').pop());
             const reply = await fetch(hostUrl + url.pathname, { method: 'POST', body: await request.text() });
             return new Response(await reply.text(), { status: reply.status });
           },
@@ -63,10 +66,10 @@ const mf = new Miniflare(
 try {
   const out = [];
   for (const body of requests) {
-    const res = await mf.dispatchFetch('http://producer/', { method: 'POST', body: JSON.stringify(body) });
+    const res = await mf.dispatchFetch('http://producer/', { method: 'POST', body });
     out.push({ status: res.status, body: await res.json() });
   }
-  process.stdout.write(JSON.stringify(out));
+  process.stdout.write(JSON.stringify({ answers: out, rpc }));
 } finally {
   await mf.dispose();
 }

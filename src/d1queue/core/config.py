@@ -70,6 +70,19 @@ class ConfigError(ValueError):
     """A `D1QUEUE_*` var is unknown or has an invalid value."""
 
 
+def token_problem(token: Any) -> str | None:
+    """Why D1QUEUE_TOKEN (the secret's value, None when unset) cannot guard
+    the Worker, or None when it can or is unset: a short token is refused
+    outright, and nobody counts as signed in with it."""
+    if token is not None and len(str(token)) < MIN_TOKEN_CHARS:
+        return (
+            f"D1QUEUE_TOKEN must be at least {MIN_TOKEN_CHARS} characters (it guards "
+            "every queue and the dashboard); make one with: python3 -c "
+            "'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class Config:
     plan: Literal["free", "paid"] = "free"
@@ -326,13 +339,9 @@ class Config:
             except ValueError as exc:
                 why = f": {exc}" if f.name.startswith("http_") else ""
                 raise ConfigError(f"{var}={raw!r} is not a valid value{why}") from None
-        token = env.get("D1QUEUE_TOKEN")
-        if token is not None and len(str(token)) < MIN_TOKEN_CHARS:
-            raise ConfigError(
-                f"D1QUEUE_TOKEN must be at least {MIN_TOKEN_CHARS} characters (it guards "
-                "every queue and the dashboard); make one with: python3 -c "
-                "'import secrets; print(secrets.token_urlsafe(32))'"
-            )
+        problem = token_problem(env.get("D1QUEUE_TOKEN"))
+        if problem is not None:
+            raise ConfigError(problem)
         config = cls(**values)
         config.check_shares()
         return config

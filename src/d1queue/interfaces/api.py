@@ -24,6 +24,7 @@ from ..core.bounds import (
     NAME_RULE,
     json_depth,
 )
+from ..core.config import token_problem
 from ..core.d1_faults import is_unavailable
 from ..core.guard import CLIENT_HEADER, RETRY_AFTER_S, Guard
 from ..core.log import event, get
@@ -135,8 +136,7 @@ class Api:
             # A wrong token is a guess and pays for it; no token at all is not.
             guessed = exc.status == 401 and bool(headers.get("authorization", "").strip())
             if guessed and await self.guard.failed(headers):
-                exc = ApiError(429, "too_many_attempts", "too many wrong tokens: wait, then retry")
-                return _error(exc, {"retry-after": str(RETRY_AFTER_S)})
+                return _too_many_attempts()
             extra = {"www-authenticate": "Bearer"} if exc.status == 401 else {}
             if exc.status == 405:
                 extra["allow"] = found.allow
@@ -172,11 +172,7 @@ class Api:
                 "no API token is configured: set the D1QUEUE_TOKEN secret "
                 "(wrangler secret put D1QUEUE_TOKEN; .dev.vars locally)",
             )
-        given = headers.get("authorization", "")
-        scheme, _, credential = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            credential.strip().encode(), self.token.encode()
-        ):
+        if not bearer_matches(headers, self.token):
             raise ApiError(401, "unauthorized", "missing or wrong bearer token")
 
     # -- endpoints: from HTTP to Service calls ------------------------------------
@@ -383,6 +379,50 @@ def json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ApiError(400, "malformed_json", "the body must be a JSON object")
     return obj
+
+
+def bearer_matches(headers: Mapping[str, str], token: str) -> bool:
+    """Whether the request's Authorization is `Bearer <token>`, compared in
+    constant time (a timing difference would spell the token out)."""
+    scheme, _, credential = headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        credential.strip().encode(), token.encode()
+    )
+
+
+MISCONFIGURED = "the Worker's configuration is invalid; its log says why (d1queue.misconfigured)"
+"""What a caller without the token reads while the configuration is invalid."""
+
+
+async def misconfigured(
+    reason: str,
+    token: str | None,
+    method: str,
+    path: str,
+    headers: Mapping[str, str],
+    guard: Guard | None = None,
+) -> ApiReply:
+    """The answer to any request (the API, /health, the dashboard) while the
+    Worker's `D1QUEUE_*` configuration is invalid: 500 `misconfigured`.
+
+    `reason` (the ConfigError's text) may quote a var's value, and
+    D1QUEUE_HTTP_ALLOW's names internal hosts: it goes to the log, one JSON
+    line, and into the answer only for a caller holding the valid token.
+    A token that is itself invalid (too short) signs in nobody. A wrong
+    token is a guess as on any route, slowed by the guard (the detail tells
+    the right token from a wrong one)."""
+    event(log, "d1queue.misconfigured", logging.ERROR, request=f"{method} {path}", error=reason)
+    usable = token if token and token_problem(token) is None else None
+    if usable is not None and bearer_matches(headers, usable):
+        return _error(ApiError(500, "misconfigured", reason))
+    if headers.get("authorization", "").strip() and await (guard or Guard()).failed(headers):
+        return _too_many_attempts()
+    return _error(ApiError(500, "misconfigured", MISCONFIGURED))
+
+
+def _too_many_attempts() -> ApiReply:
+    exc = ApiError(429, "too_many_attempts", "too many wrong tokens: wait, then retry")
+    return _error(exc, {"retry-after": str(RETRY_AFTER_S)})
 
 
 def _reject_constant(name: str) -> Any:

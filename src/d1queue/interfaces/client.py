@@ -8,7 +8,11 @@ interface and d1queue's own errors either way.
     state = await client.job(pushed["id"])
 
 A refusal raises ClientError (an ApiError) with the status and code the HTTP
-API answers for the same input, over either transport. Runs under CPython and
+API answers for the same input, over either transport. Over HTTP a redirect
+is never followed: a 3xx answer is ClientError `redirected`, naming its
+Location, and nothing is sent there (the request carries the bearer token,
+and a POST re-sent as GET would read another server's JSON as d1queue's
+answer). Runs under CPython and
 in Pyodide; `pyodide` and `js` are imported only when a Worker's
 transport is used, never at import.
 """
@@ -29,7 +33,9 @@ from .service import ApiError, check_id, check_queue
 
 Fetch = Callable[[str, str, dict[str, str], bytes | None], Awaitable[tuple[int, bytes]]]
 """`(method, url, headers, body)` to `(status, body)`: how the HTTP transport
-sends a request. Tests pass one that calls `Api.handle` in-process."""
+sends a request. Tests pass one that calls `Api.handle` in-process. It must
+not follow redirects: a 3xx status it answers is a ClientError `redirected`
+(the default fetches raise it themselves, naming the Location)."""
 
 ERROR_STATUS: dict[str, int] = {
     "malformed_json": 400,
@@ -242,6 +248,8 @@ class _Http(_Transport):
             data = _json_bytes(body)
             headers["content-type"] = "application/json"
         status, raw = await self.fetch(method, self.base + path, headers, data)
+        if 300 <= status < 400:  # a fetch of the caller's own that does not say where
+            raise _redirected(status, method, path, None)
         try:
             answer = json.loads(raw) if raw else None
         except ValueError:
@@ -254,6 +262,19 @@ class _Http(_Transport):
         # Not d1queue's answer (a proxy's error page, say): its status, in words.
         text = raw[:200].decode("utf-8", "replace")
         raise ClientError(status, "http_error", f"HTTP {status} from {path}: {text}")
+
+
+def _redirected(status: int, method: str, url: str, location: str | None) -> ClientError:
+    """A 3xx answer, refused rather than followed: whoever answers the
+    Location would receive the bearer token (and a POST re-sent as a GET
+    would read that server's JSON as a pushed job)."""
+    where = f"to {location!r}" if location else "(no Location given)"
+    return ClientError(
+        status,
+        "redirected",
+        f"{method} {url} answered {status}, a redirect {where}; the client follows none: "
+        "point it at the d1queue Worker's own URL",
+    )
 
 
 def _json_bytes(body: Any) -> bytes:
@@ -329,11 +350,15 @@ async def _workers_fetch(
     # SDK stays the glue's alone. Only in a Worker; never at import.
     from pyodide.http import pyfetch
 
-    options: dict[str, Any] = {"method": method, "headers": headers}
+    # "manual": a redirect is answered as it is, not followed with the token.
+    options: dict[str, Any] = {"method": method, "headers": headers, "redirect": "manual"}
     if body is not None:
         options["body"] = body.decode("utf-8")
     response = await pyfetch(url, **options)
-    return int(response.status), (await response.string()).encode("utf-8")
+    status = int(response.status)
+    if 300 <= status < 400:
+        raise _redirected(status, method, url, response.headers.get("location"))
+    return status, (await response.string()).encode("utf-8")
 
 
 async def _urllib_fetch(
@@ -342,9 +367,25 @@ async def _urllib_fetch(
     def send() -> tuple[int, bytes]:
         request = urllib.request.Request(url, data=body, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=30) as reply:
+            with _OPENER.open(request, timeout=30) as reply:
                 return int(reply.status), bytes(reply.read())
-        except urllib.error.HTTPError as exc:  # a 4xx or 5xx is an answer
+        except urllib.error.HTTPError as exc:  # a 3xx, 4xx or 5xx is an answer
+            if 300 <= exc.code < 400:
+                raise _redirected(exc.code, method, url, exc.headers.get("location")) from None
             return int(exc.code), bytes(exc.read())
 
     return await asyncio.to_thread(send)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """urllib's redirect handler would re-send the request, Authorization
+    included, to any Location (and a POST as a GET): this one follows none,
+    so a 3xx reaches the caller as an HTTPError."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+"""urllib's default handlers (proxies from the environment, HTTPS) but for
+redirects, which are never followed."""

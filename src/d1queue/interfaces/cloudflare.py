@@ -48,7 +48,7 @@ from ..features.wake import WAKE_BINDING, Waker, consume
 from ..store.queue import D1Queue
 from ..store.schedules import DUE_LIMITS, trigger_grace_ms
 from ..store.shardset import ShardQueue, ShardSet
-from .api import API_HEADERS, MAX_BODY_BYTES, NO_STORE, Api, json_object
+from .api import API_HEADERS, MAX_BODY_BYTES, NO_STORE, Api, json_object, misconfigured
 from .dashboard import Dashboard
 from .openapi import document
 from .service import ApiError, Service
@@ -404,27 +404,30 @@ class D1QueueWorker:
         length = request.headers.get("content-length")
         if length is not None and str(length).isdigit() and int(str(length)) > MAX_BODY_BYTES:
             return _too_large()
-        token = getattr(_raw_env(self.env), "D1QUEUE_TOKEN", None)
-        try:
-            service = self.service()
-        except ConfigError as exc:  # the operator's mistake, said plainly
-            return _json(ApiError(500, "misconfigured", str(exc)).body(), 500)
+        raw_token = getattr(_raw_env(self.env), "D1QUEUE_TOKEN", None)
+        token = str(raw_token) if raw_token else None
         # The SDK's Request.method is an HTTPMethod enum and raises for any
         # other method (QUERY, say); the JS Request underneath has the string.
         method = str(getattr(request, "js_object", request).method)
         guard = _guard(self.env)
+        try:
+            service = self.service()
+        except ConfigError as exc:  # the operator's mistake: said in full to the token only
+            headers = {k: str(request.headers.get(k) or "") for k in API_HEADERS}
+            reply = await misconfigured(str(exc), token, method, parsed.path, headers, guard)
+            return _json(reply.body, reply.status, reply.headers)
         if _is_dashboard(path):
             body = b"" if method in ("GET", "HEAD") else await _body(request)
             if body is None:
                 return _too_large()
             headers = {k: str(request.headers.get(k) or "") for k in DASHBOARD_HEADERS}
-            board = Dashboard(service, str(token) if token else None, guard, prefix=self.prefix)
+            board = Dashboard(service, token, guard, prefix=self.prefix)
             reply = await board.handle(method, url, headers, body, service.queue.clock())
             # None for HEAD and 204: a 204 Response with any body, "" included,
             # is refused by the runtime.
             return Response(reply.body, status=reply.status, headers=reply.headers)
         openapi = _openapi(self.registry, self.prefix)
-        api = Api(service, str(token) if token else None, _version(), openapi, guard)
+        api = Api(service, token, _version(), openapi, guard)
         headers = {k: str(request.headers.get(k) or "") for k in API_HEADERS}
         body = b""
         # Without the token the answer is 401 whatever the body holds: it is
