@@ -14,7 +14,7 @@ from d1queue.core.bounds import MAX_PAYLOAD_BYTES
 from d1queue.core.d1_faults import is_unavailable
 from d1queue.core.job import QueuedJob
 from d1queue.core.log import fields_of
-from d1queue.interfaces.api import MAX_BODY_BYTES, Api, ApiReply
+from d1queue.interfaces.api import INDEX, MAX_BODY_BYTES, Api, ApiReply
 from d1queue.interfaces.openapi import SPEC
 from d1queue.interfaces.service import UNAVAILABLE_RETRY_AFTER_S, Service
 from d1queue.interfaces.testing import SqliteD1
@@ -398,6 +398,25 @@ async def test_the_root_sends_a_browser_to_the_dashboard_and_a_client_the_links(
     assert (options.status, options.headers["allow"]) == (204, "OPTIONS, GET, HEAD")
     post = await root("POST", None)  # public path: 405 without the token, not 401
     assert (post.status, post.headers["allow"]) == (405, "OPTIONS, GET, HEAD")
+
+
+async def test_under_a_prefix_the_root_sends_a_browser_and_a_client_under_it(
+    queue: D1Queue, reg: Registry
+) -> None:
+    """A Worker mounting d1queue at /queue routes /queue here as "/": what
+    it answers names the paths a browser or a client must send, the prefix
+    included (/ui alone is the Worker's own route, not the dashboard)."""
+    api = Api(Service(queue, reg), TOKEN, "9.9", SPEC, prefix="/queue")
+    browser = await api.handle("GET", "https://q.example/", {"accept": BROWSER_ACCEPT}, b"")
+    assert (browser.status, browser.headers["location"]) == (303, "/queue/ui")
+    client = await api.handle("GET", "https://q.example/", {}, b"")
+    assert client.status == 200 and set(client.body) == set(INDEX)
+    for key, path in INDEX.items():
+        if path.startswith("/"):
+            assert client.body[key] == "/queue" + path, key
+    assert client.body["auth"] == "Authorization: Bearer <D1QUEUE_TOKEN> on every /queue/v1 route"
+    root = await Api(Service(queue, reg), TOKEN, "9.9", SPEC).handle("GET", "https://q/", {}, b"")
+    assert root.body == INDEX
 
 
 # -- D1 failing: 503 unavailable, never a 500 carrying its text ------------------

@@ -4,6 +4,7 @@ The same pages in a real browser: tests/runtime/test_dashboard_browser.py."""
 
 from __future__ import annotations
 
+import html
 import re
 from typing import Any
 from urllib.parse import urlencode
@@ -767,6 +768,154 @@ async def test_under_a_prefix_a_back_outside_the_dashboard_is_not_followed(
         "/queue/ui/queues/mail/pause", {"csrf": b.csrf(), "back": "https://evil.example/ui"}
     )
     assert reply.headers["location"] == "/queue/ui/queues/mail?notice=paused"
+
+
+def non_canonical(path: str) -> list[str]:
+    """Other spellings of `path` that a rule matching the exact path would
+    miss: each must be a 404, never the page."""
+    at = path.index("/ui") + 1
+    return [
+        path + "/",
+        path + ";x",
+        path + "//",
+        path.replace("/ui", "/UI", 1),
+        path[:at] + "%75" + path[at + 1 :],  # /ui as /%75i
+    ]
+
+
+async def test_under_a_prefix_every_page_names_it_and_answers_at_one_spelling(
+    db: SqliteD1, clock: Clock
+) -> None:
+    """Every page reached from the overview, every form's action and every
+    redirect is under /queue/ui; every page and action answers at the one
+    spelling its links use, and any other spelling is a 404."""
+    reg = registry()
+    service = Service(D1Queue(db, clock=clock, registry=reg, keep_completed=True), reg)
+    board = Dashboard(service, TOKEN, prefix="/queue")
+    b = Browser(board, clock)
+    addresses: set[str] = set()
+
+    def names(reply: Any) -> None:
+        """Collect the addresses an answer names; each must be under /queue/ui."""
+        found = [reply.headers.get("location", "")]
+        found += re.findall(r'\b(?:href|action|src|formaction)="([^"#][^"]*)"', reply.body or "")
+        for address in filter(None, (html.unescape(a) for a in found)):
+            assert re.match(r"/queue/ui(?:[/?]|$)", address), address
+            addresses.add(address)
+        for value in re.findall(r'name="(?:back|next)" value="([^"]*)"', reply.body or ""):
+            assert re.match(r"/ui(?:[/?]|$)", html.unescape(value)), value
+
+    names(await b.get("/queue/ui"))
+    names(await b.get("/queue/ui/signin?next=%2Fui%2Ffailed"))
+    names(await b.post("/queue/ui/signin", {"token": TOKEN, "next": "/ui"}))
+    await service.batch(
+        {"jobs": [{"name": "echo", "queue": "mail"}], "on_success": {"name": "echo"}}
+    )
+    await service.put_schedule({"id": "digest", "cron": "0 6 * * *", "name": "echo"})
+    ids = await fail_some(service, 2)
+    job = (await service.dispatch("mail", {"name": "echo", "delay_s": 60}))["id"]
+    pages, seen = ["/queue/ui"], set()
+    while pages:
+        path = pages.pop()
+        if path in seen or "/static/" in path:
+            continue
+        seen.add(path)
+        page = await b.get(path)
+        assert page.status == 200, path
+        names(page)
+        pages += [html.unescape(a) for a in re.findall(r'href="(/[^"]*)"', page.body)]
+    kinds = {re.sub(r"/ui/(\w+)/[^/?]+", r"/ui/\1/x", p.split("?")[0]) for p in seen}
+    assert {"/queue/ui/jobs/x", "/queue/ui/batches/x", "/queue/ui/schedules"} <= kinds, kinds
+    csrf = b.csrf()
+    actions = [
+        ("/queue/ui/queues/mail/pause", {"back": "/ui"}),
+        ("/queue/ui/queues/mail/resume", {}),
+        ("/queue/ui/queues/mail/limits", {"concurrency": "3"}),
+        ("/queue/ui/queues/mail/limits", {"concurrency": "-3"}),
+        ("/queue/ui/queues/mail/limits", {"concurrency": "3", "confirm": "yes"}),
+        ("/queue/ui/failed/bulk", {"action": "retry", "ids": ids[:1]}),
+        ("/queue/ui/failed/bulk", {"action": "retry", "ids": ids[:1], "confirm": "yes"}),
+        (f"/queue/ui/jobs/{job}/run", {}),
+        (f"/queue/ui/jobs/{job}/cancel", {}),
+        ("/queue/ui/schedules/digest/pause", {}),
+        ("/queue/ui/schedules/nope/pause", {}),
+    ]
+    for path, form in actions:
+        for other in non_canonical(path):
+            refused = await b.post(other, {"csrf": csrf, **form})
+            assert refused.status == 404 and "location" not in refused.headers, other
+        reply = await b.post(path, {"csrf": csrf, **form})
+        assert reply.status in (200, 303, 404, 422), (path, reply.status)
+        names(reply)
+    for path in sorted(seen):
+        for other in non_canonical(path.split("?")[0]):
+            assert (await b.get(other)).status == 404, other
+    names(await b.get("/queue/ui/nope"))
+    for other in non_canonical("/queue/ui/signout"):
+        assert (await b.post(other, {"csrf": csrf})).status == 404, other
+    names(await b.post("/queue/ui/signout", {"csrf": csrf}))
+    names(await b.get("/queue/ui"))
+    assert {"/queue/ui/signout", "/queue/ui/signin"} <= addresses
+
+
+ESCAPES = [
+    "/ui/%2e%2e/%2e%2e/admin/x",
+    "/ui/../../admin/x",
+    "/ui/%2E%2E/.%2e/admin/x",
+    "/ui/queues/%2e%2e/%2e%2e/%2e%2e/admin/x",
+    "/ui\\..\\..\\admin/x",
+    "/ui/%5c..%5c..%5cadmin/x",
+    "/ui/%252e%252e/%252e%252e/admin/x",
+    "/ui/./../admin/x",
+    "/uiadmin/x",
+    "/ui/..",
+]
+"""`next` and `back` values a browser resolves to a path outside the
+dashboard: each is sent the action's own page instead."""
+
+
+@pytest.mark.parametrize("prefix", ["", "/queue"])
+async def test_next_and_back_with_dot_segments_stay_in_the_dashboard(
+    service: Service, clock: Clock, db: SqliteD1, prefix: str
+) -> None:
+    """Mounted at /queue, a Location of /queue/ui/%2e%2e/%2e%2e/admin/x is
+    /admin/x to the browser: a route of the Worker around d1queue."""
+    board = Dashboard(service, TOKEN, prefix=prefix)
+    b = Browser(board, clock)
+    for target in ESCAPES:
+        reply = await b.post(f"{prefix}/ui/signin", {"token": TOKEN, "next": target})
+        assert reply.status == 303 and reply.headers["location"] == f"{prefix}/ui", target
+        page = await b.get(f"{prefix}/ui/signin?" + urlencode({"next": target}))
+        assert page.status == 303 and page.headers["location"] == f"{prefix}/ui", target
+        await b.get(f"{prefix}/ui")
+        reply = await b.post(f"{prefix}/ui/queues/mail/pause", {"csrf": b.csrf(), "back": target})
+        assert reply.status == 303 and paused(db, "mail")
+        assert reply.headers["location"] == f"{prefix}/ui/queues/mail?notice=paused", target
+        signed_out = await Browser(board, clock).get(
+            f"{prefix}/ui/signin?" + urlencode({"next": target})
+        )
+        assert 'name="next" value="/ui"' in signed_out.body, target
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("/ui/queues/../failed", "/ui/failed"),
+        ("/ui/./failed?queue=mail", "/ui/failed?queue=mail"),
+        ("/ui/%66ailed?queue=mail#top", "/ui/failed?queue=mail"),
+        ("/ui/queues/a:b/../a:b", "/ui/queues/a%3Ab"),
+        ("/ui/failed/", "/ui"),
+        ("/ui/", "/ui"),
+    ],
+)
+async def test_next_is_resolved_then_sent_as_the_pages_spell_it(
+    service: Service, clock: Clock, target: str, expected: str
+) -> None:
+    """The Location has nothing left for the browser to resolve: no
+    dot-segment, no escape of a letter, no empty segment."""
+    board = Dashboard(service, TOKEN, prefix="/queue")
+    reply = await Browser(board, clock).post("/queue/ui/signin", {"token": TOKEN, "next": target})
+    assert reply.headers["location"] == "/queue" + expected, target
 
 
 async def test_d1_unavailable_is_a_503_page_with_retry_after_and_a_bug_a_500_without_text(

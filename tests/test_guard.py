@@ -134,3 +134,33 @@ async def test_wrong_sign_ins_are_paused_and_limited(db: Any, clock: Any) -> Non
     assert limited.headers["retry-after"] == "60" and "set-cookie" not in limited.headers
     await browser.sign_in()  # the right token is never counted
     assert len(pauses) == 5
+
+
+def test_an_ipv6_client_is_its_64_and_an_ipv4_client_its_address() -> None:
+    def key(address: str) -> str:
+        return client_key({"cf-connecting-ip": address})
+
+    same = ["2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff", " 2001:DB8:1:2:0:0:0:9 "]
+    assert {key(a) for a in same} == {"auth:2001:db8:1:2::/64"}
+    assert key("2001:db8:1:3::1") == "auth:2001:db8:1:3::/64"
+    assert key("::ffff:198.51.100.7") == "auth:198.51.100.7", "IPv4-mapped: the IPv4 address"
+    assert key("198.51.100.7") != key("198.51.100.8")
+    assert key("fe80::1%eth0") == "auth:fe80::/64"
+
+
+async def test_addresses_of_one_ipv6_64_share_one_limit(queue: D1Queue) -> None:
+    """A /64 is one subscriber's: new addresses in it are no new allowance."""
+
+    async def sleep(s: float) -> None:
+        pass
+
+    limiter = Limiter(3)
+    a = api(queue, Guard(limiter, sleep=sleep))
+    statuses = []
+    for i in range(5):
+        client = {"cf-connecting-ip": f"2001:db8:7:7::{i + 1:x}", "authorization": f"Bearer {i}"}
+        statuses.append((await a.handle("GET", "https://q/v1/queues", client, b"")).status)
+    assert statuses == [401, 401, 401, 429, 429]
+    assert limiter.counts == {"auth:2001:db8:7:7::/64": 5}
+    other = {"cf-connecting-ip": "2001:db8:7:8::1", "authorization": "Bearer x"}
+    assert (await a.handle("GET", "https://q/v1/queues", other, b"")).status == 401

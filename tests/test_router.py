@@ -69,6 +69,77 @@ def test_path_values_are_decoded_and_public_is_the_paths() -> None:
     assert not ROUTER.resolve("PUT", "/a").public
 
 
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        ("/a", 200),
+        ("/a/x%2Fy/go", 200),
+        ("/a/x%3Ay/go", 200),
+        ("/a/x%2fy/go", 404),  # the escape in lower case
+        ("/a/x:y/go", 404),  # `:` unescaped: the links escape it
+        ("/a/%78/go", 404),  # a letter escaped
+        ("/a/x;y/go", 404),
+        ("/a/", 404),
+        ("/a;x", 404),
+        ("/A", 404),
+        ("/%61", 404),
+    ],
+)
+def test_a_canonical_router_serves_a_path_at_one_spelling(path: str, status: int) -> None:
+    canonical = Router(ROUTER.routes, canonical=True)
+    assert canonical.resolve("POST" if "go" in path else "GET", path).status == status
+    assert canonical.resolve("OPTIONS", path).status == (204 if status == 200 else 404)
+
+
+SIGN_IN_SPELLINGS = [
+    "/ui/signin/",
+    "/ui/signin;x",
+    "/ui/signin//",
+    "/ui//signin",
+    "/ui/signin%2F",
+    "/ui/%73ignin",
+    "/ui/signi%6E",
+    "/%75i/signin",
+    "/UI/signin",
+    "/ui/SignIn",
+]
+"""Other spellings of /ui/signin: a rule in front of the Worker matching the
+path /ui/signin exactly does not see them."""
+
+
+@pytest.mark.parametrize("prefix", ["", "/queue"])
+async def test_sign_in_answers_at_its_one_path_only(
+    queue: D1Queue, clock: Clock, prefix: str
+) -> None:
+    board = Dashboard(Service(queue, board_registry()), BOARD_TOKEN, prefix=prefix)
+    browser = Browser(board, clock)
+    for path in SIGN_IN_SPELLINGS:
+        posted = await browser.post(prefix + path, {"token": BOARD_TOKEN, "next": "/ui"})
+        assert posted.status == 404 and "set-cookie" not in posted.headers, path
+        assert f"There is no page at {path}" in posted.body
+        assert (await browser.get(prefix + path)).status == 404, path
+        assert (await browser.request("OPTIONS", prefix + path)).status == 404, path
+    signed = await browser.post(prefix + "/ui/signin", {"token": BOARD_TOKEN, "next": "/ui"})
+    assert signed.status == 303 and "set-cookie" in signed.headers
+    for page in ("/ui", "/ui/queues/mail", "/ui/failed"):
+        assert (await browser.get(prefix + page)).status == 200
+        assert (await browser.get(prefix + page + "/")).status == 404
+    assert (await browser.get(prefix + "/ui/queues/%6Dail")).status == 404
+
+
+def test_every_spelling_of_ui_is_the_dashboards_to_refuse() -> None:
+    """The Worker hands these to the dashboard, whose router answers 404
+    for any but /ui's own spelling; the API would answer 401 first."""
+    from d1queue.interfaces.dashboard import is_dashboard_path
+
+    for path in ("/ui", "/ui/signin", "/UI/signin", "/%75i/signin", "/ui;x/signin", "//ui/signin"):
+        assert is_dashboard_path(path), path
+    for path in ("/ui%2Fsignin", "/Ui", "/ui\\signin"):
+        assert is_dashboard_path(path), path
+    for path in ("/", "/uiadmin", "/v1/ui", "/health", "/u", "/ui-x"):
+        assert not is_dashboard_path(path), path
+
+
 @pytest.mark.parametrize("method", ["HEAD", "OPTIONS"])
 def test_no_route_declares_what_the_router_answers(method: str) -> None:
     with pytest.raises(ValueError, match="router"):

@@ -107,3 +107,13 @@ def test_head_options_and_405_follow_the_routers_rule(clean_host: Host) -> None:
     api = send(clean_host, "HEAD", "/health")
     assert api.status == 200 and api.body == b""
     assert api.headers["content-type"] == "application/json"
+
+
+def test_sign_in_answers_at_its_one_path_only(clean_host: Host) -> None:
+    """Spellings that reached the sign-in through the Worker's URL parser:
+    each is a 404 that signs no one in, so a WAF rule on /ui/signin sees
+    every try."""
+    for path in ("/ui/signin/", "/ui/signin;x", "/ui/signin//", "/ui/%73ignin", "/UI/signin"):
+        reply = send(clean_host, "POST", path, {"token": TOKEN, "next": "/ui"})
+        assert reply.status == 404 and "set-cookie" not in reply.headers, (path, reply.text)
+        assert "There is no page at" in reply.text

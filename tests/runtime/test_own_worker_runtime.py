@@ -87,3 +87,53 @@ def test_the_dashboard_signs_in_under_the_prefix(own: Host) -> None:
     cookie = signed.headers["set-cookie"].split(";", 1)[0]
     overview = send(own, "GET", "/queue/ui", cookie=cookie)
     assert overview.status == 200 and 'href="/queue/ui/failed"' in overview.text
+
+
+def test_next_and_back_never_leave_the_prefix(own: Host) -> None:
+    """Mounted at /queue, a Location of /queue/ui/%2e%2e/%2e%2e/admin/x is
+    the host Worker's /admin/x to the browser: d1queue sends its own page."""
+    for target in ("/ui/%2e%2e/%2e%2e/admin/x", "/ui/../../admin/x"):
+        signed = send(own, "POST", "/queue/ui/signin", {"token": TOKEN, "next": target})
+        assert signed.status == 303 and signed.headers["location"] == "/queue/ui", target
+    cookie = signed.headers["set-cookie"].split(";", 1)[0]
+    page = send(own, "GET", "/queue/ui", cookie=cookie)
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf, page.text
+    for target in ("/ui/../../admin/x", "/ui/%2e%2e/%2e%2e/admin/x"):
+        form = {"csrf": csrf.group(1), "back": target}
+        paused = send(own, "POST", "/queue/ui/queues/default/pause", form, cookie=cookie)
+        assert paused.status == 303, paused.text
+        assert paused.headers["location"] == "/queue/ui/queues/default?notice=paused", target
+    form = {"csrf": csrf.group(1), "back": "/ui/queues/x/../default"}
+    resumed = send(own, "POST", "/queue/ui/queues/default/resume", form, cookie=cookie)
+    assert resumed.headers["location"] == "/queue/ui/queues/default?notice=resumed"
+
+
+def test_the_root_under_the_prefix_names_the_prefixed_paths(own: Host) -> None:
+    browser = send(own, "GET", "/queue", accept="text/html")
+    assert browser.status == 303 and browser.headers["location"] == "/queue/ui"
+    index = own.get("/queue").json()
+    assert (index["dashboard"], index["api"], index["health"]) == (
+        "/queue/ui",
+        "/queue/v1",
+        "/queue/health",
+    )
+    assert index["openapi"] == "/queue/v1/openapi.json"
+    assert own.get(index["health"]).json()["ok"] is True
+
+
+def test_sign_in_under_the_prefix_answers_at_one_path(own: Host) -> None:
+    """A WAF rule on the path /queue/ui/signin sees every sign-in: another
+    spelling is a 404 that signs no one in."""
+    for path in (
+        "/queue/ui/signin/",
+        "/queue/ui/signin;x",
+        "/queue/ui/signin//",
+        "/queue/ui/%73ignin",
+        "/queue/UI/signin",
+        "/queue/ui/SIGNIN",
+        "/queue//ui/signin",
+    ):
+        reply = send(own, "POST", path, {"token": TOKEN, "next": "/ui"})
+        assert reply.status == 404 and "set-cookie" not in reply.headers, (path, reply.text)
+        assert send(own, "GET", path).status == 404, path

@@ -13,8 +13,11 @@ from typing import Any
 
 import pytest
 
+from d1queue.core.guard import CLIENT_HEADER
+
 from ..http_server import Server, running_server
 from .conftest import ROOT, TOKEN, Host, RpcError, start_host
+from .test_dashboard_http import send
 
 
 def _push(host: Host, payload: dict[str, Any]) -> str:
@@ -282,3 +285,17 @@ def test_wrong_tokens_are_limited_by_the_binding(guarded_host: Host) -> None:
     limited = guarded_host.api("GET", "/v1/queues", token="wrong-again")
     assert limited.headers.get("retry-after") == "60"
     assert guarded_host.api("GET", "/v1/queues", token=TOKEN).status == 200, "the token still works"
+
+
+def test_wrong_sign_ins_from_one_ipv6_64_share_one_limit(guarded_host: Host) -> None:
+    """Each try from a fresh address of one /64 (which one subscriber holds)
+    counts against the same limit; another /64 has its own."""
+
+    def sign_in(address: str, token: str) -> int:
+        form = {"token": token, "next": "/ui"}
+        return send(guarded_host, "POST", "/ui/signin", form, **{CLIENT_HEADER: address}).status
+
+    statuses = [sign_in(f"2001:db8:64:64:{i:x}::{i + 1:x}", f"wrong-{i}") for i in range(7)]
+    assert statuses[:5] == [401] * 5 and set(statuses[5:]) == {429}, statuses
+    assert sign_in("2001:db8:64:65::1", "wrong") == 401, "another /64 has its own count"
+    assert sign_in("2001:db8:64:64::99", TOKEN) == 303, "the token still signs in"

@@ -5,8 +5,9 @@ A wrong bearer token or a wrong sign-in costs its sender:
 - a pause of FAILED_AUTH_DELAY_S before the answer, always: one client
   guessing in turn gets a few tries a second, not thousands;
 - with Cloudflare's Rate Limiting binding (`[[ratelimits]]` named
-  AUTH_LIMITER_BINDING in wrangler.toml), a 429 once its client address
-  has failed more than the binding's limit in its period. That binding
+  AUTH_LIMITER_BINDING in wrangler.toml), a 429 once its client (an IPv4
+  address, or an IPv6 /64: `client_key`) has failed more than the
+  binding's limit in its period. That binding
   counts per Cloudflare location and approximately (docs/security.md); a
   strict limit is a WAF rate-limiting rule in front of the Worker.
 
@@ -20,6 +21,7 @@ config.MIN_TOKEN_CHARS characters, beyond guessing at any rate.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -45,8 +47,34 @@ Limiter = Callable[[str], Awaitable[bool]]
 the limit (the Rate Limiting binding's `limit({key}).success`)."""
 
 
+IPV6_CLIENT_BITS = 64
+"""An IPv6 client is its /64: one subscriber, one LAN or one host is given a
+whole /64 to pick addresses from, so keying on the full address would give
+one guesser 2**64 fresh keys, each with its own allowance."""
+
+
 def client_key(headers: Mapping[str, str]) -> str:
-    return "auth:" + (headers.get(CLIENT_HEADER, "").strip() or "unknown")
+    """The key a failed attempt is counted under: `auth:` and the client's
+    IPv4 address, or its IPv6 /64 (an IPv4-mapped IPv6 address counts as
+    its IPv4 address). The one place a client is named: the API and the
+    dashboard's sign-in both count through Guard.failed. A value that is
+    no address cannot have come from Cloudflare's edge, which sets the
+    header over any a client sent: it is its own key. No header (off
+    Cloudflare): every client is `auth:unknown`."""
+    raw = headers.get(CLIENT_HEADER, "").strip()
+    if not raw:
+        return "auth:unknown"
+    try:
+        address = ipaddress.ip_address(raw)
+    except ValueError:
+        return "auth:" + raw
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return f"auth:{address.ipv4_mapped}"
+        bits = 128 - IPV6_CLIENT_BITS
+        network = ipaddress.IPv6Network((int(address) >> bits << bits, IPV6_CLIENT_BITS))
+        return f"auth:{network}"
+    return f"auth:{address}"
 
 
 class Guard:

@@ -62,7 +62,19 @@ INDEX = {
     "schedules": "/v1/schedules",
     "auth": "Authorization: Bearer <D1QUEUE_TOKEN> on every /v1 route",
 }
-"""GET / for a client: where things are, and nothing else (it is public)."""
+"""GET / for a client: where things are, and nothing else (it is public).
+Mounted under a prefix, each path has it before it (`index`)."""
+
+
+def index(prefix: str = "") -> dict[str, str]:
+    """INDEX for d1queue mounted at `prefix` ("" the root, else "/queue"):
+    every path with the prefix before it, as a client must send it."""
+    if not prefix:
+        return dict(INDEX)
+    shown = {k: prefix + v if v.startswith("/") else v for k, v in INDEX.items()}
+    shown["auth"] = INDEX["auth"].replace(" /v1 ", f" {prefix}/v1 ")
+    return shown
+
 
 NO_STORE = {"cache-control": "no-store"}
 """On every answer: queue contents and errors are for the token's holder,
@@ -72,7 +84,10 @@ never for a shared cache or the browser's."""
 class Api:
     """Routes requests to a Service. `token` is the D1QUEUE_TOKEN secret
     (None: not configured, and every route but /health answers 503).
-    `guard` slows a client that sends wrong tokens (guard.py)."""
+    `guard` slows a client that sends wrong tokens (guard.py). `prefix`:
+    where the Worker mounts d1queue ("" the root, else a path such as
+    "/queue"); the API routes its paths without it, and puts it before
+    every path it names (GET /'s links and redirect)."""
 
     def __init__(
         self,
@@ -81,9 +96,12 @@ class Api:
         version: str,
         openapi: dict[str, Any],
         guard: Guard | None = None,
+        *,
+        prefix: str = "",
     ) -> None:
         self.service, self.token, self.version, self.openapi = service, token, version, openapi
         self.guard = guard if guard is not None else Guard()
+        self.prefix = prefix
         self.router = Router((INDEX_ROUTE, HEALTH, *ROUTES))
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
@@ -179,8 +197,8 @@ class Api:
 
     async def _index(self, *, headers: Mapping[str, str], **_: Any) -> tuple[int, Any]:
         if prefers_html(headers.get("accept", "")):
-            raise Redirect("/ui")
-        return 200, INDEX
+            raise Redirect(self.prefix + "/ui")
+        return 200, index(self.prefix)
 
     async def _health(self, **_: Any) -> tuple[int, Any]:
         return 200, {"ok": True, "version": self.version}
@@ -319,8 +337,9 @@ where two paths could match the same URL; none do."""
 
 INDEX_ROUTE = Route("GET", "/", Api._index, public=True)
 """Where a first visit lands: a browser (Accept prefers text/html) is sent to
-the dashboard, 303 to /ui; a client gets INDEX. Public, as it reveals
-nothing but the routes; documented by hand, as /health is."""
+the dashboard, 303 to <prefix>/ui; a client gets INDEX, prefixed (`index`).
+Public, as it reveals nothing but the routes; documented by hand, as
+/health is."""
 
 HEALTH = Route("GET", "/health", Api._health, public=True)
 """Liveness: public, so answered before the token is checked (a load

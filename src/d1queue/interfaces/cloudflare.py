@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from typing import Any, ClassVar
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import urlsplit, urlunsplit
 
 from pyodide import ffi
 from workers import Response, WorkerEntrypoint, fetch
@@ -49,7 +49,7 @@ from ..store.queue import D1Queue
 from ..store.schedules import DUE_LIMITS, trigger_grace_ms
 from ..store.shardset import ShardQueue, ShardSet
 from .api import API_HEADERS, MAX_BODY_BYTES, NO_STORE, Api, json_object, misconfigured
-from .dashboard import Dashboard
+from .dashboard import Dashboard, is_dashboard_path
 from .openapi import document
 from .service import ApiError, Service
 
@@ -295,11 +295,6 @@ def _inside(path: str, prefix: str) -> str | None:
     return None
 
 
-def _is_dashboard(path: str) -> bool:
-    """/ui and everything under it is the dashboard (interfaces/dashboard)."""
-    return path == "/ui" or path.startswith("/ui/")
-
-
 # -- one invocation -------------------------------------------------------------------
 
 
@@ -397,7 +392,9 @@ class D1QueueWorker:
         dashboard at `<prefix>/ui`; None for a path outside the prefix (the
         Worker's own). With no prefix every path is d1queue's (404 in JSON)."""
         url = str(request.url)
-        parsed = urlparse(url)
+        # urlsplit, not urlparse: urlparse drops a last segment's `;x` (as
+        # parameters), so /ui/signin;x would be read as /ui/signin.
+        parsed = urlsplit(url)
         path = _inside(parsed.path, self.prefix)
         if path is None:
             return None
@@ -416,7 +413,7 @@ class D1QueueWorker:
             headers = {k: str(request.headers.get(k) or "") for k in API_HEADERS}
             reply = await misconfigured(str(exc), token, method, parsed.path, headers, guard)
             return _json(reply.body, reply.status, reply.headers)
-        if _is_dashboard(path):
+        if is_dashboard_path(path):
             body = b"" if method in ("GET", "HEAD") else await _body(request)
             if body is None:
                 return _too_large()
@@ -427,7 +424,7 @@ class D1QueueWorker:
             # is refused by the runtime.
             return Response(reply.body, status=reply.status, headers=reply.headers)
         openapi = _openapi(self.registry, self.prefix)
-        api = Api(service, token, _version(), openapi, guard)
+        api = Api(service, token, _version(), openapi, guard, prefix=self.prefix)
         headers = {k: str(request.headers.get(k) or "") for k in API_HEADERS}
         body = b""
         # Without the token the answer is 401 whatever the body holds: it is
@@ -437,7 +434,7 @@ class D1QueueWorker:
             if read is None:
                 return _too_large()
             body = read
-        inner = urlunparse(parsed._replace(path=path))  # the API routes /v1/... as its own
+        inner = urlunsplit(parsed._replace(path=path))  # the API routes /v1/... as its own
         answer = await api.handle(method, inner, headers, body)
         return _json(answer.body, answer.status, answer.headers)
 
@@ -613,7 +610,7 @@ class D1QueueEntrypoint(WorkerEntrypoint):
         """d1queue's HTTP API and dashboard; outside the prefix, a 404."""
         answer = await self._d1queue().fetch(request)
         if answer is None:
-            error = ApiError(404, "not_found", f"no route for {urlparse(str(request.url)).path}")
+            error = ApiError(404, "not_found", f"no route for {urlsplit(str(request.url)).path}")
             return _json(error.body(), 404)
         return answer
 

@@ -18,6 +18,12 @@ The rule, for both surfaces:
 `allow` lists the path's methods in the table's order, then HEAD when GET is
 among them, after OPTIONS: `OPTIONS, GET, DELETE, HEAD`.
 
+A router made `canonical` (the dashboard's) serves a path only as its
+templates spell it, each `{param}` as `path_segment` writes it: a trailing
+slash, a `;x`, an empty segment or a percent-encoded letter is another
+path, so 404. A rule in front of the Worker that matches a path exactly
+(a WAF rule on the sign-in) then sees every request that reaches the route.
+
 Each surface renders its own error body (JSON for the API, an HTML page for
 the dashboard) around the status and `allow` the router decides.
 """
@@ -30,12 +36,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from .service import ApiError
 
 ANSWERED_BY_THE_ROUTER = ("HEAD", "OPTIONS")
 """Methods no route declares: HEAD is a GET route's, OPTIONS the path's."""
+
+
+def path_segment(value: str) -> str:
+    """`value` as one path segment, every character but letters, digits and
+    `_.-~` percent-encoded: how an address names it, and, for a canonical
+    router, the one spelling it is served under."""
+    return quote(value, safe="")
 
 
 @dataclass
@@ -151,11 +164,17 @@ class Route:
     def path_params(self) -> list[str]:
         return re.findall(r"\{([a-z_]+)\}", self.path)
 
-    def match(self, path: str) -> tuple[str, ...] | None:
+    def match(self, path: str, *, canonical: bool = False) -> tuple[str, ...] | None:
         """The path's `{param}` values, decoded, or None when it is not this
-        route's path."""
+        route's path (`canonical`: nor when a value is not spelled as
+        `path_segment` spells it)."""
         m = self.pattern.fullmatch(path)
-        return None if m is None else tuple(unquote(g) for g in m.groups())
+        if m is None:
+            return None
+        values = tuple(unquote(g) for g in m.groups())
+        if canonical and any(path_segment(v) != g for v, g in zip(values, m.groups(), strict=True)):
+            return None
+        return values
 
     def parse_query(self, query: Mapping[str, list[str]]) -> dict[str, Any]:
         """The route's query parameters, parsed, defaults filled in; a name
@@ -204,11 +223,17 @@ class Router:
     """Resolves a method and path against a table of routes. Order matters
     only where two templates could match the same path: the first wins."""
 
-    def __init__(self, routes: Iterable[Route]) -> None:
+    def __init__(self, routes: Iterable[Route], *, canonical: bool = False) -> None:
         self.routes = tuple(routes)
+        self.canonical = canonical
+        """Serve each path under one spelling only (the module's docstring)."""
 
     def resolve(self, method: str, path: str) -> Resolution:
-        found = [(r, args) for r in self.routes if (args := r.match(path)) is not None]
+        found = [
+            (r, args)
+            for r in self.routes
+            if (args := r.match(path, canonical=self.canonical)) is not None
+        ]
         if not found:
             return Resolution(404)
         declared = tuple(dict.fromkeys(r.method for r, _ in found))

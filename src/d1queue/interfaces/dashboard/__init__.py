@@ -5,6 +5,6 @@ their actions (pages.py), its queries (store.py), secrets masked in payloads
 (interfaces/cloudflare.py) hands it every request under <prefix>/ui."""
 
 from ..router import Reply
-from .app import Dashboard
+from .app import Dashboard, is_dashboard_path
 
-__all__ = ["Dashboard", "Reply"]
+__all__ = ["Dashboard", "Reply", "is_dashboard_path"]

@@ -13,9 +13,15 @@ Security, in one place:
 - Content-Security-Policy allows scripts, styles and fetches from this
   origin only: no inline script or style, no framing, forms post here only.
 - Pages are `no-store`: signing out leaves nothing readable in the cache.
-- Where a form or a link says to go next (`next`, `back`): a dashboard path
-  on this origin, and no control character (a CR or LF would split the
-  Location header; none belongs in a path): refused with a 400 (auth.py).
+- Where a form or a link says to go next (`next`, `back`): resolved as the
+  browser will resolve it (percent-escapes, backslashes, dot-segments),
+  then kept only when it stays under /ui, else the action's own page; a
+  control character (a CR or LF would split the Location header; none
+  belongs in a path) is refused with a 400 (auth.safe_back).
+- Each page and action answers at one spelling of its path only (the
+  router is canonical): `/ui/signin/`, `/ui/signin;x` or `/ui/%73ignin` is
+  a 404, so a rule in front of the Worker that matches the exact path
+  (docs/security.md) sees every sign-in.
 - Payloads are shown with their secrets masked (mask.py).
 
 Mounted under a prefix (`prefix="/queue"`: the dashboard at /queue/ui), the
@@ -26,7 +32,9 @@ attributes of a page. Those are the only places a page names a dashboard
 address the browser follows; a value from the database or the request
 cannot fake one, as `h.e` escapes every quote. `next` and `back` (hidden
 fields, query parameters) stay the dashboard's own paths, without the
-prefix, and are checked as such (auth.safe_back).
+prefix, and are checked as such (auth.safe_back): resolved to a path under
+/ui with no dot-segment left, so with the prefix before it the browser
+stays under <prefix>/ui.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ import logging
 import re
 import traceback
 from collections.abc import Mapping
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from ...core.d1_faults import is_unavailable
 from ...core.guard import Guard
@@ -65,6 +73,21 @@ SECURITY_HEADERS = {
 }
 _ADDRESS = re.compile(r'\b(href|action|src)="/ui')
 """A dashboard address in a page's markup: every one the pages write."""
+
+_SEPARATORS = re.compile(r"[/\\;]")
+"""What ends a path's first segment, for a browser or for urlparse."""
+
+
+def is_dashboard_path(path: str) -> bool:
+    """Whether the Worker hands `path` (d1queue's, without the prefix) to the
+    dashboard: /ui and everything under it, and any other spelling of its
+    first segment (/UI, /%75i, /ui;x, //ui, /ui%2F...). The dashboard's
+    router answers those 404, so no spelling of /ui/signin reaches the API
+    either (which would answer 401 before its 404, a different answer from
+    the page's)."""
+    first = _SEPARATORS.split(unquote(path, errors="replace").lstrip("/\\"), maxsplit=1)[0]
+    return first.lower() == "ui"
+
 
 ASSET_CACHE = "public, max-age=31536000, immutable"
 """An asset's path names its content's hash (assets.py): cached for good."""
@@ -112,20 +135,23 @@ class Dashboard:
                 Route("GET", "/ui/schedules", pages.schedules_page),
                 Route("POST", "/ui/schedules/{id}/pause", pages.pause_schedule),
                 Route("POST", "/ui/schedules/{id}/resume", pages.resume_schedule),
-            )
+            ),
+            canonical=True,
         )
 
     async def handle(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes, now_ms: int
     ) -> Reply:
-        parsed = urlparse(url)
+        # urlsplit, not urlparse: urlparse takes a last segment's `;x` for
+        # parameters and drops it, so /ui/signin;x would route as /ui/signin.
+        parsed = urlsplit(url)
         host = headers.get("host") or parsed.netloc
         path = parsed.path
         if self.prefix and (path == self.prefix or path.startswith(self.prefix + "/")):
-            path = path[len(self.prefix) :]
+            path = path[len(self.prefix) :] or "/"
         request = Request(
             method=method,
-            path=path.rstrip("/") or "/",
+            path=path,
             query=parse_qs(parsed.query, keep_blank_values=True),
             headers=headers,
             body=body,

@@ -11,14 +11,15 @@ check of where a form or link says to go next (`next`, `back`).
   Sec-Fetch-Site), which also covers sign-in CSRF.
 - A wrong sign-in costs its sender what a wrong API token does (guard.py).
 - Signing out ends the session on the server, not only in this browser.
-- `next` and `back`: a dashboard path on this origin, and no control
-  character: refused with a 400.
+- `next` and `back`: resolved as the browser resolves a path, then a
+  dashboard path (under /ui) on this origin, else the action's own page;
+  a control character is refused with a 400.
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qs, quote, urlparse
+from urllib.parse import parse_qs, quote, unquote, urlparse
 
 from ...core.guard import RETRY_AFTER_S, Guard
 from ...store.dashboard import Store
@@ -40,10 +41,20 @@ _NOT_ASCII = re.compile("[^\x00-\x7f]+")
 
 def safe_back(path: str, default: str, name: str) -> str:
     """Where an action or sign-in returns to (form field or parameter
-    `name`): a dashboard path on this origin only (no scheme, no host, no
-    `//`), else `default`, so it is never an open redirect. A control
-    character anywhere is refused (400). Other characters past ASCII are
-    percent-encoded, as a browser sends them: a header carries bytes."""
+    `name`): a dashboard path on this origin, else `default`, so it is never
+    an open redirect. A control character anywhere is refused (400).
+
+    The path is resolved before it is checked, as the browser will resolve
+    the Location it ends up in (with the prefix before it, /queue/ui/...):
+    percent-escapes decoded (`%2e%2e` is `..`), a backslash read as `/`,
+    dot-segments applied. What is left must be /ui or under it, with no
+    empty segment (`//`: another host, or a spelling no page has) and no
+    `%` (an escape inside an escape, which someone may decode twice); else
+    `default`. The answer is that resolved path, each segment spelled as
+    the pages spell it, so nothing is left for the browser to resolve:
+    `/ui/../../admin` cannot climb out of the prefix to a route of the
+    Worker around d1queue. The query is kept, characters past ASCII
+    percent-encoded (a header carries bytes); a fragment is dropped."""
     bad = CONTROL.search(path)
     if bad is not None:
         raise Refused(
@@ -51,11 +62,33 @@ def safe_back(path: str, default: str, name: str) -> str:
             f"{name} holds a control character (U+{ord(bad.group()):04X}); "
             "a dashboard address has none.",
         )
-    if path.startswith("/ui") and "//" not in path and "\\" not in path:
-        parsed = urlparse(path)
-        if not parsed.scheme and not parsed.netloc:
-            return _NOT_ASCII.sub(lambda m: quote(m.group(), safe=""), path)
-    return default
+    resolved = _resolved(path.split("#", 1)[0].split("?", 1)[0])
+    if resolved is None:
+        return default
+    query = path.split("#", 1)[0].partition("?")[2]
+    if query:
+        resolved += "?" + _NOT_ASCII.sub(lambda m: quote(m.group(), safe=""), query)
+    return resolved
+
+
+def _resolved(path: str) -> str | None:
+    """`path` resolved (safe_back says how), or None when that is not /ui
+    or a path under it."""
+    decoded = unquote(path, errors="replace").replace("\\", "/")
+    if not decoded.startswith("/") or "%" in decoded:
+        return None
+    segments: list[str] = []
+    for part in decoded.split("/")[1:]:
+        if part == "":
+            return None  # `//` (`//host` is another site) or a trailing `/`
+        if part == "..":
+            if segments:
+                segments.pop()
+        elif part != ".":
+            segments.append(part)
+    if not segments or segments[0] != "ui":
+        return None
+    return "/" + "/".join(h.q(s) for s in segments)
 
 
 class Auth:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
+from ..router import path_segment
 from .assets import CSS_PATH, ICON_PATH, JS_PATH
 
 
@@ -21,8 +22,8 @@ def e(value: object) -> str:
 
 
 def q(segment: str) -> str:
-    """One URL path segment."""
-    return quote(segment, safe="")
+    """One URL path segment, spelled as the dashboard's router serves it."""
+    return path_segment(segment)
 
 
 def qs(params: Mapping[str, object]) -> str:
