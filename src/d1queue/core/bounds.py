@@ -22,7 +22,7 @@ holds specially ("/", "%", "?", "#", "\\", spaces), so a name is one path
 segment as it is, and the router reads back what the caller sent."""
 
 NOT_ONLY_DOTS = r"(?!\.+$)"
-"""The one name an alphabet of NAME_ALPHABET still lets no route carry: dots
+"""Refuses what NAME_ALPHABET still spells that no route can carry: dots
 alone. `.` and `..` are a path's dot-segments, which the runtime's URL parser
 (WHATWG, in workerd, Node and browsers) resolves before the Worker sees the
 path, spelled `%2e` too: `/v1/queues/../jobs` arrives as `/v1/jobs`, and
