@@ -17,7 +17,7 @@ export interface JsonObject {
 export interface Job<N extends string = string> {
   /**
    * a registered job name
-   * pattern `^[A-Za-z0-9._:-]{1,64}$`
+   * pattern `^(?!\.+$)[A-Za-z0-9._:-]{1,64}$`
    */
   name: N;
   /**
@@ -71,7 +71,7 @@ export interface Job<N extends string = string> {
 export interface JobByName<N extends string = string> {
   /**
    * a registered job name
-   * pattern `^[A-Za-z0-9._:-]{1,64}$`
+   * pattern `^(?!\.+$)[A-Za-z0-9._:-]{1,64}$`
    */
   name: N;
   /**
@@ -122,7 +122,7 @@ export interface JobByName<N extends string = string> {
   ignore_failed?: boolean;
   /**
    * the queue to push to; without it, the queue the job is registered with ('default' if it declares none)
-   * pattern `^[A-Za-z0-9._:-]{1,64}$`
+   * pattern `^(?!\.+$)[A-Za-z0-9._:-]{1,64}$`
    */
   queue?: string;
 }
@@ -267,7 +267,7 @@ export interface ErrorBody {
 export interface ScheduleIn<N extends string = string> {
   /**
    * the schedule's id; the same id again replaces it (default: a new id)
-   * pattern `^[A-Za-z0-9._:-]{1,64}$`
+   * pattern `^(?!\.+$)[A-Za-z0-9._:-]{1,64}$`
    */
   id?: string;
   /**
@@ -277,14 +277,14 @@ export interface ScheduleIn<N extends string = string> {
   cron: string;
   /**
    * a registered job name (else 422 unknown_job)
-   * pattern `^[A-Za-z0-9._:-]{1,64}$`
+   * pattern `^(?!\.+$)[A-Za-z0-9._:-]{1,64}$`
    */
   name: N;
   /** any JSON value, at most 131072 bytes */
   payload?: Json;
   /**
    * the queue each slot's job goes to (default: the job's own)
-   * pattern `^[A-Za-z0-9._:-]{1,64}$`
+   * pattern `^(?!\.+$)[A-Za-z0-9._:-]{1,64}$`
    */
   queue?: string;
   /**
@@ -359,7 +359,7 @@ export interface PushedBatch {
 export interface CallbackJob<N extends string = string> {
   /**
    * a registered job name
-   * pattern `^[A-Za-z0-9._:-]{1,64}$`
+   * pattern `^(?!\.+$)[A-Za-z0-9._:-]{1,64}$`
    */
   name: N;
   /**
@@ -383,7 +383,7 @@ export interface CallbackJob<N extends string = string> {
   unique_key?: string | null;
   /**
    * the queue to push to; without it, the queue the job is registered with ('default' if it declares none)
-   * pattern `^[A-Za-z0-9._:-]{1,64}$`
+   * pattern `^(?!\.+$)[A-Za-z0-9._:-]{1,64}$`
    */
   queue?: string;
 }
@@ -446,18 +446,30 @@ export interface Queues {
   queues: Stats[];
 }
 
+/**
+ * A page holds at most `limit` rows and at most 4194304 bytes of their stored payloads, results and errors (a single row past that is a page of its own), whichever comes first; the rest follows from `next_cursor`. A page of fewer than `limit` rows is not the last: follow next_cursor until it is null.
+ */
 export interface FailedPage {
   jobs: JobState[];
+  /** where the next page starts (the `cursor` to send); null: this is the last page */
   next_cursor: string | null;
 }
 
+/**
+ * A page holds at most `limit` rows and at most 4194304 bytes of their stored payloads, results and errors (a single row past that is a page of its own), whichever comes first; the rest follows from `next_cursor`. A page of fewer than `limit` rows is not the last: follow next_cursor until it is null.
+ */
 export interface CompletedPage {
   jobs: JobState[];
+  /** where the next page starts (the `cursor` to send); null: this is the last page */
   next_cursor: string | null;
 }
 
+/**
+ * A page holds at most `limit` rows and at most 4194304 bytes of their stored payloads, results and errors (a single row past that is a page of its own), whichever comes first; the rest follows from `next_cursor`. A page of fewer than `limit` rows is not the last: follow next_cursor until it is null.
+ */
 export interface SchedulePage {
   schedules: Schedule[];
+  /** where the next page starts (the `cursor` to send); null: this is the last page */
   next_cursor: string | null;
 }
 

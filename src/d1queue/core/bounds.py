@@ -16,9 +16,45 @@ import math
 import re
 from typing import Any, TypeGuard
 
-NAME_RULE = "[A-Za-z0-9._:-]{1,64}"
-"""Queue names and job names: short, URL-safe, no surprises in logs or SQL."""
+NAME_ALPHABET = "[A-Za-z0-9._:-]"
+"""The characters of queue names, job names, groups and ids: none that a URL
+holds specially ("/", "%", "?", "#", "\\", spaces), so a name is one path
+segment as it is, and the router reads back what the caller sent."""
+
+NOT_ONLY_DOTS = r"(?!\.+$)"
+"""Refuses what NAME_ALPHABET still spells that no route can carry: dots
+alone. `.` and `..` are a path's dot-segments, which the runtime's URL parser
+(WHATWG, in workerd, Node and browsers) resolves before the Worker sees the
+path, spelled `%2e` too: `/v1/queues/../jobs` arrives as `/v1/jobs`, and
+`/v1/schedules/..` as `/v1/`. Longer runs of dots are refused with them, so
+the rule is "not dots alone", whatever their number. A lookahead, which
+Python's `re` and ECMAScript (the OpenAPI document's patterns) both read."""
+
+DOTS_ONLY = "a name of dots alone is a URL's dot-segment, which no route can carry"
+"""Why a name of dots alone is refused, in the words of every refusal."""
+
+NAME_RULE = NOT_ONLY_DOTS + NAME_ALPHABET + "{1,64}"
+"""Queue names, job names and schedule ids: short, URL-safe, one path segment
+each, no surprises in logs or SQL."""
 NAME_PATTERN = re.compile(NAME_RULE)
+
+STORED_NAME_RULE = NAME_ALPHABET + "{1,64}"
+"""A queue name or schedule id the tables may hold: NAME_RULE without its
+dots clause, as nothing in the schema refuses such a row. What reads,
+claims, clears and deletes accept (RPC, the library, a drain over every
+queue), so a row of such a name still runs, shows and goes; nothing new is
+written under one (NAME_RULE)."""
+STORED_NAME_PATTERN = re.compile(STORED_NAME_RULE)
+
+
+def name_refusal(kind: str, value: object, rule: str = NAME_RULE) -> str:
+    """Why `value` is no `kind` (a queue, a job name, a schedule id): the
+    rule it breaks, and for dots alone why that rule refuses them."""
+    why = f"; {DOTS_ONLY}" if isinstance(value, str) and value and not value.strip(".") else ""
+    shown = repr(value)
+    if len(shown) > 80:  # an RPC argument may be any size: the message is not
+        shown = shown[:72] + "... " + shown[-1]
+    return f"{kind} must match {rule}, got {shown}{why}"
 
 
 class InvalidName(ValueError):
@@ -27,26 +63,43 @@ class InvalidName(ValueError):
     answer (a 400, a 422, a refused setting)."""
 
     def __init__(self, kind: str, value: object, rule: str = NAME_RULE) -> None:
-        super().__init__(f"{kind} must match {rule}, got {value!r}")
+        super().__init__(name_refusal(kind, value, rule))
         self.kind, self.value = kind, value
 
 
 def is_name(value: object) -> TypeGuard[str]:
-    """Whether `value` is a string of NAME_RULE's shape."""
+    """Whether `value` is a string of NAME_RULE's shape: a name something new
+    may be written under."""
     return isinstance(value, str) and NAME_PATTERN.fullmatch(value) is not None
 
 
 def check_name(kind: str, value: object) -> str:
-    """`value`, if it is a well-formed `kind` (a queue, a job name); else
-    InvalidName."""
+    """`value`, if it is a well-formed `kind` (a queue, a job name) to write
+    under; else InvalidName."""
     if not is_name(value):
         raise InvalidName(kind, value)
     return value
 
 
-GROUP_RULE = "[A-Za-z0-9._:-]{1,255}"
+def is_stored_name(value: object) -> TypeGuard[str]:
+    """Whether `value` is a string of STORED_NAME_RULE's shape: a name a row
+    may have, to read, claim or delete it by."""
+    return isinstance(value, str) and STORED_NAME_PATTERN.fullmatch(value) is not None
+
+
+def check_stored_name(kind: str, value: object) -> str:
+    """`value`, if a row may be named so (STORED_NAME_RULE): for reads,
+    claims, clears and deletes; else InvalidName."""
+    if not is_stored_name(value):
+        raise InvalidName(kind, value, STORED_NAME_RULE)
+    return value
+
+
+GROUP_RULE = NAME_ALPHABET + "{1,255}"
 """A job's group (the key of per-group limits and of fair turns: a tenant,
-an account, an upstream host): the names' alphabet, as long as a unique_key."""
+an account, an upstream host): the names' alphabet, as long as a unique_key.
+Never a path segment (no route names a group), so dots alone are a group
+like any other: a registration may derive groups from payload data."""
 GROUP_PATTERN = re.compile(GROUP_RULE)
 
 
@@ -68,12 +121,16 @@ MAX_PARTITION = 255
 """Characters of a job's `partition`, the key that picks its shard when its
 queue is not pinned to one (shards.py)."""
 
-ID_RULE = r"[A-Za-z0-9._:-]{1,128}"
-"""A job's id (or a failed job's, a schedule's) in a path or a form: what
-d1queue makes, `[s<shard>-]<32 hex digits>` (shards.py), and what a library
-caller may choose. The API, the dashboard and the OpenAPI document read it
-from here."""
+ID_RULE = NOT_ONLY_DOTS + NAME_ALPHABET + "{1,128}"
+"""A job's id (or a failed job's, a batch's, a schedule's) in a path or a
+form: what d1queue makes, `[s<shard>-]<32 hex digits>` (shards.py), and what
+a library caller may choose for a job (refused at push otherwise). The API,
+the dashboard and the OpenAPI document read it from here."""
 ID_PATTERN = re.compile(ID_RULE)
+STORED_ID_RULE = NAME_ALPHABET + "{1,128}"
+"""An id a row may have (ID_RULE without its dots clause, as
+STORED_NAME_RULE): what reads and deletes by id, and page cursors, accept."""
+STORED_ID_PATTERN = re.compile(STORED_ID_RULE)
 MAX_ATTEMPTS = 100
 PRIORITY_RANGE = (-1000, 1000)
 """Higher runs first."""
@@ -90,7 +147,26 @@ MAX_RESULT_BYTES = 64 * 1024
 """A handler's return value as stored JSON, kept with the completed job.
 A larger one fails the job with an error that says so."""
 MAX_PAGE = 500
-"""Failed jobs in one page of a listing (`?limit=`)."""
+"""Rows in one page of a listing (`?limit=`): failed jobs, completed jobs,
+schedules."""
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+"""The stored bytes one page of a listing carries, at most: its rows'
+payloads, results and errors added up (a single row past it still makes a
+page of one, so paging always moves on). A page stops at whichever of
+`limit` rows and these bytes comes first, and its `next_cursor` continues
+from there: 500 rows of 130 KB payloads would be 65 MB to decode and answer
+in an isolate of 128 MB. The cut is made in the SQL (store/sql.py
+`bytes_bounded`), so the rows past it never reach the Worker. With shards
+each shard's page gets an equal share (one row at least)."""
+
+
+def page_bytes(shards: int = 1) -> int:
+    """A shard's share of MAX_PAGE_BYTES, when a page is merged from the
+    pages of `shards` shards read at once (shards.merge_pages): together
+    they hold no more than one shard's page would."""
+    return MAX_PAGE_BYTES // max(1, shards)
+
+
 MAX_OLDER_THAN_S = 10**12
 """A prune's `older_than_s`: ~31,700 years, every failure, in a number D1 binds."""
 

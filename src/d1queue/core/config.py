@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from .bounds import MAX_OLDER_THAN_S, check_name
+from .bounds import MAX_OLDER_THAN_S, check_stored_name
 from .costs import LEAST_ROUND, least_run
 from .limits import PLANS
 from .outbound import HostRules, Outbound, parse_services
@@ -202,7 +202,7 @@ class Config:
             if q == ALL_QUEUES:
                 raise ConfigError(f'D1QUEUE_QUEUES: "{ALL_QUEUES}" (the rest) may only come last')
             try:
-                check_name("queue", q)
+                check_stored_name("queue", q)
             except ValueError as exc:
                 raise ConfigError(f"D1QUEUE_QUEUES: {exc}") from None
         repeated = sorted({q for q in self.queues if self.queues.count(q) > 1})
@@ -252,7 +252,7 @@ class Config:
             raise ConfigError(problem)
         for queue, _ in self.shard_map:
             try:
-                check_name("queue", queue)
+                check_stored_name("queue", queue)
             except ValueError as exc:
                 raise ConfigError(f"D1QUEUE_SHARD_MAP: {exc}") from None
 

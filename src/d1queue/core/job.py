@@ -224,6 +224,10 @@ class QueuedJob:
         """Raise ValueError for anything the table or D1 would refuse or misread."""
         check_name("queue", self.queue)
         check_name("job name", self.name)
+        if self.id and not (isinstance(self.id, str) and ID_PATTERN.fullmatch(self.id)):
+            # An id its caller chose: one no route could address (dots alone,
+            # a "/") would leave the job unreachable over HTTP.
+            raise ValueError(f"a job's id must match {ID_RULE}, got {self.id!r}")
         for label, value in (
             ("max_attempts", self.max_attempts),
             ("priority", self.priority),

@@ -27,8 +27,8 @@ from .bounds import (
     MAX_JSON_DEPTH,
     MAX_PAYLOAD_BYTES,
     MAX_SAFE_INT,
-    NAME_RULE,
     is_name,
+    name_refusal,
     value_depth,
 )
 
@@ -241,11 +241,11 @@ class ScheduleDef:
     def __post_init__(self) -> None:
         """Validated on construction: ScheduleError naming the field."""
         if not is_name(self.id):
-            raise ScheduleError("id", f"schedule id must match {NAME_RULE}, got {self.id!r}")
+            raise ScheduleError("id", name_refusal("schedule id", self.id))
         if not is_name(self.name):
-            raise ScheduleError("name", f"name must match {NAME_RULE}, got {self.name!r}")
+            raise ScheduleError("name", name_refusal("name", self.name))
         if self.queue is not None and (not is_name(self.queue)):
-            raise ScheduleError("queue", f"queue must match {NAME_RULE}, got {self.queue!r}")
+            raise ScheduleError("queue", name_refusal("queue", self.queue))
         if self.catch_up not in CATCH_UP_POLICIES:
             raise ScheduleError(
                 "catch_up",

@@ -153,11 +153,19 @@ def merge_pages(
     """One page of a list kept on several shards, from each shard's page
     (rows, whether that shard has more) read after the same cursor: a
     position in the list's order, not a shard's. Returns the first `limit`
-    rows of them all in the list's order (`key`, `reverse`) and whether the
-    list goes on past them: some shard has more, or the shards' pages hold
-    more than `limit` rows together. The next page's cursor is the last row
-    returned, on every shard at once, so a page costs one query a shard and
-    no row is skipped or shown twice."""
+    rows of them all in the list's order (`key`, `reverse`), up to the
+    earliest last row of a shard that has more, and whether the list goes
+    on past them: some shard has more, or the shards' pages hold more than
+    `limit` rows together. The next page's cursor is the last row returned,
+    on every shard at once, so a page costs one query a shard and no row is
+    skipped or shown twice."""
     rows = sorted((row for page, _ in pages for row in page), key=key, reverse=reverse)
+    # A shard's page cut short (at its bytes, bounds.page_bytes) may end
+    # before the others': its rows after its last one are unread, so no row
+    # past that one may be shown, or the next page would start after them.
+    ends = [key(page[-1]) for page, has_more in pages if has_more and page]
+    if ends:
+        end = max(ends) if reverse else min(ends)
+        rows = [r for r in rows if (key(r) >= end if reverse else key(r) <= end)]
     more = len(rows) > limit or any(has_more for _, has_more in pages)
     return rows[:limit], more

@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..core.bounds import is_name
+from ..core.bounds import is_stored_name
 from ..core.config import Config
 from ..core.costs import least_run
 from ..core.limits import Meter, SubrequestLimitExceeded
@@ -115,7 +115,7 @@ def parse_wake(body: Any, shards: int = 1) -> tuple[int, str] | None:
     if not isinstance(body, dict):
         return None
     queue, shard = body.get("queue"), body.get("shard")
-    if not is_name(queue):
+    if not is_stored_name(queue):
         return None
     if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards:
         return None

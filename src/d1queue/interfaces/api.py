@@ -21,7 +21,7 @@ from ..core.bounds import (
     MAX_JSON_DEPTH,
     MAX_OLDER_THAN_S,
     MAX_PAGE,
-    NAME_RULE,
+    STORED_NAME_RULE,
     json_depth,
 )
 from ..core.config import token_problem
@@ -300,7 +300,7 @@ ROUTES: tuple[Route, ...] = (
         "/v1/failed",
         Api._failed,
         query=(
-            QueryParam("queue", "string", pattern=NAME_RULE),
+            QueryParam("queue", "string", pattern=STORED_NAME_RULE),
             QueryParam("limit", "integer", minimum=1, maximum=MAX_PAGE, default=50),
             QueryParam("cursor", "string", pattern=FAILED_CURSOR_RULE),
         ),
@@ -324,7 +324,7 @@ ROUTES: tuple[Route, ...] = (
         Api._schedules,
         query=(
             QueryParam("limit", "integer", minimum=1, maximum=MAX_PAGE, default=100),
-            QueryParam("cursor", "string", pattern=NAME_RULE),
+            QueryParam("cursor", "string", pattern=STORED_NAME_RULE),
         ),
     ),
     Route("GET", "/v1/schedules/{id}", _on_path(Service.schedule)),

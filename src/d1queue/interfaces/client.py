@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from .service import ApiError, check_id, check_queue
+from .service import ApiError, check_path_id, check_queue
 
 Fetch = Callable[[str, str, dict[str, str], bytes | None], Awaitable[tuple[int, bytes]]]
 """`(method, url, headers, body)` to `(status, body)`: how the HTTP transport
@@ -123,7 +123,7 @@ class Client:
         """A job's state: waiting, ready, delayed, reserved, completed (with
         its result, while kept) or failed; with its after, batch and
         dependents (404 not_found once it is no longer kept)."""
-        return await self._transport.call("job", _segment(check_id, id))
+        return await self._transport.call("job", _segment(check_path_id, id))
 
     async def completed(
         self, queue: str, limit: int = 50, cursor: str | None = None
@@ -159,16 +159,16 @@ class Client:
     async def batch_state(self, id: str) -> dict[str, Any]:
         """A batch's progress: {id, total, pending, completed, failed, state,
         created_at, finished_at, ids}."""
-        return await self._transport.call("batch_state", _segment(check_id, id))
+        return await self._transport.call("batch_state", _segment(check_path_id, id))
 
     async def add_to_batch(self, id: str, jobs: list[Mapping[str, Any]]) -> dict[str, Any]:
         """Add jobs to a running batch: {ids}; 409 batch_not_running once
         every job of it ended."""
-        return await self._transport.call("add_to_batch", _segment(check_id, id), list(jobs))
+        return await self._transport.call("add_to_batch", _segment(check_path_id, id), list(jobs))
 
     async def cancel(self, id: str) -> dict[str, Any]:
         """Delete a job no worker holds (409 reserved if one does)."""
-        return await self._transport.call("cancel", _segment(check_id, id))
+        return await self._transport.call("cancel", _segment(check_path_id, id))
 
     async def stats(self, queue: str | None = None) -> dict[str, Any]:
         """One queue's stats, or every queue's ({queues: [...]}) without one."""
@@ -189,9 +189,11 @@ class Client:
 
 
 def _segment(check: Callable[[Any], str], value: Any) -> str:
-    """A path segment checked on this side as the Worker checks it (same
-    status and code): over HTTP a value holding "/" or "?" must not reach
-    another route, and over either transport nothing is sent for it."""
+    """A path segment checked on this side as the Worker checks a name it
+    writes under (same status and code): over HTTP a value holding "/" or
+    "?", or of dots alone (a dot-segment, which the URL parser resolves:
+    `/v1/queues/../jobs` is `/v1/jobs`), must not reach another route, and
+    over either transport nothing is sent for it."""
     try:
         return check(value)
     except ApiError as exc:

@@ -21,6 +21,7 @@ from ..core.bounds import (
     MAX_BATCH,
     MAX_DELAY_S,
     MAX_JSON_DEPTH,
+    MAX_PAGE_BYTES,
     MAX_PARTITION,
     MAX_PAYLOAD_BYTES,
     MAX_UNIQUE_KEY,
@@ -43,6 +44,33 @@ from .router import Route
 from .service import BATCH_JOBS_RULE, CALLBACK_FIELDS, CALLBACKS, DEPENDENTS_SHOWN, SAME_SHARD
 
 NAME_SCHEMA = {"type": "string", "pattern": f"^{NAME_RULE}$"}
+
+
+PAGE_RULE = (
+    f"A page holds at most `limit` rows and at most {MAX_PAGE_BYTES} bytes of their stored "
+    "payloads, results and errors (a single row past that is a page of its own), whichever "
+    "comes first; the rest follows from `next_cursor`. A page of fewer than `limit` rows is "
+    "not the last: follow next_cursor until it is null."
+)
+"""The rule of every listing's page (bounds.MAX_PAGE_BYTES), as the
+document states it."""
+
+
+def _page(items: str, key: str) -> dict[str, Any]:
+    """A listing's page: `key` an array of `items`, and the next cursor."""
+    return {
+        "type": "object",
+        "required": [key, "next_cursor"],
+        "description": PAGE_RULE,
+        "properties": {
+            key: {"type": "array", "items": _ref(items)},
+            "next_cursor": {
+                "type": ["string", "null"],
+                "description": "where the next page starts (the `cursor` to send); null: "
+                "this is the last page",
+            },
+        },
+    }
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -539,30 +567,9 @@ SPEC: dict[str, Any] = {
                 "required": ["queues"],
                 "properties": {"queues": {"type": "array", "items": _ref("Stats")}},
             },
-            "FailedPage": {
-                "type": "object",
-                "required": ["jobs", "next_cursor"],
-                "properties": {
-                    "jobs": {"type": "array", "items": _ref("JobState")},
-                    "next_cursor": {"type": ["string", "null"]},
-                },
-            },
-            "CompletedPage": {
-                "type": "object",
-                "required": ["jobs", "next_cursor"],
-                "properties": {
-                    "jobs": {"type": "array", "items": _ref("JobState")},
-                    "next_cursor": {"type": ["string", "null"]},
-                },
-            },
-            "SchedulePage": {
-                "type": "object",
-                "required": ["schedules", "next_cursor"],
-                "properties": {
-                    "schedules": {"type": "array", "items": _ref("Schedule")},
-                    "next_cursor": {"type": ["string", "null"]},
-                },
-            },
+            "FailedPage": _page("JobState", "jobs"),
+            "CompletedPage": _page("JobState", "jobs"),
+            "SchedulePage": _page("Schedule", "schedules"),
             "Deleted": DELETED_N,
             "Cancelled": CANCELLED,
             "Retried": RETRIED,

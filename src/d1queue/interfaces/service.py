@@ -26,10 +26,15 @@ from ..core.bounds import (
     MAX_PARTITION,
     MAX_PAYLOAD_BYTES,
     MAX_UNIQUE_KEY,
-    NAME_RULE,
     PRIORITY_RANGE,
+    STORED_ID_PATTERN,
+    STORED_ID_RULE,
+    STORED_NAME_RULE,
     is_name,
+    is_stored_name,
     json_depth,
+    name_refusal,
+    page_bytes,
     value_depth,
 )
 from ..core.config import Config
@@ -124,17 +129,37 @@ def too_deep(what: str) -> ApiError:
 
 
 def check_queue(name: Any) -> str:
-    """A queue name in a path or an argument: 400 invalid_queue otherwise."""
+    """A queue jobs or settings are written to, named in a path or an
+    argument (NAME_RULE): 400 invalid_queue otherwise."""
     if not is_name(name):
-        raise ApiError(400, "invalid_queue", f"queue names match {NAME_RULE}")
+        raise ApiError(400, "invalid_queue", name_refusal("queue", name))
+    return str(name)
+
+
+def check_stored_queue(name: Any) -> str:
+    """A queue read or cleared, named in a path or an argument: any name a
+    row may have (STORED_NAME_RULE), so one no URL can carry is still
+    reached over RPC; 400 invalid_queue otherwise."""
+    if not is_stored_name(name):
+        raise ApiError(400, "invalid_queue", name_refusal("queue", name, STORED_NAME_RULE))
     return str(name)
 
 
 def check_id(id: Any) -> str:
-    """A job's, failed job's or schedule's id as every caller gives one (a
-    path segment, an RPC argument): ID_RULE's shape, or 400 invalid_id."""
+    """A job's, failed job's, batch's or schedule's id as every caller gives
+    one (a path segment, an RPC argument): any id a row may have
+    (STORED_ID_RULE: what d1queue makes and ID_RULE allows, and rows whose id
+    no URL can carry, reached over RPC), or 400 invalid_id."""
+    if not isinstance(id, str) or not STORED_ID_PATTERN.fullmatch(id):
+        raise ApiError(400, "invalid_id", name_refusal("id", id, STORED_ID_RULE))
+    return id
+
+
+def check_path_id(id: Any) -> str:
+    """An id as a URL path can carry it (ID_RULE): what the Python client
+    checks before it sends one."""
     if not isinstance(id, str) or not ID_PATTERN.fullmatch(id):
-        raise ApiError(400, "invalid_id", f"id must match {ID_RULE}")
+        raise ApiError(400, "invalid_id", name_refusal("id", id, ID_RULE))
     return id
 
 
@@ -286,10 +311,10 @@ class Service:
         if queue is None and "queue" in obj:
             queue = obj["queue"]
             if not is_name(queue):
-                raise invalid(f"{where}queue must match {NAME_RULE}")
+                raise invalid(f"{where}{name_refusal('queue', queue)}")
         name = obj.get("name")
         if not is_name(name):
-            raise invalid(f"{where}name must match {NAME_RULE}")
+            raise invalid(f"{where}{name_refusal('name', name)}")
         if name not in self.registry:
             raise invalid(f"{where}no job is registered under the name {name!r}")
         delay = obj.get("delay_s", 0)
@@ -518,7 +543,7 @@ class Service:
         return {"queues": [_stats(s) for s in await self.admin.stats()]}
 
     async def queue_stats(self, queue: str) -> dict[str, Any]:
-        (stats,) = await self.admin.stats(check_queue(queue))
+        (stats,) = await self.admin.stats(check_stored_queue(queue))
         return _stats(stats)
 
     async def set_paused(self, queue: str, paused: bool) -> dict[str, Any]:
@@ -526,11 +551,11 @@ class Service:
         return await self.queue_stats(queue)
 
     async def clear(self, queue: str) -> dict[str, Any]:
-        return {"deleted": await self.admin.clear(check_queue(queue))}
+        return {"deleted": await self.admin.clear(check_stored_queue(queue))}
 
     async def limits(self, queue: str) -> dict[str, Any]:
         """The queue's flow limits and their use now."""
-        return (await self.admin.limits(check_queue(queue))).as_dict()
+        return (await self.admin.limits(check_stored_queue(queue))).as_dict()
 
     async def set_limits(self, queue: str, obj: Any) -> dict[str, Any]:
         """Replace the queue's flow limits (null fields: none of that kind):
@@ -586,7 +611,7 @@ class Service:
         self, queue: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> dict[str, Any]:
         if queue is not None:
-            check_queue(queue)
+            check_stored_queue(queue)
         _page_limit(limit)
         try:
             jobs, next_cursor = await self.admin.failed_page(queue, limit, cursor)
@@ -602,7 +627,7 @@ class Service:
         """A page of `queue`'s completed jobs kept, newest first, with their
         results: each shard's page after the same cursor, merged (a position
         `<completed_at>:<id>` in the list, not a shard's)."""
-        check_queue(queue)
+        check_stored_queue(queue)
         _page_limit(limit)
         if cursor is not None and (
             not isinstance(cursor, str) or not COMPLETED_CURSOR.fullmatch(cursor)
@@ -613,8 +638,9 @@ class Service:
                 f"a cursor is <completed_at>:<id> ({COMPLETED_CURSOR_RULE}), as next_cursor "
                 "gives it",
             )
+        share = page_bytes(len(self.shards))
         pages = await self.shards.each(
-            lambda q: Workflows(q.binding, q.clock).completed(queue, limit, cursor)
+            lambda q: Workflows(q.binding, q.clock).completed(queue, limit, cursor, share)
         )
         views, more = merge_pages(
             [(page, nxt is not None) for page, nxt in pages],
@@ -709,8 +735,8 @@ class Service:
 
     async def schedules(self, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
         _page_limit(limit)
-        if cursor is not None and not is_name(cursor):
-            raise ApiError(400, "invalid_cursor", f"cursor is a schedule id ({NAME_RULE})")
+        if cursor is not None and not is_stored_name(cursor):
+            raise ApiError(400, "invalid_cursor", f"cursor is a schedule id ({STORED_NAME_RULE})")
         rows, next_cursor = await self.schedule_store.page(limit, cursor)
         return {
             "schedules": [r.as_dict(self.registry) for r in rows],

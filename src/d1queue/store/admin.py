@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from ..core.bounds import check_name
+from ..core.bounds import MAX_PAGE_BYTES, check_name, check_stored_name
 from ..core.flow import Limits
 from ..core.job import QueuedJob, row_to_job
 from . import sql
@@ -59,7 +59,7 @@ class Admin:
             jobs: tuple[str, tuple[Any, ...]] = (sql.JOB_STATS, (now,))
             failed: tuple[str, tuple[Any, ...]] = (sql.FAILED_COUNTS, ())
         else:
-            check_name("queue", name)
+            check_stored_name("queue", name)
             jobs = (sql.JOB_STATS_ONE, (now, name))
             failed = (sql.FAILED_COUNT_ONE, (name,))
         results = await self.binding.batch([jobs, failed, (sql.QUEUE_STATES, ())])
@@ -124,10 +124,14 @@ class Admin:
         return FailedJob.of(failed.rows[0]) if failed.rows else None
 
     async def failed_page(
-        self, queue: str | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        queue: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        max_bytes: int = MAX_PAGE_BYTES,
     ) -> tuple[list[FailedJob], str | None]:
         """FailedJobs.page: newest first, and the next page's cursor."""
-        return await self.failed.page(queue, limit, cursor)
+        return await self.failed.page(queue, limit, cursor, max_bytes)
 
     async def delete_failed(self, id: str) -> bool:
         return await self.failed.delete(id)

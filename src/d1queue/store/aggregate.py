@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
+from ..core.bounds import page_bytes
 from ..core.flow import Limits
 from ..core.job import QueuedJob
 from ..core.registry import Registry, spec_for
@@ -94,7 +95,8 @@ class ShardedAdmin:
         merged by (failed_at, id) descending."""
         if cursor is not None:
             decode_cursor(cursor)  # ValueError before any query
-        pages = await self._each(lambda a: a.failed_page(queue, limit, cursor))
+        share = page_bytes(len(self.shards))
+        pages = await self._each(lambda a: a.failed_page(queue, limit, cursor, share))
         jobs, more = merge_pages(_has_more(pages), _failed_key, limit, reverse=True)
         return jobs, (encode_cursor(jobs[-1].failed_at, jobs[-1].id) if more and jobs else None)
 
@@ -178,7 +180,8 @@ class ShardedSchedules:
 
     async def page(self, limit: int, cursor: str | None) -> tuple[list[Schedule], str | None]:
         """Schedules by id over every shard, `limit` at a time after `cursor`."""
-        pages = await self._each(lambda s: s.page(limit, cursor))
+        share = page_bytes(len(self.shards))
+        pages = await self._each(lambda s: s.page(limit, cursor, share))
         rows, more = merge_pages(_has_more(pages), _schedule_key, limit)
         return rows, (rows[-1].id if more and rows else None)
 

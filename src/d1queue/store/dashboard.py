@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Unpack
 
-from ..core.bounds import ID_RULE, PRIORITY_RANGE, SIGNOUT_PRUNE
+from ..core.bounds import MAX_PAGE_BYTES, PRIORITY_RANGE, SIGNOUT_PRUNE, STORED_ID_RULE, page_bytes
 from ..core.log import get
 from ..core.shards import merge_pages
 from . import sql
@@ -32,7 +32,7 @@ PAGE = 50
 """Rows per page. Also the most jobs one bulk action takes: a retry is two
 statements a job, so 50 fit one batch (one subrequest) with room to spare."""
 
-_JOB_CURSOR = re.compile(r"(-?[0-9]{1,5}):([0-9]{1,15}):(" + ID_RULE + ")")
+_JOB_CURSOR = re.compile(r"(-?[0-9]{1,5}):([0-9]{1,15}):(" + STORED_ID_RULE + ")")
 _COMPLETED_CURSOR = re.compile(COMPLETED_CURSOR_RULE)
 
 LINKS = 100
@@ -166,10 +166,13 @@ class FailedFilters(TypedDict, total=False):
 
 
 class ShardStore:
-    """The dashboard's reads and writes on one D1 database."""
+    """The dashboard's reads and writes on one D1 database. `page_bytes`:
+    the most stored bytes (payloads, results, errors) one of its pages
+    carries, its share of bounds.MAX_PAGE_BYTES."""
 
-    def __init__(self, queue: D1Queue) -> None:
+    def __init__(self, queue: D1Queue, page_bytes: int = MAX_PAGE_BYTES) -> None:
         self.queue = queue
+        self.page_bytes = page_bytes
         self.binding = queue.binding
         self.admin = Admin(queue)
         self.failed_jobs = self.admin.failed
@@ -188,15 +191,15 @@ class ShardStore:
             band, at, after = int(m.group(1)), int(m.group(2)), m.group(3)
         now = self.queue.clock()
         result = await self.binding.run(
-            sql.LIST_QUEUE_JOBS, queue, band, at, after, name, state, now, PAGE + 1
+            sql.LIST_QUEUE_JOBS, queue, band, at, after, name, state, now, PAGE + 1, self.page_bytes
         )
-        rows = [dict(r) for r in result.rows]
-        return first_page(rows, len(rows) > PAGE, claim_cursor)
+        rows, more = sql.bounded_page([dict(r) for r in result.rows])
+        return first_page(rows, more, claim_cursor)
 
     async def failed(self, **filters: Unpack[FailedFilters]) -> Page:
         """A page of failed jobs, newest first, filtered (FailedJobs.filtered).
         ValueError for a malformed cursor."""
-        rows, more = await self.failed_jobs.filtered(PAGE, **filters)
+        rows, more = await self.failed_jobs.filtered(PAGE, **filters, max_bytes=self.page_bytes)
         return first_page(rows, more, failed_cursor)
 
     async def run_now(self, id: str) -> Literal["done", "ready", "reserved", "missing"]:
@@ -231,7 +234,7 @@ class ShardStore:
         ValueError for a cursor not of COMPLETED_CURSOR_RULE's shape."""
         if cursor and not _COMPLETED_CURSOR.fullmatch(cursor):
             raise ValueError("the page cursor is not one this dashboard made")
-        views, nxt = await self.workflows.completed(queue, PAGE, cursor)
+        views, nxt = await self.workflows.completed(queue, PAGE, cursor, self.page_bytes)
         return first_page([_completed_row(v) for v in views], nxt is not None, completed_cursor)
 
     async def links(self, id: str, after: list[str]) -> Links:
@@ -309,7 +312,8 @@ class Store:
     def __init__(self, queue: D1Queue, shards: ShardSet | None = None) -> None:
         self.shards = shards or ShardSet.of(queue)
         self.queue = self.shards.home
-        self.stores = [ShardStore(q) for q in self.shards.queues]
+        share = page_bytes(len(self.shards))
+        self.stores = [ShardStore(q, share) for q in self.shards.queues]
 
     def _for(self, id: str) -> ShardStore | None:
         queue = self.shards.for_id(id)

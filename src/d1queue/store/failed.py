@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.bounds import MAX_SAFE_INT, check_name
+from ..core.bounds import MAX_PAGE_BYTES, MAX_SAFE_INT, NAME_ALPHABET, check_stored_name
 from ..core.job import DEFAULT_MAX_ATTEMPTS
 from ..core.log import event, get
 from ..core.registry import Registry
@@ -51,6 +51,7 @@ class FailedJob:
         """A d1queue_failed_jobs row (its `grp` column is `group`)."""
         fields = dict(row)
         fields["group"] = fields.pop("grp", None)
+        fields.pop("fits", None)  # a listing's (sql.bytes_bounded)
         return cls(**fields)
 
     def __getitem__(self, key: str) -> Any:
@@ -58,12 +59,12 @@ class FailedJob:
         return getattr(self, key)
 
 
-FAILED_CURSOR_RULE = r"[0-9]{1,15}:[A-Za-z0-9._:-]{0,128}"
+FAILED_CURSOR_RULE = rf"[0-9]{{1,15}}:{NAME_ALPHABET}{{0,128}}"
 """A page cursor of failed jobs is a position, `<failed_at>:<id>` (ids are
 of ID_RULE's shape, colons included), not an opaque token: any value of
 this shape is a valid place to continue from, newest first. The API, the
 dashboard and the OpenAPI document read it from here."""
-_FAILED_CURSOR = re.compile(r"([0-9]{1,15}):([A-Za-z0-9._:-]{0,128})")
+_FAILED_CURSOR = re.compile(rf"([0-9]{{1,15}}):({NAME_ALPHABET}{{0,128}})")
 
 
 def encode_cursor(failed_at: int, id: str) -> str:
@@ -113,19 +114,25 @@ class FailedJobs:
         return FailedJob.of(result.rows[0]) if result.rows else None
 
     async def page(
-        self, queue: str | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        queue: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        max_bytes: int = MAX_PAGE_BYTES,
     ) -> tuple[list[FailedJob], str | None]:
         """A page of failed jobs, newest first, and the cursor of the next page
-        (None on the last). Keyset paging: stable while failures are added."""
+        (None on the last): at most `limit` jobs and `max_bytes` of their
+        payloads and errors (one job at least). Keyset paging: stable while
+        failures are added."""
         at, id = decode_cursor(cursor) if cursor is not None else (MAX_SAFE_INT, "")
+        args: tuple[Any, ...] = (at, id, limit + 1, max_bytes)
         if queue is None:
-            result = await self.binding.run(sql.LIST_FAILED_PAGE, at, id, limit + 1)
+            result = await self.binding.run(sql.LIST_FAILED_PAGE, *args)
         else:
-            check_name("queue", queue)
-            result = await self.binding.run(sql.LIST_FAILED_PAGE_IN_QUEUE, at, id, limit + 1, queue)
-        jobs = [FailedJob.of(r) for r in result.rows]
-        more = len(jobs) > limit
-        jobs = jobs[:limit]
+            check_stored_name("queue", queue)
+            result = await self.binding.run(sql.LIST_FAILED_PAGE_IN_QUEUE, *args, queue)
+        rows, more = sql.bounded_page(result.rows)
+        jobs = [FailedJob.of(r) for r in rows]
         return jobs, (encode_cursor(jobs[-1].failed_at, jobs[-1].id) if more and jobs else None)
 
     async def filtered(
@@ -138,8 +145,10 @@ class FailedJobs:
         since_ms: int = 0,
         before_ms: int = MAX_SAFE_INT,
         cursor: str | None = None,
+        max_bytes: int = MAX_PAGE_BYTES,
     ) -> tuple[list[dict[str, Any]], bool]:
-        """Up to `limit` failed jobs as rows, newest first, failed in
+        """Up to `limit` failed jobs as rows (and `max_bytes` of their
+        payloads and errors, one job at least), newest first, failed in
         [since_ms, before_ms), of one queue and name, whose error contains
         `error` (case-insensitive); and whether there are more. ValueError
         for a malformed cursor."""
@@ -149,14 +158,14 @@ class FailedJobs:
             at, after = min(at, failed_at), id
             if failed_at > before_ms:
                 after = ""
-        args: list[Any] = [at, after, since_ms, name, error, limit + 1]
+        args: list[Any] = [at, after, since_ms, name, error, limit + 1, max_bytes]
         statement = sql.LIST_FAILED_FILTERED
         if queue:
             statement = sql.LIST_FAILED_FILTERED_IN_QUEUE
             args.append(queue)
         result = await self.binding.run(statement, *args)
-        rows = [dict(r) for r in result.rows]
-        return rows[:limit], len(rows) > limit
+        rows, more = sql.bounded_page([dict(r) for r in result.rows])
+        return rows, more
 
     async def retry(self, id: str) -> bool:
         """Put failed job `id` back on its queue (sql.RETRY_FAILED_INSERT: it

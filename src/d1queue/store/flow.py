@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.bounds import check_name
+from ..core.bounds import check_stored_name
 from ..core.flow import NO_LIMITS, Limits
 from . import sql
 from .queue import D1Queue
@@ -56,7 +56,7 @@ async def read_limits(queue: D1Queue, name: str, groups: int = BUSIEST_GROUPS) -
     """`name`'s limits and use, in one round trip: its row, and its jobs held
     now (a read of its locked band: the jobs in flight and the retries
     waiting there)."""
-    check_name("queue", name)
+    check_stored_name("queue", name)
     now = queue.clock()
     row, running, by_group = await queue.binding.batch(
         [

@@ -18,7 +18,14 @@ from dataclasses import dataclass, field, replace
 from itertools import groupby, pairwise
 from typing import Any, Literal, Protocol, Self, Unpack
 
-from ..core.bounds import BATCH_JOBS, MAX_RESULT_BYTES, MAX_SAFE_INT, check_name, clamp_delay_s
+from ..core.bounds import (
+    BATCH_JOBS,
+    MAX_RESULT_BYTES,
+    MAX_SAFE_INT,
+    check_name,
+    check_stored_name,
+    clamp_delay_s,
+)
 from ..core.errors import BatchNotRunning, EmptyBatch, UnknownDependency
 from ..core.flow import NO_GROUP, QUEUE_ROW, Flow, Limits, flows_of
 from ..core.job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
@@ -869,7 +876,7 @@ class D1Queue:
         the drain's."""
         shares = {queue: n} if isinstance(queue, str) else dict(queue)
         for name in shares:
-            check_name("queue", name)
+            check_stored_name("queue", name)
         # Not surveyed (reserve, claim_round): no limit applies, and the
         # plain SELECT reads the grouped bands with the ready one.
         flows = {q: f for q, f in (flows or {}).items() if q in shares and f.active}
@@ -1069,7 +1076,7 @@ class D1Queue:
         reads again only after losing it to another worker, at most
         `max_claim_attempts` times: 5 rows read a job with its
         acknowledgement (tests/runtime/test_counts_runtime.py)."""
-        check_name("queue", queue)
+        check_stored_name("queue", queue)
         jobs = await self.reserve_batch(queue, 1)
         return jobs[0] if jobs else None
 
@@ -1364,7 +1371,7 @@ class D1Queue:
 
     async def size(self, queue: str) -> int:
         """Unreserved jobs on `queue`, delayed ones included."""
-        result = await self.binding.run(sql.COUNT_UNRESERVED, check_name("queue", queue))
+        result = await self.binding.run(sql.COUNT_UNRESERVED, check_stored_name("queue", queue))
         return int(result.rows[0]["n"])
 
     async def due(self, queue: str, cap: int) -> int:
@@ -1372,7 +1379,7 @@ class D1Queue:
         (one query reading about as many rows): how many more consumers a
         wake-up should bring in (wake.py), not an exact figure."""
         result = await self.binding.run(
-            sql.COUNT_DUE_CAPPED, check_name("queue", queue), self.clock(), max(1, int(cap))
+            sql.COUNT_DUE_CAPPED, check_stored_name("queue", queue), self.clock(), max(1, int(cap))
         )
         return min(int(result.rows[0]["n"]), int(cap))
 
@@ -1382,7 +1389,7 @@ class D1Queue:
         (one query; a row written only when taken)."""
         now = self.clock()
         result = await self.binding.run(
-            sql.TAKE_FAN_OUT, check_name("queue", queue), now, now - int(window_s * 1000)
+            sql.TAKE_FAN_OUT, check_stored_name("queue", queue), now, now - int(window_s * 1000)
         )
         return result.changes == 1
 
@@ -1390,7 +1397,7 @@ class D1Queue:
         """Delete every job on `queue`, reserved or not (its completed jobs
         stay until pruned; its workflow jobs end as failed for their waiters
         and batches); returns how many."""
-        check_name("queue", queue)
+        check_stored_name("queue", queue)
         # A workflow's jobs are marked ended first: a clear fails them for
         # their waiters and batches, in the same transaction.
         *_, result = await self.binding.batch(
@@ -1446,7 +1453,9 @@ class D1Queue:
         return row_to_job(result.rows[0]) if result.rows else None
 
     async def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
-        """Failed jobs, newest first (failed.py)."""
+        """Failed jobs, newest first (failed.py): the first page, at most
+        `limit` of them and bounds.MAX_PAGE_BYTES of their payloads and
+        errors."""
         jobs, _ = await FailedJobs(self.binding, self.clock).page(None, max(0, int(limit)))
         return jobs
 

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from ..core.bounds import MAX_PAGE_BYTES
 from ..core.job import new_id
 from ..core.log import event, get
 from ..core.registry import Registry, spec_for
@@ -106,7 +107,8 @@ class Schedule:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Schedule:
-        return cls(**{**row, "paused": bool(row["paused"])})
+        fields = {k: v for k, v in row.items() if k != "fits"}  # a listing's (bytes_bounded)
+        return cls(**{**fields, "paused": bool(row["paused"])})
 
     def as_dict(self, registry: Registry | None = None) -> dict[str, Any]:
         """As the API answers: `queue` is where its jobs go (the job's
@@ -369,11 +371,15 @@ class Schedules:
         found = await self.binding.run(sql.SELECT_SCHEDULE, id)
         return Schedule.from_row(found.rows[0]) if found.rows else None
 
-    async def page(self, limit: int, cursor: str | None) -> tuple[list[Schedule], str | None]:
-        """Schedules by id, `limit` at a time after `cursor` (an id)."""
-        found = await self.binding.run(sql.LIST_SCHEDULES, cursor or "", limit)
-        rows = [Schedule.from_row(r) for r in found.rows]
-        return rows, (rows[-1].id if len(rows) == limit else None)
+    async def page(
+        self, limit: int, cursor: str | None, max_bytes: int = MAX_PAGE_BYTES
+    ) -> tuple[list[Schedule], str | None]:
+        """Schedules by id, `limit` at a time after `cursor` (an id), and at
+        most `max_bytes` of their payloads a page (one schedule at least)."""
+        found = await self.binding.run(sql.LIST_SCHEDULES, cursor or "", limit + 1, max_bytes)
+        page, more = sql.bounded_page(found.rows)
+        rows = [Schedule.from_row(r) for r in page]
+        return rows, (rows[-1].id if more and rows else None)
 
     async def delete(self, id: str) -> Literal["deleted", "missing", "code"]:
         """Delete API schedule `id`; a code-declared one is not deleted here

@@ -9,8 +9,13 @@ Each statement binds at most a handful of values, far below D1's limit of
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 from ..core.bounds import PRIORITY_RANGE
 from ..core.job import JOB_COLUMN_NAMES
+
+T = TypeVar("T")
 
 JOB_COLUMNS = ", ".join(JOB_COLUMN_NAMES)
 """A job row's columns as a SELECT lists them, in the order job.values_to_job
@@ -20,6 +25,45 @@ FAILED_COLUMNS = (
     "id, queue, name, payload, error, attempts, max_attempts, priority, created_at, failed_at, "
     "grp, batch, after"
 )
+
+
+def bytes_bounded(
+    page: str, columns: str, sized: tuple[str, ...], order: str, limit: int, budget: int
+) -> str:
+    """A listing's page (`page`: a SELECT of `columns` in `order`, LIMIT
+    ?`limit`, the page's rows and one more) cut at ?`budget` stored bytes of
+    its `sized` columns (payloads, results, errors) added up in order, so a
+    page of large rows never reaches the Worker whole (bounds.MAX_PAGE_BYTES).
+
+    A row is in the page (`fits` 1) when it is the first, or when the rows up
+    to it hold at most ?budget bytes, and it is within the limit. After the
+    page comes at most one more row, `fits` 0 and its sized columns NULL:
+    there are more (the next page starts after the last row that fits).
+    The cut is a running sum over the page's rows alone (the LIMIT applies
+    first), so the rows read are the page's, as without it; the text past
+    the cut is summed by SQLite, never sent. One statement, as before."""
+    size = " + ".join(f"ifnull(length(CAST({c} AS BLOB)), 0)" for c in sized)
+    window = f"OVER (ORDER BY {order} ROWS UNBOUNDED PRECEDING)"
+    fits = f"((page_row = 1 OR page_upto <= ?{budget}) AND page_row < ?{limit})"
+    shown = ", ".join(
+        f"CASE WHEN {fits} THEN {c} END AS {c}" if c in sized else c
+        for c in (c.strip() for c in columns.split(","))
+    )
+    return (
+        f"SELECT {shown}, {fits} AS fits FROM (SELECT *, SUM(page_bytes) {window} AS page_upto, "
+        f"ROW_NUMBER() {window} AS page_row FROM (SELECT *, {size} AS page_bytes FROM ({page}))) "
+        # The rows that fit and the first that does not (the row before it
+        # fitted; the second row when the first alone was past the budget).
+        f"WHERE page_upto - page_bytes <= ?{budget} OR page_row <= 2 ORDER BY {order}"
+    )
+
+
+def bounded_page(rows: Sequence[T]) -> tuple[list[T], bool]:
+    """A bytes_bounded statement's rows: the page (those that fit), and
+    whether more rows follow it."""
+    page = [r for r in rows if r["fits"]]  # type: ignore[index]
+    return page, len(rows) > len(page)
+
 
 DELAYED_BAND = PRIORITY_RANGE[0] - 1
 """The key's band for a job pushed to wait: below every priority, so per queue
@@ -744,12 +788,23 @@ CANCEL_JOBS = (
 )
 
 # Newest first, paged by (failed_at, id) so a page boundary never skips or
-# repeats a row. ?1 cursor failed_at ?2 cursor id ?3 limit [?4 queue]
-LIST_FAILED_PAGE = (
+# repeats a row; cut at ?4 bytes of payloads and errors (bytes_bounded).
+# ?1 cursor failed_at ?2 cursor id ?3 limit (a page and one) ?4 bytes [?5 queue]
+_FAILED_ORDER = "failed_at DESC, id DESC"
+_FAILED_SIZED = ("payload", "error", "after")
+_FAILED_PAGE = (
     f"SELECT {FAILED_COLUMNS} FROM d1queue_failed_jobs "
-    "WHERE (failed_at, id) < (?1, ?2) ORDER BY failed_at DESC, id DESC LIMIT ?3"
+    f"WHERE (failed_at, id) < (?1, ?2) ORDER BY {_FAILED_ORDER} LIMIT ?3"
 )
-LIST_FAILED_PAGE_IN_QUEUE = LIST_FAILED_PAGE.replace("WHERE ", "WHERE queue = ?4 AND ")
+LIST_FAILED_PAGE = bytes_bounded(_FAILED_PAGE, FAILED_COLUMNS, _FAILED_SIZED, _FAILED_ORDER, 3, 4)
+LIST_FAILED_PAGE_IN_QUEUE = bytes_bounded(
+    _FAILED_PAGE.replace("WHERE ", "WHERE queue = ?5 AND "),
+    FAILED_COLUMNS,
+    _FAILED_SIZED,
+    _FAILED_ORDER,
+    3,
+    4,
+)
 SELECT_FAILED = f"SELECT {FAILED_COLUMNS} FROM d1queue_failed_jobs WHERE id = ?1"
 DELETE_FAILED = RETRY_FAILED_DELETE
 # ?1 cutoff
@@ -871,9 +926,15 @@ SET_META = (
 # -- the schedules API ------------------------------------------------------
 
 SELECT_SCHEDULE = f"SELECT {SCHEDULE_COLUMNS} FROM d1queue_schedules WHERE id = ?1"
-# Paged by id. ?1 cursor (the last id of the previous page, '' first) ?2 limit
-LIST_SCHEDULES = (
-    f"SELECT {SCHEDULE_COLUMNS} FROM d1queue_schedules WHERE id > ?1 ORDER BY id LIMIT ?2"
+# Paged by id, cut at ?3 bytes of payloads (bytes_bounded). ?1 cursor (the
+# last id of the previous page, '' first) ?2 limit (a page and one) ?3 bytes
+LIST_SCHEDULES = bytes_bounded(
+    f"SELECT {SCHEDULE_COLUMNS} FROM d1queue_schedules WHERE id > ?1 ORDER BY id LIMIT ?2",
+    SCHEDULE_COLUMNS,
+    ("payload",),
+    "id",
+    2,
+    3,
 )
 # Create or replace an API schedule. A replace writes only when the
 # definition changed (its version), and then restarts it from the next slot
@@ -982,13 +1043,20 @@ _JOB_STATE = _job_state("?7")
 # (band, available_at, id), optionally of one state and one job name. A range
 # of the primary key (queue = ?1): the filters are checked as rows are read,
 # so a rare state or name reads further into the queue, never another queue.
+# Cut at ?9 bytes of payloads and errors (bytes_bounded).
 # ?1 queue ?2 cursor band ?3 cursor available_at ?4 cursor id ?5 name or ''
-# ?6 state or '' ?7 now ?8 limit
-LIST_QUEUE_JOBS = (
+# ?6 state or '' ?7 now ?8 limit (a page and one) ?9 bytes
+_CLAIM_ORDER = "band DESC, available_at, id"
+LIST_QUEUE_JOBS = bytes_bounded(
     f"SELECT {JOB_COLUMNS}, {_JOB_STATE} AS state FROM d1queue_jobs "
     f"WHERE queue = ?1 AND {LIVE} AND (band < ?2 OR (band = ?2 AND (available_at > ?3 "
     "OR (available_at = ?3 AND id > ?4)))) AND (?5 = '' OR name = ?5) "
-    f"AND (?6 = '' OR ?6 = {_JOB_STATE}) ORDER BY band DESC, available_at, id LIMIT ?8"
+    f"AND (?6 = '' OR ?6 = {_JOB_STATE}) ORDER BY {_CLAIM_ORDER} LIMIT ?8",
+    f"{JOB_COLUMNS}, state",
+    ("payload", "last_error", "after"),
+    _CLAIM_ORDER,
+    8,
+    9,
 )
 
 # "Run now": a job no worker holds, waiting (pushed with a delay, or out on a
@@ -1006,15 +1074,27 @@ RUN_NOW = (
 # Failed jobs, newest first, filtered: keyset paging on (failed_at, id) as
 # LIST_FAILED_PAGE, bounded below by an age (`failed_at >= ?3`), with name and
 # error text checked as rows are read. The age's upper bound is the cursor.
+# Cut at ?7 bytes of payloads and errors (bytes_bounded).
 # ?1 cursor failed_at ?2 cursor id ?3 oldest failed_at ?4 name or ''
-# ?5 error text or '' (case-insensitive substring) ?6 limit [?7 queue]
-LIST_FAILED_FILTERED = (
+# ?5 error text or '' (case-insensitive substring) ?6 limit (a page and one)
+# ?7 bytes [?8 queue]
+_FAILED_FILTERED = (
     f"SELECT {FAILED_COLUMNS} FROM d1queue_failed_jobs "
     "WHERE (failed_at, id) < (?1, ?2) AND failed_at >= ?3 AND (?4 = '' OR name = ?4) "
     "AND (?5 = '' OR instr(lower(error), lower(?5)) > 0) "
-    "ORDER BY failed_at DESC, id DESC LIMIT ?6"
+    f"ORDER BY {_FAILED_ORDER} LIMIT ?6"
 )
-LIST_FAILED_FILTERED_IN_QUEUE = LIST_FAILED_FILTERED.replace("WHERE ", "WHERE queue = ?7 AND ")
+LIST_FAILED_FILTERED = bytes_bounded(
+    _FAILED_FILTERED, FAILED_COLUMNS, _FAILED_SIZED, _FAILED_ORDER, 6, 7
+)
+LIST_FAILED_FILTERED_IN_QUEUE = bytes_bounded(
+    _FAILED_FILTERED.replace("WHERE ", "WHERE queue = ?8 AND "),
+    FAILED_COLUMNS,
+    _FAILED_SIZED,
+    _FAILED_ORDER,
+    6,
+    7,
+)
 
 # -- the dashboard's sign-outs (migrations/0008_dashboard_signouts.sql) ---------
 
@@ -1097,12 +1177,19 @@ SELECT_JOB_VIEW = (
 )
 
 # A queue's completed jobs, newest first, after the cursor (completed_at,
-# id): a range of the key read backwards, a page's rows and no more.
-# ?1 queue ?2 cursor completed_at ?3 cursor id ?4 limit
-LIST_COMPLETED = (
+# id): a range of the key read backwards, a page's rows and no more, cut at
+# ?5 bytes of payloads, results and errors (bytes_bounded).
+# ?1 queue ?2 cursor completed_at ?3 cursor id ?4 limit (a page and one) ?5 bytes
+_COMPLETED_ORDER = "available_at DESC, id DESC"
+LIST_COMPLETED = bytes_bounded(
     f"SELECT {_VIEW_COLUMNS} FROM d1queue_jobs WHERE queue = ?1 AND band = {DONE_BAND} "
     "AND (available_at < ?2 OR (available_at = ?2 AND id < ?3)) "
-    "ORDER BY available_at DESC, id DESC LIMIT ?4"
+    f"ORDER BY {_COMPLETED_ORDER} LIMIT ?4",
+    _VIEW_COLUMNS,
+    ("payload", "result", "last_error", "after"),
+    _COMPLETED_ORDER,
+    4,
+    5,
 )
 
 # The results of the completed jobs among ?1 (a JSON array of ids): a

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..core.bounds import json_loads
+from ..core.bounds import MAX_PAGE_BYTES, NAME_ALPHABET, json_loads
 from ..core.job import QueuedJob, row_to_job
 from . import sql
 from .binding import Binding, Result, Statement
@@ -19,7 +19,7 @@ from .failed import FailedJob
 
 JobState = Literal["waiting", "ready", "delayed", "reserved", "completed", "failed"]
 
-COMPLETED_CURSOR_RULE = r"[0-9]{1,15}:[A-Za-z0-9._:-]{0,128}"
+COMPLETED_CURSOR_RULE = rf"[0-9]{{1,15}}:{NAME_ALPHABET}{{0,128}}"
 """A page cursor of completed jobs: `<completed_at>:<id>`, the position after
 which the next page starts, newest first."""
 
@@ -153,17 +153,23 @@ class Workflows:
         return FailedJob.of(failed.rows[0]) if failed.rows else None
 
     async def completed(
-        self, queue: str, limit: int = 50, cursor: str | None = None
+        self,
+        queue: str,
+        limit: int = 50,
+        cursor: str | None = None,
+        max_bytes: int = MAX_PAGE_BYTES,
     ) -> tuple[list[JobView], str | None]:
         """A page of `queue`'s completed jobs kept, newest first, and the next
-        page's cursor (None: the last page)."""
+        page's cursor (None: the last page): at most `limit` jobs, and at
+        most `max_bytes` of their payloads, results and errors (one job at
+        least), cut in the SQL (sql.bytes_bounded)."""
         if cursor:
             at_text, _, after_id = cursor.partition(":")
             at, last = int(at_text), after_id
         else:
             at, last = sql.MAX_SAFE_TIME, ""
-        result = await self.binding.run(sql.LIST_COMPLETED, queue, at, last, limit + 1)
-        rows = result.rows[:limit]
+        result = await self.binding.run(sql.LIST_COMPLETED, queue, at, last, limit + 1, max_bytes)
+        rows, more = sql.bounded_page(result.rows)
         views = [
             JobView(
                 row_to_job(r),
@@ -174,7 +180,6 @@ class Workflows:
             )
             for r in rows
         ]
-        more = len(result.rows) > limit
         nxt = f"{views[-1].completed_at}:{views[-1].job.id}" if more and views else None
         return views, nxt
 

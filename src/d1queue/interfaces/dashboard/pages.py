@@ -17,7 +17,13 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from ...core.bounds import ID_PATTERN, LIMIT_RANGE, NAME_RULE, PERIOD_RANGE, is_name
+from ...core.bounds import (
+    LIMIT_RANGE,
+    PERIOD_RANGE,
+    STORED_ID_PATTERN,
+    STORED_NAME_RULE,
+    is_stored_name,
+)
 from ...core.flow import LIMIT_FIELDS, Limits, LimitsError
 from ...store import stats as counters
 from ...store.dashboard import BATCH_PAGE, PAGE, STATES, Links, Store
@@ -71,13 +77,15 @@ def with_notice(path: str, code: str, n: int | None = None) -> str:
 
 
 def check_name(kind: str, value: str) -> str:
-    if not is_name(value):
-        raise Refused(400, f"{kind} names match {NAME_RULE}; {value!r} does not")
+    """A queue, job name or schedule id to show or act on: any a row may
+    have (a write of a new one goes through the Service, which checks it)."""
+    if not is_stored_name(value):
+        raise Refused(400, f"{kind} names match {STORED_NAME_RULE}; {value!r} does not")
     return value
 
 
 def check_id(value: str) -> str:
-    if not ID_PATTERN.fullmatch(value):
+    if not STORED_ID_PATTERN.fullmatch(value):
         raise Refused(400, f"{value!r} is not a job id")
     return value
 
