@@ -448,3 +448,34 @@ def test_a_prune_reads_in_proportion_to_what_it_deletes(bench: Host) -> None:
         assert run["rows_read"] - base <= 6 * e, run
     young = bench_host.call(bench, "wf_prune", expired=0, young=50_000)
     assert young["rows_read"] == base
+
+
+def test_statements_keep_their_names_inside_the_worker(clean_host: Host) -> None:
+    """The binding traces statements by their sql.py names in Pyodide too,
+    on the SDK's wrapper and on the raw binding, and D1 runs them as text."""
+    calls = clean_host.python(
+        """
+        from d1queue import Config, D1Queue, Registry, drain
+
+        async def main(env):
+            reg = Registry()
+
+            @reg.job("t.ok")
+            async def ok(payload):
+                return None
+
+            queue = D1Queue(env.DB)
+            for i in range(2):
+                await queue.dispatch("t.ok", {"i": i})
+            queue.binding.usage.trace = []
+            report = await drain(queue, reg, Config(plan="paid"))
+            assert report.completed == 2, report
+            return [list(c.names) for c in queue.binding.usage.trace]
+        """
+    )
+    assert calls[:4] == [
+        ["QUEUE_FLOWS", "QUEUE_NAMES"],
+        ["SELECT_CANDIDATES"],
+        ["CLAIM", "CLAIM", "SELECT_CANDIDATES"],
+        ["DELETE_HELD_BATCH_PLAIN"],
+    ]

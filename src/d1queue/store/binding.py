@@ -33,14 +33,16 @@ import json
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
 from ..core.bounds import MAX_SAFE_INT, json_loads
 from ..core.d1_faults import is_transient
 from ..core.limits import Meter, Slots
+from .sql import name_of
 
 Statement = tuple[str, Sequence[Any]]
 
@@ -87,17 +89,32 @@ _rows_read = attrgetter("rows_read")
 _rows_written = attrgetter("rows_written")
 
 
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One round trip as a trace keeps it: its statements' names (sql.py's,
+    in order), the seconds it took, retries included, and D1's row counts."""
+
+    names: tuple[str, ...]
+    seconds: float
+    rows_read: int
+    rows_written: int
+
+
 @dataclass
 class Usage:
     """What a binding has been sent so far. `queries` counts round trips (a
     batch is one); `statements` counts every statement, batched or not, since
-    D1 does not document which of the two its per-invocation cap counts."""
+    D1 does not document which of the two its per-invocation cap counts.
+    `by_name` counts statements by their name in sql.py; `trace`, once set
+    to a list, gets a Call per round trip (None: nothing kept)."""
 
     queries: int = 0
     statements: int = 0
     rows_read: int = 0
     rows_written: int = 0
     seconds: float = 0.0
+    by_name: Counter[str] = field(default_factory=Counter)
+    trace: list[Call] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -485,11 +502,17 @@ class Binding:
 
     def _count(self, statements: Sequence[Statement], results: list[Result], t0: float) -> None:
         u = self.usage
+        seconds = time.perf_counter() - t0
+        read, written = sum(map(_rows_read, results)), sum(map(_rows_written, results))
+        names = [name_of(text) for text, _ in statements]
         u.queries += 1
         u.statements += len(statements)
-        u.seconds += time.perf_counter() - t0
-        u.rows_read += sum(map(_rows_read, results))
-        u.rows_written += sum(map(_rows_written, results))
+        u.seconds += seconds
+        u.rows_read += read
+        u.rows_written += written
+        u.by_name.update(names)
+        if u.trace is not None:
+            u.trace.append(Call(tuple(names), seconds, read, written))
 
     async def _send(self, send: Any) -> tuple[Any, bool]:
         """Await `send()`, again after a transient D1 error (bounded). Every

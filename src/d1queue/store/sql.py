@@ -5,17 +5,55 @@ Only `?NNN` parameters (D1 supports no named ones), no `RETURNING`, no
 `meta.changes` decides who won, so it works on any SQLite-shaped backend.
 Each statement binds at most a handful of values, far below D1's limit of
 100 bound parameters per query.
+
+Each statement is an `Sql`: its text, carrying its name here (the constant's
+name, or the builder's: `insert_jobs`), which the binding counts, times and
+traces (`binding.Usage.by_name`, `Usage.trace`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeVar
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 from ..core.bounds import PRIORITY_RANGE
 from ..core.job import JOB_COLUMN_NAMES
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class Sql(str):
+    """A statement's text with its name in this module (`CLAIM`,
+    `insert_jobs`): the binding counts, times and logs statements by it
+    (Binding.usage.by_name, Binding.trace). Equal to its text as any str;
+    text made from it (`+`, f-strings) is a plain str again."""
+
+    __slots__ = ("name",)
+    name: str
+
+    def __new__(cls, text: str, name: str) -> Sql:
+        made = super().__new__(cls, text)
+        made.name = name
+        return made
+
+
+def name_of(text: str) -> str:
+    """The name a statement's text carries (`Sql.name`); `unnamed` for
+    text not from this module."""
+    return getattr(text, "name", "unnamed")
+
+
+def _named(make: Callable[P, str]) -> Callable[P, Sql]:
+    """A statement builder whose text carries the builder's name."""
+
+    @functools.wraps(make)
+    def named(*args: P.args, **kwargs: P.kwargs) -> Sql:
+        return Sql(make(*args, **kwargs), make.__name__)
+
+    return named
+
 
 JOB_COLUMNS = ", ".join(JOB_COLUMN_NAMES)
 """A job row's columns as a SELECT lists them, in the order job.values_to_job
@@ -381,6 +419,7 @@ TAKE_FLOW_GATED = (
 )
 
 
+@_named
 def claim_limited(*, lapsed: bool, rate_rows: int) -> str:
     """CLAIM (or CLAIM_LAPSED) of a job under its queue's flow limits.
 
@@ -414,6 +453,7 @@ def claim_limited(*, lapsed: bool, rate_rows: int) -> str:
     return text + "".join(_admitted(12 + i) for i in range(rate_rows))
 
 
+@_named
 def select_flow_candidates(*, grouped: bool, guarded: bool, spaced: bool = False) -> str:
     """SELECT_CANDIDATES for a queue with flow control. `grouped`: a fourth
     range, the head of the grouped bands (by priority, then fair tag).
@@ -689,6 +729,7 @@ BATCH_ROWS_PER_STATEMENT = 100 // (JOB_PARAMS + 1)
 """Rows of jobs that join a batch (an eleventh value each): nine."""
 
 
+@_named
 def insert_jobs(n: int, *, unique: bool, batch: bool = False) -> str:
     """A multi-row INSERT_JOB for `n` (<= INSERT_ROWS_PER_STATEMENT) jobs.
     `unique`: the rows carry unique keys and a held key skips its row;
@@ -707,6 +748,7 @@ def insert_jobs(n: int, *, unique: bool, batch: bool = False) -> str:
     return into + rows + (" ON CONFLICT DO NOTHING" if unique else "")
 
 
+@_named
 def select_job_ids(n: int) -> str:
     """Which of `n` job ids are still queued (n <= 100, D1's parameter limit):
     after a re-sent settle, a row gone is a write of ours that landed."""
@@ -716,6 +758,7 @@ def select_job_ids(n: int) -> str:
     return _by_id("SELECT id FROM d1queue_jobs", f"id IN ({ids})")
 
 
+@_named
 def select_unique_holders(n: int) -> str:
     """The ids holding `n` unique keys (n <= 100, D1's parameter limit)."""
     if not 1 <= n <= 100:
@@ -1496,3 +1539,26 @@ END_CLEARED = (
     f"UPDATE d1queue_jobs SET ended = {ENDED_FAILED} WHERE queue = ?1 AND {LIVE} AND {WORKFLOW} "
     "AND ended = 0",
 )
+
+
+_VERBS = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "REPLACE")
+
+
+def _name_statements(scope: dict[str, Any]) -> None:
+    """Every statement constant above (a str, or a tuple of them, whose text
+    is a statement) made an Sql carrying its name. Run last: the constants
+    built from others were built from the plain text, which is the same."""
+    for key, value in list(scope.items()):
+        if not key.isupper() or key.startswith("_"):
+            continue
+        if isinstance(value, str) and value.lstrip().upper().startswith(_VERBS):
+            scope[key] = Sql(value, key)
+        elif (
+            isinstance(value, tuple)
+            and value
+            and all(isinstance(v, str) and v.lstrip().upper().startswith(_VERBS) for v in value)
+        ):
+            scope[key] = tuple(Sql(v, f"{key}[{i}]") for i, v in enumerate(value))
+
+
+_name_statements(globals())
