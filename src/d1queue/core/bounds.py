@@ -143,6 +143,9 @@ INSERTs, far inside a Worker's CPU and D1's statement limits."""
 MAX_AFTER = 100
 """Jobs one job may wait for (`after`): its edges are written in its push,
 one row each, and its handler reads their results in one query."""
+MAX_ERROR_CHARS = 4000
+"""A job's last_error and a failed job's error, in characters: read by
+people, and every byte is stored and billed. A longer one is cut."""
 MAX_RESULT_BYTES = 64 * 1024
 """A handler's return value as stored JSON, kept with the completed job.
 A larger one fails the job with an error that says so."""

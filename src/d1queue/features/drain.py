@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field, replace
 from heapq import heapreplace
 from typing import Any, TypeVar, cast
 
-from ..core.bounds import MAX_JSON_DEPTH, MAX_RESULT_BYTES, value_depth
+from ..core.bounds import MAX_ERROR_CHARS, MAX_JSON_DEPTH, MAX_RESULT_BYTES, value_depth
 from ..core.config import ALL_QUEUES, Config, ConfigError
 from ..core.context import DrainContext, Fetch, JobContext
 from ..core.costs import LEAST_ROUND, round_cost
@@ -65,10 +65,6 @@ from ..core.registry import Backoff, JobSpec, Registry
 from ..store.queue import D1Queue, Mark, Outcome, exhausted_outcome
 from ..store.stats import RunCounts
 from ..store.stats import record as record_counts
-
-MAX_ERROR_CHARS = 4000
-"""last_error and the failed table's error are kept short: they are read by
-people, and every byte is stored and billed."""
 
 
 @dataclass

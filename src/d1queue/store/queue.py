@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol, Self, Unpack
 
 from ..core.bounds import (
     BATCH_JOBS,
+    MAX_ERROR_CHARS,
     MAX_RESULT_BYTES,
     MAX_SAFE_INT,
     check_name,
@@ -105,12 +106,12 @@ DONE_BAND = sql.DONE_BAND
 
 def noted(last_error: str | None) -> str:
     """A reclaimed job's last_error as CLAIM writes it (sql._NOTED): the
-    reclaim note first, once, then the error it had, cut at 4,000 characters."""
+    reclaim note first, once, then the error it had, cut at MAX_ERROR_CHARS."""
     if last_error is None:
         return RECLAIM_NOTE
     if last_error.startswith(RECLAIM_NOTE):
         return last_error
-    return f"{RECLAIM_NOTE}; before that: {last_error}"[:4000]
+    return f"{RECLAIM_NOTE}; before that: {last_error}"[:MAX_ERROR_CHARS]
 
 
 def interleave(lists: Sequence[Sequence[QueuedJob]]) -> list[QueuedJob]:

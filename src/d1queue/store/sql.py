@@ -17,7 +17,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from ..core.bounds import PRIORITY_RANGE
+from ..core.bounds import MAX_ERROR_CHARS, PRIORITY_RANGE
 from ..core.job import JOB_COLUMN_NAMES
 
 T = TypeVar("T")
@@ -544,7 +544,7 @@ _NOTE = "'" + RECLAIM_NOTE.replace("'", "''") + "'"
 _NOTED = (
     f"CASE WHEN last_error IS NULL THEN {_NOTE} "
     f"WHEN substr(last_error, 1, {len(RECLAIM_NOTE)}) = {_NOTE} THEN last_error "
-    f"ELSE substr({_NOTE} || '; before that: ' || last_error, 1, 4000) END"
+    f"ELSE substr({_NOTE} || '; before that: ' || last_error, 1, {MAX_ERROR_CHARS}) END"
 )
 
 # The claim: the job moves from where it was read to the locked band, keyed
