@@ -6,16 +6,30 @@ and inside Pyodide against Miniflare's D1 through the workers SDK
 (tests/runtime/test_contract_runtime.py), as one storage suite runs against
 every backend. Each case starts from empty tables. Assertions hold however
 concurrent calls interleave: real I/O orders them differently every run.
+A lost reply (D1 committed, the answer never came) is made by LostReplies,
+which wraps whichever binding the driver calls, so those cases run
+everywhere too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections import Counter
 from typing import Any
 
-from d1queue import D1Queue, Fail, Outcome, QueuedJob, Registry, Retry, drain, sql
+from d1queue import (
+    BatchNotRunning,
+    D1Queue,
+    Fail,
+    Outcome,
+    QueuedJob,
+    Registry,
+    Retry,
+    drain,
+    sql,
+)
 from d1queue.core.config import Config
 from d1queue.core.flow import Limits, Rate
 
@@ -33,14 +47,18 @@ class Clock:
         self.ms += round(seconds * 1000)
 
 
-async def fresh(db: Any, clock: Clock) -> D1Queue:
-    queue = D1Queue(db, clock=clock)
+async def fresh(db: Any, clock: Clock, **options: Any) -> D1Queue:
+    """A D1Queue (`options` as D1Queue takes them) on empty tables."""
+    queue = D1Queue(db, clock=clock, **options)
     await queue.binding.batch(
         [
             ("DELETE FROM d1queue_jobs", ()),
             ("DELETE FROM d1queue_failed_jobs", ()),
             ("DELETE FROM d1queue_flow", ()),
             ("DELETE FROM d1queue_queues", ()),
+            ("DELETE FROM d1queue_deps", ()),
+            ("DELETE FROM d1queue_batches", ()),
+            ("DELETE FROM d1queue_batch_parts", ()),
         ]
     )
     return queue
@@ -627,6 +645,449 @@ async def case_debounce_replaces_the_queued_job(db: Any, clock: Clock) -> None:
     assert await queue.complete(running)
     plain = QueuedJob.new("d", 4, unique_key="k", at_ms=clock())
     assert await queue.push(plain) == id3, "unique still holds the queued one"
+
+
+# -- workflows: dependencies, batches, callbacks ---------------------------------------
+
+
+class LostReplies:
+    """The D1 binding under `queue`'s driver, set to lose replies: `lose(n)`
+    makes the next n batch() calls run on D1 (committed) and then raise D1's
+    "Network connection lost", as a connection dropped on the way back does,
+    so the driver sends the same batch again (a transient error). Works on
+    every binding the contract runs on: it wraps what the driver calls."""
+
+    def __init__(self, queue: D1Queue) -> None:
+        self.db = queue.binding.db
+        self.armed = 0
+        self.every_first_send = False
+        self.lost = 0
+        self._calls = 0
+        queue.binding.db = self
+
+    def lose(self, n: int = 1) -> None:
+        self.armed = n
+
+    def prepare(self, text: str) -> Any:
+        return self.db.prepare(text)
+
+    async def batch(self, statements: Any) -> Any:
+        results = await self.db.batch(statements)
+        self._calls += 1
+        # Alternate calls: the first send of each batch, its re-send answered
+        # (the driver's calls run one after another here).
+        lose = self.every_first_send and self._calls % 2 == 1
+        if self.armed > 0 or lose:
+            self.armed = max(0, self.armed - 1)
+            self.lost += 1
+            raise RuntimeError("D1_ERROR: Network connection lost.")
+        return results
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+def at_d1s_time(clock: Clock) -> None:
+    """Move the case's clock past D1's own time (an hour on, for the lag of
+    the Worker's clock): a batch's callback is enqueued by the schema's
+    trigger, due at the time D1 reads, and a drain claims it once the
+    driver's clock has reached that."""
+    clock.ms = max(clock.ms, round(time.time() * 1000) + 3_600_000)
+
+
+def steps(ran: list[Any], results: dict[str, Any] | None = None) -> Registry:
+    """`step` records its payload's id, fails for good when told to (`fail`),
+    asks for one retry 5 s on when told to (`retry`), records what
+    ctx.results() read (into `results`) and returns {"done": id}. `cb`, a
+    batch's callback, records its kind and the batch's counts it read."""
+    reg = Registry()
+
+    @reg.job("step", subrequests=2)
+    async def step(payload: Any, ctx: Any) -> Any:
+        ran.append(payload["id"])
+        if results is not None:
+            results[payload["id"]] = await ctx.results()
+        if payload.get("fail"):
+            raise Fail("told to fail")
+        if payload.get("retry") and ctx.attempt == 1:
+            raise Retry("not yet", delay_s=5)
+        return {"done": payload["id"]}
+
+    @reg.job("cb", subrequests=2)
+    async def cb(payload: Any, ctx: Any) -> None:
+        state = await ctx.batch()
+        ran.append((payload, state["state"], state["completed"], state["failed"]))
+
+    return reg
+
+
+async def drain_all(queue: D1Queue, reg: Registry, *, drains: int = 1) -> int:
+    """Drain (`drains` at once) until a round claims nothing; returns how many
+    jobs were claimed."""
+    config = Config(plan="paid", batch_size=5)
+    claimed = 0
+    for _ in range(30):
+        reports = await asyncio.gather(*(drain(queue, reg, config) for _ in range(drains)))
+        round_claimed = sum(r.claimed for r in reports)
+        if round_claimed == 0:
+            return claimed
+        claimed += round_claimed
+    raise AssertionError("jobs were still claimed after 30 rounds")
+
+
+async def counts(queue: D1Queue, batch: str) -> tuple[int, int, int, int, str]:
+    """Batch `batch`'s (total, pending, completed, failed, state)."""
+    state = await queue.batch_state(batch)
+    assert state is not None, batch
+    return (state["total"], state["pending"], state["completed"], state["failed"], state["state"])
+
+
+def callbacks(ran: list[Any]) -> Counter[str]:
+    return Counter(r[0] for r in ran if isinstance(r, tuple))
+
+
+def with_callbacks(queue: D1Queue) -> dict[str, QueuedJob]:
+    return {kind: queue.new_job("cb", kind) for kind in ("success", "failure", "finish")}
+
+
+def on(callbacks: dict[str, QueuedJob]) -> dict[str, QueuedJob]:
+    return {f"on_{kind}": job for kind, job in callbacks.items()}
+
+
+async def case_a_dependent_is_claimable_once_all_it_waits_for_completed(
+    db: Any, clock: Clock
+) -> None:
+    """A job pushed `after` two others is not claimable while either is
+    queued, held or put back by a retry; the settle completing the last of
+    them releases it, and their results are there for it to read."""
+    queue = await fresh(db, clock, keep_completed=True)
+    a = await queue.dispatch("t", "a")
+    b = await queue.dispatch("t", "b")
+    c = await queue.dispatch("t", "c", after=[a, b])
+    held = {j.id: j for j in await queue.reserve_batch("default", 10)}
+    assert sorted(held) == sorted([a, b]), "the waiting job is not claimed"
+    assert await queue.settle([Outcome(held[a], "complete", result='{"from":"a"}')]) == [True]
+    assert await queue.reserve("default") is None, "b is held: c still waits"
+    assert await queue.settle([Outcome(held[b], "retry", error="again")]) == [True]
+    again = await queue.reserve("default")
+    assert again is not None and again.id == b, "a retry releases nothing"
+    assert await queue.reserve("default") is None
+    assert await queue.settle([Outcome(again, "complete", result='{"from":"b"}')]) == [True]
+    released = await queue.reserve_batch("default", 10)
+    assert [j.id for j in released] == [c], "released by the last completion, once"
+    (job,) = released
+    assert job.after == [a, b] and job.attempts == 1
+    results = await queue.dependency_results(job.after)
+    assert results == {a: {"from": "a"}, b: {"from": "b"}}
+    assert await queue.settle([Outcome(job, "complete")]) == [True]
+    assert await queue.reserve("default") is None
+
+
+async def case_a_resent_completion_counts_once_for_its_waiters(db: Any, clock: Clock) -> None:
+    """The reply to the settle completing one of two jobs a third waits for
+    is lost and the driver sends it again; then the worker sends it once
+    more. The third still waits for the other (counted down twice, it would
+    be released early), and is released when that one completes."""
+    for keep in (False, True):
+        queue = await fresh(db, clock, keep_completed=keep)
+        replies = LostReplies(queue)
+        a = await queue.dispatch("t", "a")
+        b = await queue.dispatch("t", "b")
+        c = await queue.dispatch("t", "c", after=[a, b])
+        held = {j.id: j for j in await queue.reserve_batch("default", 10)}
+        assert sorted(held) == sorted([a, b]), keep
+        replies.lose(1)
+        assert await queue.settle([Outcome(held[a], "complete")]) == [True], "the first landed"
+        assert replies.lost == 1
+        assert await queue.settle([Outcome(held[a], "complete")]) == [False], "nothing to do"
+        assert await queue.reserve("default") is None, ("counted once: c waits for b", keep)
+        assert await queue.settle([Outcome(held[b], "complete")]) == [True]
+        assert [j.id for j in await queue.reserve_batch("default", 10)] == [c], keep
+
+
+async def case_a_handler_reads_the_results_of_the_jobs_it_waited_for(db: Any, clock: Clock) -> None:
+    """Through drains: the job waiting for two others runs after both, once,
+    and reads their return values from ctx.results(); its own is kept."""
+    ran: list[Any] = []
+    seen: dict[str, Any] = {}
+    reg = steps(ran, seen)
+    queue = await fresh(db, clock, keep_completed=True, registry=reg)
+    a = await queue.dispatch("step", {"id": "a"})
+    b = await queue.dispatch("step", {"id": "b"})
+    c = await queue.dispatch("step", {"id": "c"}, after=[a, b])
+    await drain_all(queue, reg, drains=2)
+    assert sorted(ran[:2]) == ["a", "b"] and ran[2:] == ["c"], ran
+    assert seen["c"] == {a: {"done": "a"}, b: {"done": "b"}}
+    assert await queue.dependency_results([c]) == {c: {"done": "c"}}
+
+
+async def case_a_failed_dependency_fails_its_waiters_unless_they_ignore_it(
+    db: Any, clock: Clock
+) -> None:
+    """A dependency that fails for good fails the jobs waiting for it
+    (`dependency <id> failed`), level by level, none of them run; one that
+    is retried fails nothing and releases nothing; a waiter with
+    ignore_failed runs once every job it names ended, and reads the results
+    of those that completed."""
+    ran: list[Any] = []
+    seen: dict[str, Any] = {}
+    reg = steps(ran, seen)
+    queue = await fresh(db, clock, keep_completed=True, registry=reg)
+    bad = await queue.dispatch("step", {"id": "bad", "fail": True})
+    ok = await queue.dispatch("step", {"id": "ok"})
+    flaky = await queue.dispatch("step", {"id": "flaky", "retry": True})
+    child = await queue.dispatch("step", {"id": "child"}, after=[bad, ok])
+    grandchild = await queue.dispatch("step", {"id": "grandchild"}, after=[child])
+    anyway = await queue.dispatch(
+        "step", {"id": "anyway"}, after=[bad, ok, flaky], ignore_failed=True
+    )
+    later = await queue.dispatch("step", {"id": "later"}, after=[flaky])
+    await drain_all(queue, reg)
+    assert sorted(ran) == ["bad", "flaky", "ok"], ran
+    failed = {f.id: f.error for f in await queue.failed_jobs()}
+    assert sorted(failed) == sorted([bad, child, grandchild]), failed
+    assert "told to fail" in failed[bad]
+    assert failed[child] == f"dependency {bad} failed"
+    assert failed[grandchild] == f"dependency {child} failed"
+    assert await queue.reserve("default") is None, "flaky's retry is not due, the rest wait"
+    clock.advance(5)
+    await drain_all(queue, reg)
+    assert ran[3] == "flaky" and sorted(ran[4:]) == ["anyway", "later"], ran
+    assert seen["anyway"] == {ok: {"done": "ok"}, flaky: {"done": "flaky"}}
+    assert seen["later"] == {flaky: {"done": "flaky"}}
+    assert sorted(f.id for f in await queue.failed_jobs()) == sorted(failed)
+    assert (await queue.dependency_results([anyway, later])).keys() == {anyway, later}
+
+
+async def case_a_batchs_counters_follow_its_jobs_through_a_retry(db: Any, clock: Clock) -> None:
+    """(total, pending, completed, failed, state) after each settle: a retry
+    leaves its job pending, a job added while the batch runs counts in total
+    and pending, on_failure comes at the first failure and on_finish when
+    none is pending; a finished batch takes no more jobs."""
+    queue = await fresh(db, clock)
+    cbs = with_callbacks(queue)
+    batch, ids = await queue.push_batch([queue.new_job("t", i) for i in range(3)], **on(cbs))
+    assert await counts(queue, batch) == (3, 3, 0, 0, "running")
+    held = {j.id: j for j in await queue.reserve_batch("default", 10) if j.name == "t"}
+    assert sorted(held) == sorted(ids)
+    x, y, z = (held[i] for i in ids)
+    marks = await queue.settle([Outcome(x, "complete"), Outcome(y, "retry", error="again")])
+    assert marks == [True, True]
+    assert await counts(queue, batch) == (3, 2, 1, 0, "running"), "a retried job is pending"
+    (added,) = await queue.add_to_batch(batch, [queue.new_job("t", "added")])
+    assert await counts(queue, batch) == (4, 3, 1, 0, "running")
+    state = await queue.batch_state(batch)
+    assert state is not None and sorted(state["ids"]) == sorted([*ids, added])
+    assert await queue.settle([Outcome(z, "fail", error="no")]) == [True]
+    assert await counts(queue, batch) == (4, 2, 1, 1, "running")
+    assert await queue.job(f"{batch}:on_failure") is not None, "at the first failure"
+    assert await queue.job(f"{batch}:on_finish") is None, "two are pending"
+    rest = {j.id: j for j in await queue.reserve_batch("default", 10) if j.name == "t"}
+    assert sorted(rest) == sorted([y.id, added]) and rest[y.id].attempts == 2
+    assert await queue.settle([Outcome(j, "complete") for j in rest.values()]) == [True, True]
+    assert await counts(queue, batch) == (4, 0, 3, 1, "failed")
+    state = await queue.batch_state(batch)
+    assert state is not None and state["finished_at"] is not None
+    assert await queue.job(f"{batch}:on_finish") is not None
+    assert await queue.job(f"{batch}:on_success") is None, "one failed"
+    try:
+        await queue.add_to_batch(batch, [queue.new_job("t", "late")])
+    except BatchNotRunning:
+        pass
+    else:
+        raise AssertionError("a finished batch took a job")
+    assert await counts(queue, batch) == (4, 0, 3, 1, "failed")
+    assert [j.payload for j in await queue.reserve_batch("default", 10) if j.name == "t"] == []
+
+
+async def case_a_batchs_counters_after_drains_with_a_retry_between(db: Any, clock: Clock) -> None:
+    """Through drains: a batch's job asks for a retry, another fails for
+    good; the counters after each drain, and the callbacks' runs (each once,
+    after the batch ended, reading its final counts)."""
+    ran: list[Any] = []
+    reg = steps(ran)
+    queue = await fresh(db, clock, registry=reg)
+    at_d1s_time(clock)
+    members = [{"id": "ok"}, {"id": "flaky", "retry": True}, {"id": "bad", "fail": True}]
+    batch, _ = await queue.push_batch(
+        [queue.new_job("step", p) for p in members], **on(with_callbacks(queue))
+    )
+    await drain_all(queue, reg)
+    assert await counts(queue, batch) == (3, 1, 1, 1, "running")
+    assert callbacks(ran) == Counter({"failure": 1}), ran
+    clock.advance(5)
+    await drain_all(queue, reg)
+    assert await counts(queue, batch) == (3, 0, 2, 1, "failed")
+    assert sorted(r for r in ran if isinstance(r, str)) == ["bad", "flaky", "flaky", "ok"]
+    assert callbacks(ran) == Counter({"failure": 1, "finish": 1}), ran
+    assert ("finish", "failed", 2, 1) in ran
+
+
+async def case_a_batchs_callbacks_run_once_when_the_last_settle_is_resent(
+    db: Any, clock: Clock
+) -> None:
+    """The reply to the settle completing a batch's last job is lost and the
+    driver sends it again; the worker sends it once more, before and after
+    the callbacks ran. The counters count each job once, and each callback
+    runs once."""
+    for keep in (False, True):
+        ran: list[Any] = []
+        reg = steps(ran)
+        queue = await fresh(db, clock, keep_completed=keep, registry=reg)
+        at_d1s_time(clock)
+        replies = LostReplies(queue)
+        batch, ids = await queue.push_batch(
+            [queue.new_job("step", {"id": i}) for i in "ab"], **on(with_callbacks(queue))
+        )
+        held = {j.id: j for j in await queue.reserve_batch("default", 2)}
+        first, last = (held[i] for i in ids)
+        assert await queue.settle([Outcome(first, "complete")]) == [True]
+        replies.lose(1)
+        assert await queue.settle([Outcome(last, "complete")]) == [True], "the first landed"
+        assert replies.lost == 1
+        assert await queue.settle([Outcome(last, "complete")]) == [False], "nothing to do"
+        assert await counts(queue, batch) == (2, 0, 2, 0, "succeeded"), keep
+        await drain_all(queue, reg)
+        assert callbacks(ran) == Counter({"success": 1, "finish": 1}), (keep, ran)
+        assert await queue.settle([Outcome(last, "complete")]) == [False]
+        assert await drain_all(queue, reg) == 0
+        assert callbacks(ran) == Counter({"success": 1, "finish": 1}), (keep, ran)
+        assert await counts(queue, batch) == (2, 0, 2, 0, "succeeded"), keep
+
+
+async def case_a_batch_drained_while_every_reply_is_lost_once_fires_once(
+    db: Any, clock: Clock
+) -> None:
+    """Drains whose every D1 batch (claims, settles, the follow-ups) loses its
+    first reply and is sent again: each job of the batch runs once, the
+    counters are right, each callback runs once."""
+    ran: list[Any] = []
+    reg = steps(ran)
+    queue = await fresh(db, clock, keep_completed=True, registry=reg)
+    at_d1s_time(clock)
+    members = [{"id": f"m{i}", "fail": i == 3} for i in range(6)]
+    batch, _ = await queue.push_batch(
+        [queue.new_job("step", p) for p in members], **on(with_callbacks(queue))
+    )
+    replies = LostReplies(queue)
+    replies.every_first_send = True
+    await drain_all(queue, reg)
+    replies.every_first_send = False
+    assert replies.lost > 0
+    assert sorted(r for r in ran if isinstance(r, str)) == [f"m{i}" for i in range(6)], ran
+    assert await counts(queue, batch) == (6, 0, 5, 1, "failed")
+    assert callbacks(ran) == Counter({"failure": 1, "finish": 1}), ran
+
+
+async def case_jobs_ending_a_batch_together_fire_each_callback_once(db: Any, clock: Clock) -> None:
+    """A batch's last two jobs end together: in one settle (their claim
+    batch's acknowledgement), in two workers' settles sent at once, or both
+    failing in one settle. Each callback due runs once, the others never."""
+    for keep in (False, True):
+        for how in ("one settle", "two workers at once", "two failures"):
+            ran: list[Any] = []
+            reg = steps(ran)
+            queue = await fresh(db, clock, keep_completed=keep, registry=reg)
+            at_d1s_time(clock)
+            batch, ids = await queue.push_batch(
+                [queue.new_job("step", {"id": i}) for i in "ab"], **on(with_callbacks(queue))
+            )
+            if how == "two workers at once":
+                other = D1Queue(db, clock=clock, keep_completed=keep, registry=reg)
+                (mine,), _ = await queue.claim_round("default", 1)
+                (theirs,), _ = await other.claim_round("default", 1)
+                assert sorted([mine.id, theirs.id]) == sorted(ids)
+                marks = await asyncio.gather(
+                    queue.settle([Outcome(mine, "complete")]),
+                    other.settle([Outcome(theirs, "complete")]),
+                )
+                assert marks == [[True], [True]]
+            else:
+                won, _ = await queue.claim_round("default", 2)
+                assert sorted(j.id for j in won) == sorted(ids)
+                action = "fail" if how == "two failures" else "complete"
+                outcomes = [
+                    Outcome(j, action, error="no" if action == "fail" else None) for j in won
+                ]
+                assert await queue.settle(outcomes) == [True, True]
+            await drain_all(queue, reg)
+            if how == "two failures":
+                assert await counts(queue, batch) == (2, 0, 0, 2, "failed"), (keep, how)
+                want = Counter({"failure": 1, "finish": 1})
+            else:
+                assert await counts(queue, batch) == (2, 0, 2, 0, "succeeded"), (keep, how)
+                want = Counter({"success": 1, "finish": 1})
+            assert callbacks(ran) == want, (keep, how, ran)
+
+
+async def case_overlapping_drains_fire_a_batchs_callbacks_once(db: Any, clock: Clock) -> None:
+    """Four drains at once over a batch of 40 jobs, two of them failing: each
+    job runs once, and each callback due runs once, after the last job."""
+    ran: list[Any] = []
+    reg = steps(ran)
+    queue = await fresh(db, clock, registry=reg)
+    at_d1s_time(clock)
+    members = [{"id": f"m{i:02}", "fail": i in (7, 30)} for i in range(40)]
+    batch, _ = await queue.push_batch(
+        [queue.new_job("step", p) for p in members], **on(with_callbacks(queue))
+    )
+    await drain_all(queue, reg, drains=4)
+    assert sorted(r for r in ran if isinstance(r, str)) == [p["id"] for p in members]
+    assert await counts(queue, batch) == (40, 0, 38, 2, "failed")
+    assert callbacks(ran) == Counter({"failure": 1, "finish": 1}), ran
+    finish = next(i for i, r in enumerate(ran) if isinstance(r, tuple) and r[0] == "finish")
+    assert all(isinstance(r, tuple) for r in ran[finish:]), "after every job of the batch"
+    assert ran[finish] == ("finish", "failed", 38, 2)
+
+
+async def case_a_resent_batch_push_or_addition_counts_its_jobs_once(db: Any, clock: Clock) -> None:
+    """The replies to a batch's push and to an addition to it are lost, and
+    the driver sends each again: the batch holds each job once, and ends
+    when they complete."""
+    queue = await fresh(db, clock)
+    replies = LostReplies(queue)
+    replies.lose(1)
+    finish = queue.new_job("cb", "finish")
+    batch, ids = await queue.push_batch([queue.new_job("t", i) for i in range(3)], on_finish=finish)
+    assert replies.lost == 1 and len(set(ids)) == 3
+    assert await counts(queue, batch) == (3, 3, 0, 0, "running")
+    replies.lose(1)
+    added = await queue.add_to_batch(batch, [queue.new_job("t", x) for x in "xy"])
+    assert replies.lost == 2
+    assert await counts(queue, batch) == (5, 5, 0, 0, "running")
+    state = await queue.batch_state(batch)
+    assert state is not None and sorted(state["ids"]) == sorted([*ids, *added])
+    held = [j for j in await queue.reserve_batch("default", 10) if j.name == "t"]
+    assert sorted(j.id for j in held) == sorted([*ids, *added]), "each job stored once"
+    assert await queue.settle([Outcome(j, "complete") for j in held]) == [True] * 5
+    assert await counts(queue, batch) == (5, 0, 5, 0, "succeeded")
+    assert await queue.job(f"{batch}:on_finish") is not None
+
+
+async def case_a_chain_runs_in_order_and_a_failed_link_fails_the_rest(
+    db: Any, clock: Clock
+) -> None:
+    """A chain's jobs each wait for the one before: overlapping drains run
+    them one after another; a link that fails fails the links after it,
+    which never run."""
+    ran: list[Any] = []
+    reg = steps(ran)
+    queue = await fresh(db, clock, registry=reg)
+    ids = await queue.chain([queue.new_job("step", {"id": x}) for x in "abcd"])
+    afters = [(await queue.job(i)).after for i in ids]  # type: ignore[union-attr]
+    assert afters == [None, ids[:1], ids[1:2], ids[2:3]], afters
+    assert [j.id for j in await queue.reserve_batch("default", 10)] == ids[:1]
+    clock.advance(queue.reservation_s + 1)  # that claim's lease lapses: the drains take it
+    await drain_all(queue, reg, drains=3)
+    assert ran == list("abcd"), ran
+    assert await queue.failed_jobs() == []
+    links = [{"id": "w"}, {"id": "x", "fail": True}, {"id": "y"}, {"id": "z"}]
+    _, x, y, z = await queue.chain([queue.new_job("step", p) for p in links])
+    await drain_all(queue, reg, drains=3)
+    assert ran[4:] == ["w", "x"], ran
+    failed = {f.id: f.error for f in await queue.failed_jobs()}
+    assert failed.keys() == {x, y, z}, failed
+    assert (failed[y], failed[z]) == (f"dependency {x} failed", f"dependency {y} failed")
 
 
 CASES = {name: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
