@@ -15,9 +15,10 @@ import itertools
 from collections import Counter
 from typing import Any
 
-from d1queue import D1Queue, Fail, Outcome, QueuedJob, Registry, Retry, drain, sql
+from d1queue import D1Queue, Fail, Outcome, QueuedJob, Registry, Retry, drain
 from d1queue.core.config import Config
 from d1queue.core.flow import Limits, Rate
+from d1queue.store import sql
 
 
 class Clock:
