@@ -146,14 +146,15 @@ def measure(host: Host, n: int, repeats: int, warmup: int = 2) -> dict[str, Any]
 
 PROFILE = """
 import cProfile, io, pstats, json
-import entry, jobs
-from d1queue.binding import Binding
-from d1queue.limits import PLANS, Meter
-from d1queue.queue import D1Queue
-from d1queue.worker import drain
+import jobs
+from d1queue.core.limits import PLANS, Meter
+from d1queue.features.drain import drain
+from d1queue.interfaces.cloudflare import config_from_env
+from d1queue.store.binding import Binding
+from d1queue.store.queue import D1Queue
 
 async def main(env):
-    config = entry.config_from_env(worker.env)
+    config = config_from_env(worker.env)
     queue = D1Queue(Binding(worker.env.DB, meter=Meter.for_plan(PLANS[config.plan])))
     prof = cProfile.Profile()
     prof.enable()

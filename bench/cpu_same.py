@@ -75,7 +75,10 @@ async def main(env):
     Q = module(p, "store.queue", "queue")
     B = module(p, "store.binding", "binding")
     L = module(p, "core.limits", "limits")
-    config = entry.config_from_env(worker.env)
+    try:  # the version's Worker glue, or, before the glue was in the package, the Worker's
+        config = module(p, "interfaces.cloudflare").config_from_env(worker.env)
+    except ModuleNotFoundError:
+        config = entry.config_from_env(worker.env)
     meter = L.Meter.for_plan(L.PLANS[config.plan])
     queue = Q.D1Queue(B.Binding(worker.env.DB, meter=meter))
     report = await W.drain(queue, jobs.registry, config, env=worker.env, fetch=None)

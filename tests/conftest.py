@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from d1queue import D1Queue, testing
-from d1queue.interfaces.testing import SqliteD1
+from d1queue import D1Queue
+from d1queue.interfaces.testing import MIGRATIONS, SqliteD1
 
 from .contract import Clock
 from .http_server import Server, running_server
 
 ROOT = Path(__file__).resolve().parent.parent
-MIGRATIONS = testing.MIGRATIONS
 
 
 @pytest.fixture

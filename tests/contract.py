@@ -19,19 +19,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from d1queue import (
-    BatchNotRunning,
-    D1Queue,
-    Fail,
-    Outcome,
-    QueuedJob,
-    Registry,
-    Retry,
-    drain,
-    sql,
-)
+from d1queue import BatchNotRunning, D1Queue, Fail, Outcome, QueuedJob, Registry, Retry, drain
 from d1queue.core.config import Config
 from d1queue.core.flow import Limits, Rate
+from d1queue.store import sql
 
 
 class Clock:

@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from d1queue import Config, D1Queue, Registry, drain, sql
+from d1queue import Config, D1Queue, Registry, drain
 from d1queue.core.bounds import SIGNOUT_PRUNE
 from d1queue.core.errors import Fail
 from d1queue.interfaces.dashboard import Dashboard
@@ -20,6 +20,7 @@ from d1queue.interfaces.dashboard.mask import MASK, SECRET_KEY, mask
 from d1queue.interfaces.dashboard.session import SESSION_S, Sessions, set_cookie
 from d1queue.interfaces.service import Service
 from d1queue.interfaces.testing import SqliteD1
+from d1queue.store import sql
 
 from .contract import Clock
 

@@ -2,7 +2,7 @@
 planner's decisions at the edge of every budget (`Budget.plan`), the choice of
 which candidates a round claims (`Budget.admit`), the counting of settled
 outcomes (`Drain.record`), and what a drain sends, round trip by round trip,
-as the module docstring of d1queue.worker states it."""
+as the module docstring of d1queue.features.drain states it."""
 
 from __future__ import annotations
 

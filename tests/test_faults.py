@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from d1queue import Config, D1Queue, QueuedJob, Registry, Retry, drain, sql
+from d1queue import Config, D1Queue, QueuedJob, Registry, Retry, drain
 from d1queue.core.bounds import MAX_DELAY_S, MAX_JSON_DEPTH, json_depth, value_depth
 from d1queue.features.http_request import register_http_job
 from d1queue.interfaces.api import Api
 from d1queue.interfaces.openapi import SPEC
 from d1queue.interfaces.service import ApiError, Service
 from d1queue.interfaces.testing import SqliteD1
+from d1queue.store import sql
 from d1queue.store.binding import Binding, RetryPolicy
 
 from .conftest import Clock

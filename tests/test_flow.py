@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from d1queue import Config, D1Queue, QueuedJob, Registry, drain, sql
+from d1queue import Config, D1Queue, QueuedJob, Registry, drain
 from d1queue.core.bounds import InvalidName, check_group
 from d1queue.core.flow import (
     NO_LIMITS,
@@ -25,6 +25,7 @@ from d1queue.core.flow import (
 )
 from d1queue.interfaces.testing import SqliteD1
 from d1queue.store import queue as queue_module
+from d1queue.store import sql
 
 from .conftest import Clock
 from .contract import Recorder, recorded

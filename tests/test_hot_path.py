@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from d1queue import Config, D1Queue, JobContext, Registry, drain, sql
+from d1queue import Config, D1Queue, JobContext, Registry, drain
 from d1queue.core.limits import Meter
+from d1queue.store import sql
 from d1queue.store.binding import json_loads, returns_no_rows
 
 

@@ -165,7 +165,7 @@ def test_the_core_reaches_no_driver() -> None:
 
 def test_every_module_sits_in_a_layer_and_imports_none_above_it() -> None:
     graph = import_graph()
-    outside = ("d1queue", "d1queue._old_paths", "d1queue.__main__")
+    outside = ("d1queue", "d1queue.__main__", "d1queue.testing")
     loose = [m for m in graph if layer(m) is None and m not in outside]
     assert not loose, f"modules outside the layers: {loose}"
     upward = {
@@ -206,24 +206,34 @@ def test_the_graph_reads_every_kind_of_import(tmp_path: Path) -> None:
     assert floors(graph) == [["[pkg.a pkg.b pkg.c]", "pkg", "pkg.sub"], ["pkg.sub.d"]]
 
 
-def test_the_paths_from_before_the_layers_still_import() -> None:
-    import importlib
+def test_the_package_root_holds_only_the_public_names() -> None:
+    """Outside the layers, the package root holds only what a user imports
+    (`from d1queue import ...`, `python -m d1queue`, the test kit at its
+    documented path), and installs no import hook: a module is imported
+    under its own path only."""
+    import subprocess
+    import sys
 
-    from d1queue._old_paths import MOVED
-
-    for old, new in MOVED.items():
-        assert importlib.import_module(old) is importlib.import_module(new), old
-    from d1queue.dashboard import session  # a module inside a moved package
-
-    from d1queue.interfaces.dashboard import session as now
-
-    assert session is now
-    from d1queue.http_job import register_http_job
-    from d1queue.worker import DrainReport
-
+    import d1queue
     from d1queue import testing
+    from d1queue.interfaces import testing as kit
 
-    assert testing.MIGRATIONS.is_dir() and callable(register_http_job) and DrainReport
+    assert sorted(m for m in module_names() if layer(m) is None) == [
+        "d1queue",
+        "d1queue.__main__",
+        "d1queue.testing",
+    ]
+    assert all(hasattr(d1queue, name) for name in d1queue.__all__)
+    defined = [n for n, v in vars(kit).items() if getattr(v, "__module__", "") == kit.__name__]
+    public = [n for n in defined if not n.startswith("_")]
+    assert "Kit" in public and all(getattr(testing, n) is getattr(kit, n) for n in public)
+    assert testing.MIGRATIONS is kit.MIGRATIONS
+    code = (
+        "import sys; before = list(sys.meta_path); import d1queue, d1queue.testing; "
+        "assert sys.meta_path == before, sys.meta_path; import d1queue.queue"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "ModuleNotFoundError: No module named 'd1queue.queue'" in run.stderr, run.stderr
 
 
 RUNTIME_ONLY = {"workers", "js", "pyodide", "pyodide_js"}

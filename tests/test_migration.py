@@ -8,8 +8,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from d1queue import QueuedJob, sql
+from d1queue import QueuedJob
 from d1queue.interfaces.testing import MIGRATIONS, SqliteD1
+from d1queue.store import sql
 from d1queue.store.queue import D1Queue
 
 from .contract import Clock

@@ -61,6 +61,7 @@ def test_the_wheel_is_the_library_alone(tmp_path: Path) -> None:
     assert "d1queue/store/queue.py" in modules and "d1queue/interfaces/testing.py" in modules
     assert "d1queue/interfaces/cloudflare.py" in modules  # the Worker glue
     assert "d1queue/__main__.py" in modules  # python -m d1queue migrations copy
+    assert "d1queue/testing.py" in modules  # the test kit's documented path
     assert all(n.startswith("d1queue/") for n in modules), modules
 
 

@@ -81,7 +81,7 @@ async def test_a_claim_only_takes_the_row_as_it_was_read(db: SqliteD1, queue: D1
     stale = (await queue.binding.run(read)).rows[0]
     job = await queue.reserve("default")
     assert job is not None and await queue.release(job)
-    from d1queue import sql
+    from d1queue.store import sql
 
     late = await db.prepare(sql.CLAIM).bind(1, 2, "tok", *stale.values()).run()
     assert late["meta"]["changes"] == 0

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from d1queue import D1Queue, bounds
+from d1queue import D1Queue
+from d1queue.core import bounds
 from d1queue.interfaces.api import ROUTES, Api, QueryParam, Route
 from d1queue.interfaces.openapi import SPEC, document
 from d1queue.interfaces.service import ApiError, Service

@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from d1queue import sql
 from d1queue.interfaces.testing import SqliteD1
+from d1queue.store import sql
 from d1queue.store.queue import D1Queue
 
 from .contract import Clock

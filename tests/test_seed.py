@@ -7,8 +7,9 @@ by the statement text where the seed's point was the statement itself.
 
 from __future__ import annotations
 
-from d1queue import D1Queue, QueuedJob, sql
+from d1queue import D1Queue, QueuedJob
 from d1queue.interfaces.testing import SqliteD1
+from d1queue.store import sql
 
 from .conftest import MIGRATIONS, Clock
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from d1queue import Config, D1Queue, Registry, drain, sql
+from d1queue import Config, D1Queue, Registry, drain
 from d1queue.core.errors import Fail, Retry
 from d1queue.core.limits import PLANS, Meter
 from d1queue.core.log import fields_of
 from d1queue.interfaces.testing import SqliteD1
+from d1queue.store import sql
 from d1queue.store.binding import Binding
 from d1queue.store.stats import RunCounts, per_minute, read, record
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from d1queue.testing import Kit
 
 from d1queue import Fail
 from d1queue.store.queue import Outcome
+from d1queue.testing import Kit
 
 from .test_workflows import jobs as reg
 from .test_workflows import views

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from d1queue.testing import Kit
 
 from d1queue import Fail, Registry
 from d1queue.core.errors import BatchNotRunning, UnknownDependency
 from d1queue.store.workflows import Workflows
+from d1queue.testing import Kit
 
 T0 = 1_700_000_000_000
 

@@ -4,7 +4,6 @@ Importable under plain CPython: nothing here imports the `workers` SDK or
 `js`; the driver adapts to whatever D1 binding it is handed.
 """
 
-from ._old_paths import install as _install_old_paths
 from .core.config import Config, ConfigError
 from .core.context import JobContext
 from .core.errors import BatchNotRunning, Fail, Retry, UnknownDependency
@@ -14,8 +13,6 @@ from .features.drain import DrainReport, drain
 from .store.failed import FailedJob
 from .store.queue import D1Queue, DuplicateJobId, Outcome
 from .store.shardset import ShardQueue, ShardSet
-
-_install_old_paths()  # the module paths from before the layers, as aliases
 
 __version__ = "0.1.0"
 

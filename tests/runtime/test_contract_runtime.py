@@ -62,9 +62,9 @@ def test_the_driver_sees_which_binding_it_has(host: Host, raw_host: Host) -> Non
 
 
 CONVERSIONS = """
-from d1queue.binding import Binding
+from d1queue.store.binding import Binding
 
-MAX = 2**53 - 2  # d1queue.bounds.MAX_SAFE_INT: from 2^53 - 1 up Pyodide sends a BigInt
+MAX = 2**53 - 2  # d1queue.core.bounds.MAX_SAFE_INT: from 2^53 - 1 up Pyodide sends a BigInt
 VALUES = {
     "none": None,
     "max": MAX,
@@ -187,7 +187,7 @@ def test_a_drain_prepares_each_sql_text_once(clean_host: Host) -> None:
     result = clean_host.python(
         """
         from d1queue import Config, D1Queue, Registry, drain
-        from d1queue.binding import Binding
+        from d1queue.store.binding import Binding
 
         async def main(env):
             reg = Registry()

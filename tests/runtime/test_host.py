@@ -243,7 +243,7 @@ def test_randomness_is_back_once_the_worker_is_loaded(host: Host) -> None:
     assert host.python(
         """
         import os, random, uuid
-        import d1queue.registry as registry
+        import d1queue.core.registry as registry
 
         async def main(env):
             return [len(os.urandom(8)), 0 <= random.random() < 1,

@@ -100,9 +100,9 @@ def test_a_handler_fetching_past_its_declaration_is_retried_with_the_budget_erro
     result = free_host.python(
         f"""
         from d1queue import Config, D1Queue, Registry, drain
-        from d1queue.binding import Binding
-        from d1queue.limits import PLANS, Meter
-        from d1queue.outbound import HostRules
+        from d1queue.core.limits import PLANS, Meter
+        from d1queue.core.outbound import HostRules
+        from d1queue.store.binding import Binding
         from d1queue.interfaces.cloudflare import job_fetch
 
         async def main(env):

@@ -1420,10 +1420,6 @@ class D1Queue:
         check_name("queue", queue)
         await self.binding.run(sql.SET_LIMITS, queue, self.clock(), limits.to_json())
 
-    async def paused_queues(self) -> set[str]:
-        """The names of the paused queues."""
-        return (await self.survey())[0]
-
     async def survey(self, *, every_queue: bool = False) -> tuple[set[str], list[str]]:
         """What a drain reads first, in one round trip: the paused queues and,
         if `every_queue`, the names of every queue holding jobs (found by a

@@ -11,7 +11,7 @@ nowhere: checking one costs no D1 work, and a forged or expired cookie is
 refused before D1 is asked anything. What a signature alone cannot do is
 end a session early: a copy of the cookie would open the dashboard until it
 expired, sign-out or not. So signing out also writes the session's nonce
-to D1 (d1queue_signouts, on the home shard; dashboard/store.py), kept until
+to D1 (d1queue_signouts, on the home shard; store/dashboard.py), kept until
 the session would have expired, and every dashboard request carrying a
 session whose MAC and expiry check out pays one point read of that table
 (a subrequest, against the free plan's 50). A request with no session
