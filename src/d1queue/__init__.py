@@ -7,7 +7,14 @@ Importable under plain CPython: nothing here imports the `workers` SDK or
 from ._old_paths import install as _install_old_paths
 from .core.config import Config, ConfigError
 from .core.context import JobContext
-from .core.errors import BatchNotRunning, Fail, Retry, UnknownDependency
+from .core.errors import (
+    BatchNotRunning,
+    Fail,
+    Retry,
+    TooManyDependents,
+    TooManyEdges,
+    UnknownDependency,
+)
 from .core.job import QueuedJob
 from .core.registry import Backoff, JobSpec, Registry
 from .features.drain import DrainReport, drain
@@ -37,6 +44,8 @@ __all__ = [
     "Retry",
     "ShardQueue",
     "ShardSet",
+    "TooManyDependents",
+    "TooManyEdges",
     "UnknownDependency",
     "__version__",
     "drain",

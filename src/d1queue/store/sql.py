@@ -1171,20 +1171,25 @@ _FAILED_IDS = "(SELECT id FROM d1queue_failed_jobs WHERE id IN (SELECT value FRO
 
 # The push of a job that waits for others: INSERT_JOB's ten values, then
 # ?11 its group (NULL: none) ?12 `after` (a JSON array of distinct ids)
-# ?13 ignore_failed (0/1) ?14 its batch (NULL: none). The same statement
+# ?13 ignore_failed (0/1) ?14 its batch (NULL: none) ?15 the most jobs one
+# job may be waited for by (bounds.MAX_DEPENDENTS). The same statement
 # checks and counts its dependencies, in the push's transaction:
 # - waiting: those still live (queued, waiting, running or retrying); a
 #   completion since has moved on and counted already, one to come will
 #   count (the dependency's `dependents` flag, set below in this batch);
 # - a dependency failed (its failure still kept) without ignore_failed:
 #   waiting -1, the job is failed by the drain instead of run;
-# - any id neither live, failed nor kept as completed: waiting NULL, which
-#   the NOT NULL column refuses, and the push's whole db.batch fails:
-#   nothing is written (the driver then reads which ids, UNKNOWN_AFTER).
+# - any id neither live, failed nor kept as completed, or a live one that
+#   already has ?15 edges (a job earlier in this batch added its own): waiting
+#   NULL, which the NOT NULL column refuses, and the push's whole db.batch
+#   fails: nothing is written (the driver then reads which ids,
+#   UNKNOWN_AFTER and DEPENDENT_COUNTS). Counted here, in the transaction
+#   that adds the edge, two pushes racing for a dependency's last place
+#   cannot both take it: D1 runs one transaction at a time.
 # It waits in the waiting band, or, with nothing to wait for, goes where any
 # push goes. Reads: a point read per id (three indexes and the failed
-# table) and the jobs in flight once. ON CONFLICT: a unique key already
-# held, as INSERT_JOB.
+# table), its edges by their key (cut off at ?15), and the jobs in flight
+# once. ON CONFLICT: a unique key already held, as INSERT_JOB.
 _LIVE_N = f"(SELECT COUNT(*) FROM json_each(?12) WHERE value IN {_live_ids(12)})"
 _KNOWN_N = f"(SELECT COUNT(*) FROM json_each(?12) WHERE value IN {_known_ids(12)})"
 _FAILED_DEP = (
@@ -1192,6 +1197,29 @@ _FAILED_DEP = (
     f"AND value NOT IN {_live_ids(12)} LIMIT 1)"
 )
 _DOOMED = f"({_FAILED_DEP} IS NOT NULL)"
+
+
+def _edges(dep: str, most: int, besides: str | None = None) -> str:
+    """The edges of job `dep` (an expression), but waiter `besides`'s,
+    counted by their key and cut off at ?most: at most that many read (one
+    more when the waiter's own is among them)."""
+    other = "" if besides is None else f" AND waiter <> {besides}"
+    return (
+        f"(SELECT COUNT(*) FROM (SELECT 1 FROM d1queue_deps WHERE dep = {dep}{other} "
+        f"LIMIT ?{most}))"
+    )
+
+
+# A live dependency already waited for by ?15 jobs other than this one (a
+# push re-sent after a lost reply finds its own edge: not counted, so the
+# job that took the last place is not refused for it). Whether an id is live
+# is asked only of one at the cap (CASE: SQLite evaluates its branches
+# lazily), so the usual push reads its edges and nothing more; a completed
+# one kept takes no edge, whatever it had.
+_FULL_DEP = (
+    f"(SELECT 1 FROM json_each(?12) AS a WHERE CASE WHEN {_edges('a.value', 15, '?1')} >= ?15 "
+    f"THEN a.value IN {_live_ids(12)} ELSE 0 END LIMIT 1)"
+)
 _RUN_BAND = f"CASE WHEN ?11 IS NULL THEN ?7 ELSE ?7 + {GROUP_SHIFT} END"
 INSERT_WAITER = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
@@ -1199,11 +1227,12 @@ INSERT_WAITER = (
     "waiting, band) "
     "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
     "CASE WHEN s.doomed THEN 'dependency ' || s.failed || ' failed' END, "
-    "CASE WHEN s.known < json_array_length(?12) THEN NULL WHEN s.doomed THEN -1 ELSE s.live END, "
+    "CASE WHEN s.known < json_array_length(?12) OR s.at_cap IS NOT NULL THEN NULL "
+    "WHEN s.doomed THEN -1 ELSE s.live END, "
     f"CASE WHEN s.doomed THEN {_RUN_BAND} WHEN s.live > 0 THEN {WAITING_BAND} "
     f"WHEN ?8 > ?9 THEN {DELAYED_BAND} ELSE {_RUN_BAND} END "
     f"FROM (SELECT {_KNOWN_N} AS known, {_LIVE_N} AS live, {_FAILED_DEP} AS failed, "
-    f"{_DOOMED} AS doomed) AS s "
+    f"{_DOOMED} AS doomed, {_FULL_DEP} AS at_cap) AS s "
     "WHERE 1 ON CONFLICT DO NOTHING"
 )
 
@@ -1228,6 +1257,13 @@ MARK_WAITED_RUNNING = (
 # Which of ?1's ids (a JSON array) no job may wait for: after a push whose
 # INSERT_WAITER was refused, what its error names.
 UNKNOWN_AFTER = f"SELECT value AS id FROM json_each(?1) WHERE value NOT IN {_known_ids(1)}"
+# Then, if none is unknown: each of ?1's ids, whether it is live, and its
+# edges (cut off at ?2, bounds.MAX_DEPENDENTS), which with the edges the
+# refused push would have added say which one it would have taken past ?2.
+DEPENDENT_COUNTS = (
+    f"SELECT a.value AS id, a.value IN {_live_ids(1)} AS live, {_edges('a.value', 2)} AS edges "
+    "FROM json_each(?1) AS a"
+)
 
 # A batch's rows, written first in the batch creating it (one transaction
 # with its jobs). The counters start at the jobs' number: each job's end
