@@ -20,7 +20,8 @@ from d1queue.interfaces.dashboard.app import CSP
 from d1queue.interfaces.dashboard.mask import MASK
 from d1queue.interfaces.service import Service
 from d1queue.interfaces.testing import SqliteD1
-from d1queue.store.dashboard import BATCH_PAGE, LINKS, ShardStore, Store
+from d1queue.store import dashboard as dashboard_store
+from d1queue.store.dashboard import BATCH_PAGE, ShardStore, Store
 from d1queue.store.shardset import ShardSet
 
 from .conftest import MIGRATIONS
@@ -296,13 +297,19 @@ async def test_a_large_batch_is_paged(browser: Browser, service: Service) -> Non
 # -- the store's reads -------------------------------------------------------------------
 
 
-async def test_store_links_and_batch_reads(service: Service, db: SqliteD1) -> None:
+async def test_store_links_and_batch_reads(
+    service: Service, db: SqliteD1, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A page lists LINKS dependents and says there are more: fewer than a job
+    # may have (bounds.MAX_DEPENDENTS), to see the page run over.
+    links = 10
+    monkeypatch.setattr(dashboard_store, "LINKS", links)
     store = ShardStore(service.queue)
     q = service.queue
     a = await q.dispatch("step", 1, queue="mail")
-    waiters = [await q.dispatch("step", i, queue="mail", after=[a]) for i in range(LINKS + 2)]
+    waiters = [await q.dispatch("step", i, queue="mail", after=[a]) for i in range(links + 2)]
     got = await store.links(a, [])
-    assert got.dependents == sorted(waiters)[:LINKS] and got.more_dependents
+    assert got.dependents == sorted(waiters)[:links] and got.more_dependents
     assert set(got.states) == set(got.dependents) and set(got.states.values()) == {"waiting"}
     got = await store.links(waiters[0], [a, "gone"])
     assert got.states == {a: "ready"} and got.dependents == []

@@ -57,7 +57,7 @@ export interface Job<N extends string = string> {
    */
   partition?: string | null;
   /**
-   * ids of jobs this one waits for: it is `waiting` until each of them completed, then ready. One that fails for good or is cancelled fails this job (`dependency <id> failed`) unless ignore_failed. Each must be queued, running, failed or kept as completed (else 422 unknown_dependency, nothing written); a job waits only for jobs on its own D1 database (shard): an id of another shard is unknown to it. Not with debounce_s
+   * ids of jobs this one waits for: it is `waiting` until each of them completed, then ready. One that fails for good or is cancelled fails this job (`dependency <id> failed`) unless ignore_failed. Each must be queued, running, failed or kept as completed (else 422 unknown_dependency, nothing written); a job waits only for jobs on its own D1 database (shard): an id of another shard is unknown to it. A job may be waited for by at most 100 jobs (else 422 too_many_dependents naming it, nothing written). Not with debounce_s
    * minItems 1; maxItems 100
    */
   after?: string[] | null;
@@ -111,7 +111,7 @@ export interface JobByName<N extends string = string> {
    */
   partition?: string | null;
   /**
-   * ids of jobs this one waits for: it is `waiting` until each of them completed, then ready. One that fails for good or is cancelled fails this job (`dependency <id> failed`) unless ignore_failed. Each must be queued, running, failed or kept as completed (else 422 unknown_dependency, nothing written); a job waits only for jobs on its own D1 database (shard): an id of another shard is unknown to it. Not with debounce_s
+   * ids of jobs this one waits for: it is `waiting` until each of them completed, then ready. One that fails for good or is cancelled fails this job (`dependency <id> failed`) unless ignore_failed. Each must be queued, running, failed or kept as completed (else 422 unknown_dependency, nothing written); a job waits only for jobs on its own D1 database (shard): an id of another shard is unknown to it. A job may be waited for by at most 100 jobs (else 422 too_many_dependents naming it, nothing written). Not with debounce_s
    * minItems 1; maxItems 100
    */
   after?: string[] | null;
@@ -390,7 +390,7 @@ export interface CallbackJob<N extends string = string> {
 
 export interface BatchIn<N extends string = string> {
   /**
-   * jobs must be an array of 1 to 1000 jobs, each as POST /v1/jobs takes it, all routing to one shard
+   * jobs must be an array of 1 to 1000 jobs, each as POST /v1/jobs takes it, all routing to one shard; their after name at most 1000 ids in all (else 422 too_many_edges, nothing written)
    * minItems 1; maxItems 1000
    */
   jobs: JobByName<N>[];
@@ -404,7 +404,7 @@ export interface BatchIn<N extends string = string> {
 
 export interface BatchJobs<N extends string = string> {
   /**
-   * jobs must be an array of 1 to 1000 jobs, each as POST /v1/jobs takes it, all routing to one shard
+   * jobs must be an array of 1 to 1000 jobs, each as POST /v1/jobs takes it, all routing to one shard; their after name at most 1000 ids in all (else 422 too_many_edges, nothing written)
    * minItems 1; maxItems 1000
    */
   jobs: JobByName<N>[];
@@ -622,7 +622,10 @@ export interface Routes<N extends string = string> {
     params: { queue: string };
     query: {};
     body: {
-      /** minItems 1; maxItems 100 */
+      /**
+       * their after name at most 1000 ids in all (else 422 too_many_edges, nothing written)
+       * minItems 1; maxItems 100
+       */
       jobs: Job<N>[];
     };
     ok: PushedBatch;

@@ -6,7 +6,14 @@ Importable under plain CPython: nothing here imports the `workers` SDK or
 
 from .core.config import Config, ConfigError
 from .core.context import JobContext
-from .core.errors import BatchNotRunning, Fail, Retry, UnknownDependency
+from .core.errors import (
+    BatchNotRunning,
+    Fail,
+    Retry,
+    TooManyDependents,
+    TooManyEdges,
+    UnknownDependency,
+)
 from .core.job import QueuedJob
 from .core.registry import Backoff, JobSpec, Registry
 from .features.drain import DrainReport, drain
@@ -34,6 +41,8 @@ __all__ = [
     "Retry",
     "ShardQueue",
     "ShardSet",
+    "TooManyDependents",
+    "TooManyEdges",
     "UnknownDependency",
     "__version__",
     "drain",

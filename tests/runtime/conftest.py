@@ -196,9 +196,10 @@ class Host:
 
     def reset(self) -> None:
         """Empty d1queue's tables (cheaper than a new host per test): jobs,
-        batches and edges, failures, queue state, the run counters and
-        API-made schedules (one left by an earlier test would enqueue jobs
-        into this one's cron runs).
+        batches and edges, failures, queue state, flow-control rows and the
+        cron's place in them, the run counters and API-made schedules (one
+        left by an earlier test would enqueue jobs into this one's cron
+        runs).
         Waits first for the waitUntil work an earlier test left running (a
         drain-on-push), whose D1 calls would otherwise land in this test."""
         self.idle()
@@ -213,6 +214,10 @@ class Host:
                 await env.DB.prepare("DELETE FROM d1queue_jobs").run()
                 await env.DB.prepare("DELETE FROM d1queue_failed_jobs").run()
                 await env.DB.prepare("DELETE FROM d1queue_queues").run()
+                await env.DB.prepare("DELETE FROM d1queue_flow").run()
+                await env.DB.prepare(
+                    "DELETE FROM d1queue_meta WHERE key = 'flow_prune'"
+                ).run()
                 await env.DB.prepare("DELETE FROM d1queue_stats").run()
                 await env.DB.prepare("DELETE FROM d1queue_schedules WHERE source = 'api'").run()
             """

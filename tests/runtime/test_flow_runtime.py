@@ -682,3 +682,51 @@ def test_rates_hold_on_handler_starts(recorder: Recorder) -> None:
     assert most_in_window(queue_starts, rate["period_s"]) <= rate["limit"]
     for g, ts in by_group.items():
         assert most_in_window(ts, group_rate["period_s"]) <= group_rate["limit"], g
+
+
+def test_the_cron_prunes_the_rows_of_groups_that_hold_nothing(clean_host: Host) -> None:
+    """Counted by Miniflare's D1: 30 groups pushed over HTTP, then their
+    jobs deleted; one more group with a job waiting on a paused queue. One
+    cron run deletes the 30 rows in its one read batch and logs the count;
+    the group still holding a job keeps its row."""
+    from .test_schedules_runtime import fire
+    from .test_worker import wait_reports
+
+    host = clean_host
+    for i in range(30):
+        reply = host.api(
+            "POST", "/v1/queues/rt-prune/jobs", {"name": "example.echo", "group": f"u{i}"}
+        )
+        assert reply.status == 201, reply.text
+    assert host.api("POST", "/v1/queues/rt-kept/pause").status == 200
+    reply = host.api("POST", "/v1/queues/rt-kept/jobs", {"name": "example.echo", "group": "busy"})
+    assert reply.status == 201, reply.text
+    assert host.api("DELETE", "/v1/queues/rt-prune/jobs").json()["deleted"] == 30
+
+    def rows() -> list[list[str]]:
+        return host.python(
+            """
+            async def main(env):
+                found = await env.DB.prepare(
+                    "SELECT queue, grp FROM d1queue_flow ORDER BY queue, grp"
+                ).all()
+                return [[r.queue, r.grp] for r in found.results]
+            """
+        )
+
+    assert len(rows()) == 31
+    since = len(host.output())
+    fire(host, int(time.time() * 1000) + 1000)
+    (report,) = wait_reports(host, since, 1)
+    schedules = report["schedules"]
+    assert not schedules["error"], schedules
+    assert (schedules["pruned_flow"], schedules["queries"]) == (30, 1), schedules
+    # A row deleted is a row written (no index on the table), and the
+    # cursor's row is made with the table's first rows.
+    assert schedules["rows_written"] == 30 + 1, schedules
+    # The schedules' own reads (about 25), then about 7 a row pruned (the
+    # cursor's walk, its queue's stored limits, the heads of its queue's
+    # grouped bands, the row deleted): 255 measured.
+    assert schedules["rows_read"] <= 30 + 8 * 31, schedules
+    assert rows() == [["rt-kept", "busy"]]
+    print("flow prune:", schedules)

@@ -17,12 +17,19 @@ from schemathesis.checks import positive_data_acceptance
 from .conftest import TOKEN, Host
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-UNSAYABLE = {"invalid_cron", "unknown_timezone", "unknown_dependency"}
+UNSAYABLE = {
+    "invalid_cron",
+    "unknown_timezone",
+    "unknown_dependency",
+    "too_many_dependents",
+    "too_many_edges",
+}
 """422s no JSON Schema can rule out beforehand: a cron expression's grammar
 (numbers in range per field, ranges in order, days a month has), the zone
-database, and whether the ids a push's `after` names are jobs there. The
-Worker checks them and says which; every other check holds for these
-answers too (documented status and shape, no 5xx)."""
+database, whether the ids a push's `after` names are jobs there and how
+many jobs wait for each already, and the ids named by all of a request's
+jobs together. The Worker checks them and says which; every other check
+holds for these answers too (documented status and shape, no 5xx)."""
 EXAMPLES = 40  # per operation and mode: 17 operations x 2 modes x 40 > 1,000
 
 

@@ -146,6 +146,18 @@ one row each, and its handler reads their results in one query."""
 MAX_ERROR_CHARS = 4000
 """A job's last_error and a failed job's error, in characters: read by
 people, and every byte is stored and billed. A longer one is cut."""
+MAX_DEPENDENTS = 100
+"""Jobs that may wait for one job (an edge each, written by the pushes that
+name it in `after`): the statement that ends it follows every edge in its
+own transaction (about 4 rows read and 2 or 3 written a dependent), so this
+bounds what one completion costs, far inside D1's statement time. The push
+statement itself counts the edges, in the push's transaction, so concurrent
+pushes cannot pass it together. A job that waits on more fans out through
+a batch its handler pushes instead."""
+MAX_EDGES = 1000
+"""Ids named in `after` by all the jobs of one push (a batch push, a
+workflow batch, an addition, a chain), each an edge written and about 30
+rows read in the push's one transaction: a chain of BATCH_JOBS jobs fits."""
 MAX_RESULT_BYTES = 64 * 1024
 """A handler's return value as stored JSON, kept with the completed job.
 A larger one fails the job with an error that says so."""

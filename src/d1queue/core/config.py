@@ -50,6 +50,19 @@ per-minute cron that is 144,000 a day on free (more than the 100,000 rows
 written a day the free plan allows, so pruning keeps up with any load it
 can run) and 2,880,000 on paid."""
 
+PRUNE_FLOW = {"free": 100, "paid": 1_000}
+"""Flow-control rows (d1queue_flow: a group's fair tag and rate window, a
+queue's window) one cron run looks at, by plan, shared over the shards: the
+next this many after where the last run stopped, in key order, round and
+round the table. Of those it deletes the ones that hold nothing any more
+(store/sql.py PRUNE_FLOW), so a table of groups named from user data
+shrinks back to the groups in use. A run reads about 2 rows a row it looks
+at (its key in the cursor's walk, the row) and 5 to 7 a row it deletes,
+nothing but 2 with the table empty; it writes the rows it deletes and,
+while the table holds more than this, one row saying where it stopped. At
+a per-minute cron that looks at 144,000 rows a day on free (more groups
+than its 100,000 rows written a day can make) and 1,440,000 on paid."""
+
 PRUNE_FAILED = {"free": 10, "paid": 1_000}
 """Failed jobs past D1QUEUE_KEEP_FAILED_S one cron run deletes, by plan,
 shared over the shards like due schedules; older ones wait for later runs.
@@ -311,6 +324,11 @@ class Config:
     def prune_completed(self) -> int:
         """Completed jobs one cron run may prune over all shards."""
         return PRUNE_COMPLETED[self.plan]
+
+    @property
+    def prune_flow(self) -> int:
+        """Flow-control rows one cron run may look at over all shards."""
+        return PRUNE_FLOW[self.plan]
 
     @property
     def job_cap(self) -> int:

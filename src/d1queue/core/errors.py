@@ -30,6 +30,32 @@ class UnknownDependency(ValueError):
         self.ids = ids
 
 
+class TooManyDependents(ValueError):
+    """A push would make more jobs wait for each job of `ids` than
+    bounds.MAX_DEPENDENTS (the jobs waiting for it already, with those of
+    this push that name it): nothing was written."""
+
+    def __init__(self, ids: list[str], most: int) -> None:
+        super().__init__(
+            f"a job may be waited for by at most {most} jobs (MAX_DEPENDENTS), and this push "
+            f"would pass it for: {', '.join(ids)}; nothing was written (fan out through a "
+            "batch a handler pushes instead)"
+        )
+        self.ids, self.most = ids, most
+
+
+class TooManyEdges(ValueError):
+    """The jobs of one push name more ids in `after`, in all, than
+    bounds.MAX_EDGES: refused before anything is sent."""
+
+    def __init__(self, edges: int, most: int) -> None:
+        super().__init__(
+            f"the jobs name {edges} ids in after in all; one push may name at most {most} "
+            "(MAX_EDGES): split it"
+        )
+        self.edges, self.most = edges, most
+
+
 class EmptyBatch(ValueError):
     """A batch none of whose jobs was pushed (each one's unique_key already
     held by a queued job): it could never end, so nothing was written."""

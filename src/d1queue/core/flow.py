@@ -41,6 +41,11 @@ Counting each window a second longer keeps the limit on handlers' starts
 a handler starts within a second of its claim (a drain claims for a limited
 queue no more than it can start at once)."""
 
+LONGEST_WINDOW_MS = PERIOD_RANGE[1] * 1000 + RATE_GUARD_MS
+"""The longest window any rate counts starts in: a row's starts older than
+it count for no rate there may be (the flow prune's bound, store/sql.py
+PRUNE_FLOW, where no rate of the row is known)."""
+
 LIMIT_FIELDS = ("concurrency", "group_concurrency", "rate", "group_rate")
 """A limits body's fields: PUT /v1/queues/{queue}/limits, GET's `limits`,
 the stats' `limits`, the dashboard's form, the OpenAPI schema."""
@@ -201,6 +206,24 @@ class Limits:
 
 
 NO_LIMITS = Limits()
+
+
+def declared_windows(declared: Mapping[str, Limits]) -> str:
+    """The limits declared in code as the flow prune reads them (store/sql.py
+    PRUNE_FLOW): a JSON object {queue: [rate window ms, group rate window
+    ms, group step ms]}, 0 for no rate and null for no group rate's step (a
+    push's step is then the default, 1 ms)."""
+    out = {
+        q: [
+            limits.rate.window_ms if limits.rate else 0,
+            limits.group_rate.window_ms if limits.group_rate else 0,
+            limits.group_rate.spacing_ms if limits.group_rate else None,
+        ]
+        for q, limits in declared.items()
+        if limits.rated
+    }
+    return json.dumps(out, separators=(",", ":"), sort_keys=True)
+
 
 GroupRule = Callable[[Any], Any]
 """How a job's registration derives its group from its payload."""

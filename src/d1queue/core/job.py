@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ from .bounds import (
     ID_RULE,
     MAX_AFTER,
     MAX_DELAY_S,
+    MAX_EDGES,
     MAX_JSON_DEPTH,
     MAX_SAFE_INT,
     MAX_UNIQUE_KEY,
@@ -25,6 +26,7 @@ from .bounds import (
     json_loads,
     value_depth,
 )
+from .errors import TooManyEdges
 
 GROUPED_ABOVE = PRIORITY_RANGE[1]
 """Bands above every priority are the grouped bands (store/sql.py GROUP_SHIFT)."""
@@ -305,6 +307,15 @@ def check_after(after: Any, ignore_failed: Any = False) -> list[str] | None:
     if len(set(ids)) != len(ids):
         raise ValueError("after names a job id more than once")
     return ids
+
+
+def check_edges(jobs: Iterable[QueuedJob]) -> int:
+    """The edges one push of `jobs` writes (the ids their `after` name, in
+    all): TooManyEdges past MAX_EDGES, before anything is sent."""
+    edges = sum(len(j.after or ()) for j in jobs)
+    if edges > MAX_EDGES:
+        raise TooManyEdges(edges, MAX_EDGES)
+    return edges
 
 
 def _after(text: Any) -> list[str] | None:

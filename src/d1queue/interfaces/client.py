@@ -57,6 +57,8 @@ ERROR_STATUS: dict[str, int] = {
     "too_deep": 422,
     "unknown_job": 422,
     "unknown_dependency": 422,
+    "too_many_dependents": 422,
+    "too_many_edges": 422,
     "invalid_cron": 422,
     "unknown_timezone": 422,
     "too_many_attempts": 429,
@@ -104,7 +106,8 @@ class Client:
         max_attempts, priority, unique_key, group, debounce_s, partition,
         after, ignore_failed). `after`: 1 to 100 ids of jobs on the same
         shard it waits for (422 unknown_dependency for one that is not
-        there). `queue` None: the job's registered queue (or `queue=` among
+        there, too_many_dependents for one that 100 jobs wait for already).
+        `queue` None: the job's registered queue (or `queue=` among
         the options, as POST /v1/jobs takes it). Answers {id, queue,
         deduplicated, paused, drained, warnings}."""
         job = {"name": name, "payload": payload, **options}

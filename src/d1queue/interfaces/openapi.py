@@ -20,6 +20,7 @@ from ..core.bounds import (
     MAX_ATTEMPTS,
     MAX_BATCH,
     MAX_DELAY_S,
+    MAX_DEPENDENTS,
     MAX_JSON_DEPTH,
     MAX_PAGE_BYTES,
     MAX_PARTITION,
@@ -41,7 +42,14 @@ from ..core.schedule import (
 )
 from .api import INDEX, MAX_BODY_BYTES, ROUTES
 from .router import Route
-from .service import BATCH_JOBS_RULE, CALLBACK_FIELDS, CALLBACKS, DEPENDENTS_SHOWN, SAME_SHARD
+from .service import (
+    BATCH_JOBS_RULE,
+    CALLBACK_FIELDS,
+    CALLBACKS,
+    DEPENDENTS_SHOWN,
+    EDGES_RULE,
+    SAME_SHARD,
+)
 
 NAME_SCHEMA = {"type": "string", "pattern": f"^{NAME_RULE}$"}
 
@@ -171,7 +179,8 @@ JOB_IN: dict[str, Any] = {
             "them completed, then ready. One that fails for good or is cancelled fails this "
             "job (`dependency <id> failed`) unless ignore_failed. Each must be queued, "
             "running, failed or kept as completed (else 422 unknown_dependency, nothing "
-            f"written); {SAME_SHARD}. Not with debounce_s",
+            f"written); {SAME_SHARD}. A job may be waited for by at most {MAX_DEPENDENTS} jobs "
+            "(else 422 too_many_dependents naming it, nothing written). Not with debounce_s",
         },
         "ignore_failed": {
             "type": "boolean",
@@ -313,7 +322,8 @@ BATCH_OF_JOBS = {
     "minItems": BATCH_JOBS[0],
     "maxItems": BATCH_JOBS[1],
     "items": _ref("JobByName"),
-    "description": f"{BATCH_JOBS_RULE}, each as POST /v1/jobs takes it, all routing to one shard",
+    "description": f"{BATCH_JOBS_RULE}, each as POST /v1/jobs takes it, all routing to one "
+    f"shard; {EDGES_RULE}",
 }
 BATCH_IN = {
     "type": "object",
@@ -681,6 +691,7 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                                 "minItems": 1,
                                 "maxItems": MAX_BATCH,
                                 "items": _ref("Job"),
+                                "description": EDGES_RULE,
                             }
                         },
                     }

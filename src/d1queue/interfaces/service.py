@@ -20,6 +20,7 @@ from ..core.bounds import (
     MAX_ATTEMPTS,
     MAX_BATCH,
     MAX_DELAY_S,
+    MAX_EDGES,
     MAX_JSON_DEPTH,
     MAX_OLDER_THAN_S,
     MAX_PAGE,
@@ -38,7 +39,13 @@ from ..core.bounds import (
     value_depth,
 )
 from ..core.config import Config
-from ..core.errors import BatchNotRunning, EmptyBatch, UnknownDependency
+from ..core.errors import (
+    BatchNotRunning,
+    EmptyBatch,
+    TooManyDependents,
+    TooManyEdges,
+    UnknownDependency,
+)
 from ..core.flow import Limits, LimitsError
 from ..core.job import QueuedJob, new_id
 from ..core.registry import Registry, spec_for
@@ -86,6 +93,11 @@ job may take is refused in a callback rather than dropped unsaid."""
 BATCH_JOBS_RULE = f"jobs must be an array of {BATCH_JOBS[0]} to {BATCH_JOBS[1]} jobs"
 """bounds.BATCH_JOBS in words: the message of a batch's or an addition's
 job count, as the OpenAPI document's minItems and maxItems state it."""
+EDGES_RULE = (
+    f"their after name at most {MAX_EDGES} ids in all (else 422 too_many_edges, nothing written)"
+)
+"""bounds.MAX_EDGES in words, as the OpenAPI document states it of a batch
+push's, a batch's and an addition's jobs."""
 DEPENDENTS_SHOWN = 100
 """Dependents a job's answer lists (GET /v1/jobs/{id}): one indexed read
 of the edges, a page's worth; a job waited on by more lists its first."""
@@ -246,6 +258,21 @@ def unknown_dependency(exc: UnknownDependency) -> ApiError:
         "after names no job that is queued, running, failed or kept as completed on the "
         f"job's database: {', '.join(exc.ids)} ({SAME_SHARD})",
     )
+
+
+REFUSED_AFTER = (UnknownDependency, TooManyDependents, TooManyEdges)
+"""What a push's `after` may be refused for, nothing written: the 422 each
+becomes is `refused_after`'s."""
+
+
+def refused_after(exc: Exception) -> ApiError:
+    """A push's refused `after` as its 422, naming the bound and the jobs."""
+    if isinstance(exc, TooManyDependents):
+        return ApiError(422, "too_many_dependents", str(exc))
+    if isinstance(exc, TooManyEdges):
+        return ApiError(422, "too_many_edges", str(exc))
+    assert isinstance(exc, UnknownDependency)
+    return unknown_dependency(exc)
 
 
 def batch_not_running(id: str) -> ApiError:
@@ -416,8 +443,8 @@ class Service:
         shard = shard_of_id(job.id)
         try:
             job_id, paused = await self.shards.queue(shard).push_noting_paused(job)
-        except UnknownDependency as exc:
-            raise unknown_dependency(exc) from None
+        except REFUSED_AFTER as exc:
+            raise refused_after(exc) from None
         await self._pushed(job.queue, shard)
         out = {
             "id": job_id,
@@ -438,8 +465,8 @@ class Service:
         shard = _one_shard(parsed)
         try:
             results, paused = await self.shards.queue(shard).push_many_noting_paused(parsed)
-        except UnknownDependency as exc:
-            raise unknown_dependency(exc) from None
+        except REFUSED_AFTER as exc:
+            raise refused_after(exc) from None
         await self._pushed(queue, shard)
         out: dict[str, Any] = {
             "ids": [i for i, _ in results],
@@ -495,8 +522,8 @@ class Service:
                 on_failure=callbacks["on_failure"],
                 on_finish=callbacks["on_finish"],
             )
-        except UnknownDependency as exc:
-            raise unknown_dependency(exc) from None
+        except REFUSED_AFTER as exc:
+            raise refused_after(exc) from None
         except EmptyBatch as exc:
             raise ApiError(409, "conflict", str(exc)) from None
         for queue in dict.fromkeys(j.queue for j in parsed):
@@ -531,8 +558,8 @@ class Service:
             ids = await queue.add_to_batch(id, parsed)
         except BatchNotRunning:
             raise batch_not_running(id) from None
-        except UnknownDependency as exc:
-            raise unknown_dependency(exc) from None
+        except REFUSED_AFTER as exc:
+            raise refused_after(exc) from None
         for name in dict.fromkeys(j.queue for j in parsed):
             await self._pushed(name, shard)
         return {"ids": ids}

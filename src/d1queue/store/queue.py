@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol, Self, Unpack
 
 from ..core.bounds import (
     BATCH_JOBS,
+    MAX_DEPENDENTS,
     MAX_ERROR_CHARS,
     MAX_RESULT_BYTES,
     MAX_SAFE_INT,
@@ -27,9 +28,9 @@ from ..core.bounds import (
     check_stored_name,
     clamp_delay_s,
 )
-from ..core.errors import BatchNotRunning, EmptyBatch, UnknownDependency
+from ..core.errors import BatchNotRunning, EmptyBatch, TooManyDependents, UnknownDependency
 from ..core.flow import NO_GROUP, QUEUE_ROW, Flow, Limits, flows_of
-from ..core.job import QueuedJob, new_id, now_ms, row_to_job, values_to_job
+from ..core.job import QueuedJob, check_edges, new_id, now_ms, row_to_job, values_to_job
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
 from ..core.registry import Overrides, Registry, spec_for
@@ -528,7 +529,14 @@ class D1Queue:
         out: list[Statement] = [
             (
                 sql.INSERT_WAITER,
-                (*_insert_params(job), job.group, after, int(job.ignore_failed), job.batch),
+                (
+                    *_insert_params(job),
+                    job.group,
+                    after,
+                    int(job.ignore_failed),
+                    job.batch,
+                    MAX_DEPENDENTS,
+                ),
             ),
             (sql.INSERT_EDGES, (job.id, after)),
             (sql.MARK_WAITED, (after,)),
@@ -542,24 +550,15 @@ class D1Queue:
         self, statements: Sequence[Statement], jobs: Sequence[QueuedJob]
     ) -> list[Result]:
         """A push's db.batch; what the schema refused, said in the push's
-        terms: an `after` naming no job it may wait for, a batch not
-        running. Nothing was written in either case (one transaction)."""
+        terms: an `after` naming no job it may wait for or one waited for
+        by MAX_DEPENDENTS jobs already, a batch not running. Nothing was
+        written in any case (one transaction)."""
         try:
             return await self.binding.batch(statements)
         except Exception as exc:
             text = str(exc)
             if "d1queue_jobs.waiting" in text:
-                ids = sorted({i for j in jobs for i in (j.after or ())})
-                unknown: list[str] = []
-                for i in range(0, len(ids), 100):
-                    found = await self.binding.run(sql.UNKNOWN_AFTER, json.dumps(ids[i : i + 100]))
-                    unknown += [str(r["id"]) for r in found.rows]
-                # An id pushed in the same batch was known to the jobs after
-                # it (the batch rolled back); one named before it was pushed
-                # is the unknown one then.
-                pushed = {j.id for j in jobs}
-                unknown = [i for i in unknown if i not in pushed] or unknown
-                raise UnknownDependency(unknown) from None
+                await self._refused_after(jobs)
             if "d1queue_batches.total" in text:
                 raise EmptyBatch(
                     "every job of the batch is already queued under its unique_key: "
@@ -570,6 +569,38 @@ class D1Queue:
                     "the batch is not running: it finished, or never existed"
                 ) from None
             raise
+
+    async def _refused_after(self, jobs: Sequence[QueuedJob]) -> None:
+        """Why the schema refused a push's `after` (read after the batch
+        rolled back, so only on this error's path): UnknownDependency for
+        ids no job may wait for, TooManyDependents for one the push would
+        have given more than MAX_DEPENDENTS waiters."""
+        ids = sorted({i for j in jobs for i in (j.after or ())})
+        unknown: list[str] = []
+        edges: dict[str, int] = {}
+        live: set[str] = set()
+        for i in range(0, len(ids), 100):
+            chunk = json.dumps(ids[i : i + 100])
+            found = await self.binding.run(sql.UNKNOWN_AFTER, chunk)
+            unknown += [str(r["id"]) for r in found.rows]
+            counted = await self.binding.run(sql.DEPENDENT_COUNTS, chunk, MAX_DEPENDENTS)
+            for r in counted.rows:
+                edges[str(r["id"])] = int(r["edges"])
+                if r["live"]:
+                    live.add(str(r["id"]))
+        # An id pushed in the same batch was known to the jobs after it (the
+        # batch rolled back); one named before it was pushed is the unknown
+        # one then, unless the batch gave it too many waiters.
+        pushed = {j.id for j in jobs}
+        if any(i not in pushed for i in unknown):
+            raise UnknownDependency([i for i in unknown if i not in pushed])
+        named = Counter(i for j in jobs for i in (j.after or ()))
+        full = [
+            i for i in ids if (i in live or i in pushed) and edges[i] + named[i] > MAX_DEPENDENTS
+        ]
+        if full:
+            raise TooManyDependents(full, MAX_DEPENDENTS)
+        raise UnknownDependency(unknown)
 
     def _flow_statements(self, job: QueuedJob) -> list[Statement]:
         """The statements pushing a grouped or debounced job (stamped): its
@@ -609,7 +640,9 @@ class D1Queue:
         """Insert `jobs` in one batch, `reads` riding in it (and `before`'s
         statements for the queue they land on, first); with `shards`, on
         the one shard they all route to (a batch is one transaction on one
-        database: ShardError if they route to several)."""
+        database: ShardError if they route to several). TooManyEdges, and
+        nothing sent, when their `after` name more than MAX_EDGES ids."""
+        check_edges(jobs)
         if self.shards is not None:
             target = self.shards.route_many(self, jobs)
             if target is not self:

@@ -10,8 +10,9 @@ drains) costs at most two D1 queries however many schedules exist:
 
 1. one `db.batch` reading the due schedules through the next_run_at index
    (rows read ~ due schedules) and the hash of the code-declared set last
-   synced; the cron's bounded prune of old failed jobs rides in it
-   (D1QUEUE_KEEP_FAILED_S), so retention costs no round trip of its own;
+   synced; the cron's bounded prunes ride in it (old failed jobs,
+   D1QUEUE_KEEP_FAILED_S; completed history; flow-control rows that hold
+   nothing), so retention costs no round trip of its own;
 2. if anything is due or the declared set changed, one `db.batch` holding a
    single INSERT of every due slot's job, a single compare-and-set UPDATE
    advancing every due schedule, and (only when the hash differs) the sync.
@@ -39,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ..core.bounds import MAX_PAGE_BYTES
+from ..core.flow import declared_windows
 from ..core.job import new_id
 from ..core.log import event, get
 from ..core.registry import Registry, spec_for
@@ -150,6 +152,9 @@ class ScheduleReport:
     pruned_completed: int = 0
     """Completed jobs kept past D1QUEUE_KEEP_COMPLETED_S this run deleted
     (at most the run's limit; more wait for the next run)."""
+    pruned_flow: int = 0
+    """Flow-control rows (a group's fair tag and rate window) this run
+    deleted, of those it looked at (config.PRUNE_FLOW): they held nothing."""
     queries: int = 0
     rows_read: int = 0
     rows_written: int = 0
@@ -202,14 +207,17 @@ class Schedules:
         prune_completed_before: int | None = None,
         prune_completed_limit: int = 0,
         prune_batches_before: int | None = None,
+        prune_flow_limit: int = 0,
     ) -> ScheduleReport:
         """Enqueue every due slot and sync code-declared schedules, in at most
         two D1 queries. With `prune_before` (epoch ms) and `prune_limit`, the
         first query also deletes up to that many failed jobs that failed
         before it, oldest first; with `prune_completed_before` and
         `prune_completed_limit`, up to that many completed jobs kept from
-        before it (and the batches finished before it). Never raises for a D1 error (it is in the
-        report): the drain that follows must run all the same."""
+        before it (and the batches finished before it); with
+        `prune_flow_limit`, the flow-control rows that hold nothing among
+        the next that many (sql.PRUNE_FLOW). Never raises for a D1 error (it
+        is in the report): the drain that follows must run all the same."""
         now = self.queue.clock() if now is None else now
         usage = self.binding.usage
         base = (usage.queries, usage.rows_read, usage.rows_written)
@@ -225,6 +233,7 @@ class Schedules:
                 prune_completed_before,
                 prune_completed_limit,
                 prune_batches_before,
+                prune_flow_limit,
             )
         except Exception as exc:
             report.error = f"{type(exc).__name__}: {exc}"[:1000]
@@ -244,6 +253,7 @@ class Schedules:
         prune_completed_before: int | None = None,
         prune_completed_limit: int = 0,
         prune_batches_before: int | None = None,
+        prune_flow_limit: int = 0,
     ) -> None:
         declared = [
             d for d in self.registry.schedules() if self.declared is None or self.declared(d)
@@ -273,10 +283,23 @@ class Schedules:
                 (sql.PRUNE_BATCH_PARTS, batches),
                 (sql.PRUNE_BATCHES, batches),
             ]
+        completed_prunes = len(reads) - 2 - failed_prunes
+        if prune_flow_limit > 0:
+            # Flow-control rows that hold nothing, among the next
+            # prune_flow_limit: the cursor (made with the table's first
+            # row) moves first, then the DELETE reads the window it wrote.
+            code = declared_windows(self.registry.limits())
+            reads += [
+                (sql.FLOW_CURSOR_ROW, (now,)),
+                (sql.FLOW_CURSOR, (now, prune_flow_limit)),
+                (sql.PRUNE_FLOW, (now, code)),
+            ]
         meta, due, *pruned = await self.binding.batch(reads)
         report.pruned_failed = sum(r.changes for r in pruned[:failed_prunes])
-        if len(pruned) > failed_prunes:
+        if completed_prunes:
             report.pruned_completed = pruned[failed_prunes + 1].changes
+        if prune_flow_limit > 0:
+            report.pruned_flow = pruned[-1].changes
         report.resent = any(r.resent for r in pruned)
         stored = str(meta.rows[0]["value"]) if meta.rows else EMPTY_SET
         report.due, report.more = len(due.rows), len(due.rows) >= limit

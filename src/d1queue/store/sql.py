@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from ..core.bounds import MAX_ERROR_CHARS, PRIORITY_RANGE
+from ..core.flow import LONGEST_WINDOW_MS, RATE_GUARD_MS
 from ..core.job import JOB_COLUMN_NAMES
 
 T = TypeVar("T")
@@ -533,6 +534,149 @@ RUNNING = f"SELECT COUNT(*) AS n {_HELD_NOW}"
 RUNNING_BY_GROUP = (
     f"SELECT COALESCE(grp, '') AS grp, COUNT(*) AS n {_HELD_NOW} GROUP BY grp "
     "ORDER BY n DESC, grp LIMIT ?3"
+)
+
+# -- the cron's prune of d1queue_flow (core/config.py PRUNE_FLOW) -------------
+#
+# A row per (queue, group) a push or a claim ever used: a table that grows
+# with every group named, from user data too, unless rows that hold nothing
+# go. A row holds nothing when
+# - its rate window has passed: no start within the longest window that may
+#   apply to it (the rate stored over the API, the one declared in code,
+#   whichever is longer; a day and RATE_GUARD_MS when neither is known, for
+#   a rate another Worker's code may declare), so no claim would count one;
+# - its fair tag no longer orders a job: the tag plus the group's step is
+#   no later than now and than the head of every grouped band of its queue.
+#   A push reads the tag as max(head, tag + step) (INSERT_FLOW_JOB), so the
+#   row's absence (tag 0) then gives the same tag; a group with a job in a
+#   grouped band has its tag at or past that job, and the band's head at or
+#   before it, so its row stays.
+# Nothing else lives there: a group's running count is its held jobs' gslot
+# entries, on their own rows, and `last` speaks only to the statements of
+# the claim batch that wrote it (one transaction). Each condition is read
+# by the DELETE itself, so a push (BUMP_TAG) or a claim (TAKE_FLOW) into the
+# group, each one transaction, lands wholly before it (the row is then in
+# use and stays) or after it (and makes the row anew, as for a group never
+# seen).
+#
+# The rows looked at are the next ?2 after where the last run stopped, in
+# key order (a cursor in d1queue_meta), round and round: a run's cost is
+# bounded however many groups are in use, and every row is looked at in
+# turn. In the cron's read batch: FLOW_CURSOR_ROW makes the cursor with the
+# table's first row, FLOW_CURSOR moves the window on, PRUNE_FLOW deletes in
+# it. Re-sent after a lost reply, the batch moves the window on again and
+# looks at the next rows: windows follow each other, so none is passed
+# over.
+
+FLOW_CURSOR_KEY = "flow_prune"
+_NO_WINDOW = '["","",null]'
+"""The window before any: from the table's start, to its end."""
+_PAST_KEYS = "'~'"
+"""A queue name after every name (NAME_RULE's characters sort below `~`):
+the end of a window that runs to the table's last row."""
+# The cursor's row, made the first time the table has a row (so an empty
+# table costs no write): where the next window starts. ?1 now. Reads a row
+# of each table.
+FLOW_CURSOR_ROW = (
+    f"INSERT INTO d1queue_meta (key, value, updated_at) SELECT '{FLOW_CURSOR_KEY}', "
+    f"'{_NO_WINDOW}', ?1 WHERE EXISTS (SELECT 1 FROM d1queue_flow) ON CONFLICT (key) DO NOTHING"
+)
+# The window moves on: its value is [start queue, start group, [end queue,
+# end group]], the end the ?2-th key after the last window's end (null: the
+# table has fewer, and the window runs to its last row), the start the last
+# window's end (its start when that was null: round again). It stays, and
+# nothing is written, only when the table fits one window from its start
+# and the window says so already. ?1 now ?2 rows a run. Reads the row and
+# ?2 keys of d1queue_flow (the table's first ?2 when it stays; both, once a
+# turn of the table, when it moves from its start).
+_NEXT_Q = "COALESCE(json_extract(d1queue_meta.value, '$[2][0]'), '')"
+_NEXT_G = "COALESCE(json_extract(d1queue_meta.value, '$[2][1]'), '')"
+FLOW_CURSOR = (
+    f"UPDATE d1queue_meta SET value = json_array({_NEXT_Q}, {_NEXT_G}, json((SELECT "
+    f"json_array(queue, grp) FROM d1queue_flow WHERE (queue, grp) > ({_NEXT_Q}, {_NEXT_G}) "
+    "ORDER BY queue, grp LIMIT 1 OFFSET ?2 - 1))), updated_at = ?1 "
+    f"WHERE key = '{FLOW_CURSOR_KEY}' AND NOT (value = '{_NO_WINDOW}' AND (SELECT 1 "
+    "FROM d1queue_flow ORDER BY queue, grp LIMIT 1 OFFSET ?2 - 1) IS NULL)"
+)
+
+
+def _window(ends: str) -> str:
+    """The key at one end of the window FLOW_CURSOR wrote (a seek; NULLs,
+    which no key passes, with no window written: the table is empty)."""
+    return f"(SELECT {ends} FROM d1queue_meta WHERE key = '{FLOW_CURSOR_KEY}')"
+
+
+def _declared(index: str) -> str:
+    """Item `index` of the row's queue in ?2 (core/flow.py declared_windows)."""
+    return f"json_extract(?2, '$.\"' || w.queue || '\"[' || {index} || ']')"
+
+
+def _stored(value: str) -> str:
+    """`value` (of `limits`) read from the row's queue's stored limits: a
+    seek; NULL without any (or with ones that do not parse)."""
+    return (
+        f"(SELECT {value} FROM d1queue_queues WHERE name = w.queue AND limits IS NOT NULL "
+        "AND json_valid(limits))"
+    )
+
+
+_STORED_SPAN = _stored(
+    "json_extract(limits, CASE WHEN w.grp = '*' THEN '$.rate.period_s' "
+    f"ELSE '$.group_rate.period_s' END) * 1000 + {RATE_GUARD_MS}"
+)
+_ROW_RATE = "CASE WHEN w.grp = '*' THEN 0 ELSE 1 END"
+_SINCE = (
+    f"?1 - COALESCE(NULLIF(max(COALESCE({_STORED_SPAN}, 0), "
+    f"COALESCE({_declared(_ROW_RATE)}, 0)), 0), {LONGEST_WINDOW_MS})"
+)
+# A group's step, as INSERT_FLOW_JOB reads it (_STORED_STEP, else the code's).
+_STEP = (
+    "COALESCE("
+    + _stored(
+        "(json_extract(limits, '$.group_rate.period_s') * 1000 "
+        "+ json_extract(limits, '$.group_rate.limit') - 1) "
+        "/ json_extract(limits, '$.group_rate.limit')"
+    )
+    + f", {_declared('2')}, 1)"
+)
+# The earliest fair tag of any grouped band of the row's queue: the head of
+# each band present, found band by band (two seeks a band, whatever the
+# bands hold), the least of them (NULL: no grouped job).
+_GROUPED_HEAD = (
+    "(WITH RECURSIVE b(band) AS (SELECT (SELECT band FROM d1queue_jobs WHERE queue = w.queue "
+    f"AND band > {TOP_PRIORITY} ORDER BY band LIMIT 1) UNION ALL SELECT (SELECT band "
+    "FROM d1queue_jobs WHERE queue = w.queue AND band > b.band ORDER BY band LIMIT 1) FROM b "
+    "WHERE b.band IS NOT NULL) SELECT MIN((SELECT available_at FROM d1queue_jobs "
+    "WHERE queue = w.queue AND band = b.band ORDER BY available_at LIMIT 1)) FROM b "
+    "WHERE b.band IS NOT NULL)"
+)
+# Whether row w holds nothing, each step asked only of a row that passed the
+# one before (CASE: SQLite evaluates its branches lazily), so a row in use
+# costs the read of its own row: its tag's time; its last start (the starts
+# are in time order), then all of them (at most its rate's limit); then the
+# grouped bands' heads of its queue, only for a tag that has passed.
+_HOLDS_NOTHING = (
+    "CASE WHEN w.tag + 1 > ?1 THEN 0 "
+    "WHEN json_array_length(w.starts) > 0 AND (json_extract(w.starts, '$[#-1][0]') > "
+    f"{_SINCE} OR EXISTS (SELECT 1 FROM json_each(w.starts) "
+    f"WHERE json_extract(value, '$[0]') > {_SINCE})) THEN 0 "
+    f"WHEN w.tag = 0 THEN 1 ELSE w.tag + {_STEP} <= min(?1, COALESCE({_GROUPED_HEAD}, ?1)) END"
+)
+# After FLOW_CURSOR in its batch: the window's rows that hold nothing go.
+# The window holds at most the rows a run looks at: its end is the last of
+# them, found in this transaction. ?1 now ?2 the limits declared in code (a
+# JSON object). Reads the window's ends (two seeks), its
+# rows, what _HOLDS_NOTHING reads of each, and the rows deleted; nothing
+# with the table empty. Writes the rows deleted.
+PRUNE_FLOW = (
+    "DELETE FROM d1queue_flow AS w WHERE (w.queue, w.grp) > "
+    + _window("json_extract(value, '$[0]'), json_extract(value, '$[1]')")
+    + " AND (w.queue, w.grp) <= "
+    + _window(
+        f"COALESCE(json_extract(value, '$[2][0]'), {_PAST_KEYS}), "
+        "COALESCE(json_extract(value, '$[2][1]'), '')"
+    )
+    + f" AND {_HOLDS_NOTHING}"
 )
 
 
@@ -1301,20 +1445,25 @@ _FAILED_IDS = "(SELECT id FROM d1queue_failed_jobs WHERE id IN (SELECT value FRO
 
 # The push of a job that waits for others: INSERT_JOB's ten values, then
 # ?11 its group (NULL: none) ?12 `after` (a JSON array of distinct ids)
-# ?13 ignore_failed (0/1) ?14 its batch (NULL: none). The same statement
+# ?13 ignore_failed (0/1) ?14 its batch (NULL: none) ?15 the most jobs one
+# job may be waited for by (bounds.MAX_DEPENDENTS). The same statement
 # checks and counts its dependencies, in the push's transaction:
 # - waiting: those still live (queued, waiting, running or retrying); a
 #   completion since has moved on and counted already, one to come will
 #   count (the dependency's `dependents` flag, set below in this batch);
 # - a dependency failed (its failure still kept) without ignore_failed:
 #   waiting -1, the job is failed by the drain instead of run;
-# - any id neither live, failed nor kept as completed: waiting NULL, which
-#   the NOT NULL column refuses, and the push's whole db.batch fails:
-#   nothing is written (the driver then reads which ids, UNKNOWN_AFTER).
+# - any id neither live, failed nor kept as completed, or a live one that
+#   already has ?15 edges (a job earlier in this batch added its own): waiting
+#   NULL, which the NOT NULL column refuses, and the push's whole db.batch
+#   fails: nothing is written (the driver then reads which ids,
+#   UNKNOWN_AFTER and DEPENDENT_COUNTS). Counted here, in the transaction
+#   that adds the edge, two pushes racing for a dependency's last place
+#   cannot both take it: D1 runs one transaction at a time.
 # It waits in the waiting band, or, with nothing to wait for, goes where any
 # push goes. Reads: a point read per id (three indexes and the failed
-# table) and the jobs in flight once. ON CONFLICT: a unique key already
-# held, as INSERT_JOB.
+# table), its edges by their key (cut off at ?15), and the jobs in flight
+# once. ON CONFLICT: a unique key already held, as INSERT_JOB.
 _LIVE_N = f"(SELECT COUNT(*) FROM json_each(?12) WHERE value IN {_live_ids(12)})"
 _KNOWN_N = f"(SELECT COUNT(*) FROM json_each(?12) WHERE value IN {_known_ids(12)})"
 _FAILED_DEP = (
@@ -1322,6 +1471,29 @@ _FAILED_DEP = (
     f"AND value NOT IN {_live_ids(12)} LIMIT 1)"
 )
 _DOOMED = f"({_FAILED_DEP} IS NOT NULL)"
+
+
+def _edges(dep: str, most: int, besides: str | None = None) -> str:
+    """The edges of job `dep` (an expression), but waiter `besides`'s,
+    counted by their key and cut off at ?most: at most that many read (one
+    more when the waiter's own is among them)."""
+    other = "" if besides is None else f" AND waiter <> {besides}"
+    return (
+        f"(SELECT COUNT(*) FROM (SELECT 1 FROM d1queue_deps WHERE dep = {dep}{other} "
+        f"LIMIT ?{most}))"
+    )
+
+
+# A live dependency already waited for by ?15 jobs other than this one (a
+# push re-sent after a lost reply finds its own edge: not counted, so the
+# job that took the last place is not refused for it). Whether an id is live
+# is asked only of one at the cap (CASE: SQLite evaluates its branches
+# lazily), so the usual push reads its edges and nothing more; a completed
+# one kept takes no edge, whatever it had.
+_FULL_DEP = (
+    f"(SELECT 1 FROM json_each(?12) AS a WHERE CASE WHEN {_edges('a.value', 15, '?1')} >= ?15 "
+    f"THEN a.value IN {_live_ids(12)} ELSE 0 END LIMIT 1)"
+)
 _RUN_BAND = f"CASE WHEN ?11 IS NULL THEN ?7 ELSE ?7 + {GROUP_SHIFT} END"
 INSERT_WAITER = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
@@ -1329,11 +1501,12 @@ INSERT_WAITER = (
     "waiting, band) "
     "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
     "CASE WHEN s.doomed THEN 'dependency ' || s.failed || ' failed' END, "
-    "CASE WHEN s.known < json_array_length(?12) THEN NULL WHEN s.doomed THEN -1 ELSE s.live END, "
+    "CASE WHEN s.known < json_array_length(?12) OR s.at_cap IS NOT NULL THEN NULL "
+    "WHEN s.doomed THEN -1 ELSE s.live END, "
     f"CASE WHEN s.doomed THEN {_RUN_BAND} WHEN s.live > 0 THEN {WAITING_BAND} "
     f"WHEN ?8 > ?9 THEN {DELAYED_BAND} ELSE {_RUN_BAND} END "
     f"FROM (SELECT {_KNOWN_N} AS known, {_LIVE_N} AS live, {_FAILED_DEP} AS failed, "
-    f"{_DOOMED} AS doomed) AS s "
+    f"{_DOOMED} AS doomed, {_FULL_DEP} AS at_cap) AS s "
     "WHERE 1 ON CONFLICT DO NOTHING"
 )
 
@@ -1358,6 +1531,13 @@ MARK_WAITED_RUNNING = (
 # Which of ?1's ids (a JSON array) no job may wait for: after a push whose
 # INSERT_WAITER was refused, what its error names.
 UNKNOWN_AFTER = f"SELECT value AS id FROM json_each(?1) WHERE value NOT IN {_known_ids(1)}"
+# Then, if none is unknown: each of ?1's ids, whether it is live, and its
+# edges (cut off at ?2, bounds.MAX_DEPENDENTS), which with the edges the
+# refused push would have added say which one it would have taken past ?2.
+DEPENDENT_COUNTS = (
+    f"SELECT a.value AS id, a.value IN {_live_ids(1)} AS live, {_edges('a.value', 2)} AS edges "
+    "FROM json_each(?1) AS a"
+)
 
 # A batch's rows, written first in the batch creating it (one transaction
 # with its jobs). The counters start at the jobs' number: each job's end
