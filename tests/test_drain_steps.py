@@ -13,9 +13,9 @@ import pytest
 from d1queue import Config, D1Queue, Fail, JobContext, Registry, drain
 from d1queue.core.job import QueuedJob
 from d1queue.core.limits import Meter
+from d1queue.core.outcomes import Outcome
 from d1queue.features.drain import LEAST_ROUND, SETTLE_MARGIN_S, Budget, Drain, Plan, round_cost
 from d1queue.interfaces.testing import SqliteD1, SqliteStatement
-from d1queue.store.queue import Outcome
 
 
 def budget(**over: Any) -> Budget:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from d1queue import Fail
-from d1queue.store.queue import Outcome
+from d1queue.core.outcomes import Outcome
 from d1queue.testing import Kit
 
 from .test_workflows import jobs as reg

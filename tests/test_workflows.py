@@ -327,7 +327,7 @@ async def test_callbacks_fire_once_and_deps_hold_under_faults_and_overlapping_dr
 async def test_a_job_may_wait_for_a_running_job() -> None:
     """A dependency held by a worker is found by the walk of the locked
     bands; its completion releases the waiting job, a retry does not."""
-    from d1queue.store.queue import Outcome
+    from d1queue.core.outcomes import Outcome
 
     ran: list[str] = []
     kit = Kit(jobs(ran))
@@ -354,7 +354,7 @@ async def test_a_job_named_while_it_runs_on_a_queue_keeping_no_history(
     """Without history a completion deletes only jobs no workflow has; a job a
     waiter named while it ran is ended and deleted by the follow-up, and its
     waiter released: alone, or among its claim batch's jobs."""
-    from d1queue.store.queue import Outcome
+    from d1queue.core.outcomes import Outcome
 
     ran: list[str] = []
     reg = jobs(ran)

@@ -15,10 +15,11 @@ from .core.errors import (
     UnknownDependency,
 )
 from .core.job import QueuedJob
+from .core.outcomes import Outcome
 from .core.registry import Backoff, JobSpec, Registry
 from .features.drain import DrainReport, drain
 from .store.failed import FailedJob
-from .store.queue import D1Queue, DuplicateJobId, Outcome
+from .store.queue import D1Queue, DuplicateJobId
 from .store.shardset import ShardQueue, ShardSet
 
 __version__ = "0.1.0"

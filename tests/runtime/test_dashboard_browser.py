@@ -323,7 +323,7 @@ def workflow_python(ui_host: Host, body: str) -> Any:
     return ui_host.python(
         "import json\n"
         "from d1queue import D1Queue\n"
-        "from d1queue.store.queue import Outcome\n"
+        "from d1queue import Outcome\n"
         "async def main(env):\n"
         "    for t in ('d1queue_deps', 'd1queue_batches', 'd1queue_batch_parts'):\n"
         "        await env.DB.prepare(f'DELETE FROM {t}').run()\n"

@@ -63,10 +63,10 @@ class JobContext:
 
     @property
     def keeps_result(self) -> bool:
-        """Whether this job's queue keeps completed jobs, and so its result
-        (D1Queue.keeps; True for a queue that cannot say)."""
-        keeps = getattr(self.queue, "keeps", None)
-        return bool(keeps(self.job.queue)) if callable(keeps) else True
+        """Whether this job's queue keeps completed jobs, and so its result:
+        a drain's context says (outcomes.history_kept); one made by hand
+        keeps it."""
+        return True
 
     async def results(self) -> dict[str, Any]:
         """The results of the jobs this one waited for (`after`), by id: each
@@ -143,6 +143,7 @@ class DrainContext(JobContext):
         env: Any = None,
         http: Fetch | None = None,
         outbound: Outbound | None = None,
+        keeps: Callable[[str], bool] | None = None,
     ) -> None:
         self.job = job
         self.http = http
@@ -151,6 +152,7 @@ class DrainContext(JobContext):
         self._parent = parent
         self._declared = declared
         self._queue_source = queue
+        self._keeps = keeps
         self._budget: Meter | None = None
         self._queue: Any = None
         self._env: Any = None
@@ -183,8 +185,9 @@ class DrainContext(JobContext):
 
     @property
     def keeps_result(self) -> bool:
-        # Asked of the drain's own queue: no metered twin made for it.
-        return bool(self._queue_source.keeps(self.job.queue))
+        # Asked of the drain (its queues' history rule): no metered twin
+        # of the queue made for it.
+        return True if self._keeps is None else self._keeps(self.job.queue)
 
     @property
     def env(self) -> Any:

@@ -42,27 +42,34 @@ claiming, and whatever D1 refused every time is reported as unsettled.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
-import traceback
 from collections import Counter
 from collections.abc import Callable, Coroutine, Generator, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from heapq import heapreplace
 from typing import Any, TypeVar, cast
 
-from ..core.bounds import MAX_ERROR_CHARS, MAX_JSON_DEPTH, MAX_RESULT_BYTES, value_depth
 from ..core.config import ALL_QUEUES, Config, ConfigError
 from ..core.context import DrainContext, Fetch, JobContext
 from ..core.costs import LEAST_ROUND, round_cost
-from ..core.errors import Fail, Retry
 from ..core.flow import Flow
 from ..core.job import QueuedJob
 from ..core.limits import PLANS, Meter, Slots
-from ..core.outbound import Outbound, strip_credentials
-from ..core.registry import Backoff, JobSpec, Registry
-from ..store.queue import D1Queue, Mark, Outcome, exhausted_outcome
+from ..core.outbound import Outbound
+from ..core.outcomes import (
+    Mark,
+    Outcome,
+    completed,
+    decided,
+    describe,
+    history_kept,
+    raised,
+    refused,
+)
+from ..core.registry import JobSpec, Registry
+from ..store.queue import D1Queue
 from ..store.stats import RunCounts
 from ..store.stats import record as record_counts
 
@@ -109,20 +116,6 @@ class DrainReport:
     def succeeded(self) -> int:
         """`completed` by its earlier public name, kept for callers that read it."""
         return self.completed
-
-
-def _describe(exc: BaseException) -> str:
-    """`Type: message` and where it was raised, for last_error."""
-    frames = traceback.extract_tb(exc.__traceback__)[-3:]
-    where = "; ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}" for f in frames)
-    text = f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else "")
-    return _error_text(text)
-
-
-def _error_text(text: str) -> str:
-    """An error as stored with its job: bounded, and with no URL's
-    `user:password@` in it (the dashboard and the API show errors)."""
-    return strip_credentials(text[: MAX_ERROR_CHARS * 2])[:MAX_ERROR_CHARS]
 
 
 T = TypeVar("T")
@@ -175,10 +168,11 @@ class _Started:
 
 async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcome:
     """Run the job's handler for at most its timeout and decide the outcome
-    from how it ended. It runs in the caller's task, not one of its own (on
-    Pyodide a task costs CPU, and the job already has one: see _eager); its
-    first step runs at once, and the timer (a JS setTimeout on Pyodide) is
-    armed only for a handler still running after it."""
+    from how it ended (core/outcomes.py). It runs in the caller's task, not
+    one of its own (on Pyodide a task costs CPU, and the job already has
+    one: see _eager); its first step runs at once, and the timer (a JS
+    setTimeout on Pyodide) is armed only for a handler still running after
+    it."""
     try:
         # The handler's coroutine itself, not spec.call's wrapper around it:
         # one coroutine fewer to make and step per job (the registry admits
@@ -194,80 +188,13 @@ async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcom
             value = stop.value
         else:
             value = await asyncio.wait_for(_Started(coro, signal), spec.timeout_s)
-    except Fail as exc:
-        return Outcome(job, "fail", error=_error_text(f"failed by the handler: {exc}"))
-    except Retry as exc:
-        return retry_or_fail_outcome(job, spec, _error_text(f"retry requested: {exc}"), exc.delay_s)
-    except TimeoutError:
-        return retry_or_fail_outcome(job, spec, f"timed out after {spec.timeout_s:g}s")
     except Exception as exc:
-        return retry_or_fail_outcome(job, spec, _describe(exc))
+        return raised(job, spec, exc)
     if value is not None and ctx is not None and not ctx.keeps_result:
         # A queue keeping no history ignores the value, as before results
         # were kept: no check, no cost.
         return Outcome(job, "complete")
     return completed(job, value)
-
-
-def completed(job: QueuedJob, value: Any) -> Outcome:
-    """A handler that returned `value`: the job completes with it as its
-    result (JSON), or, for a value that cannot be kept (not JSON, nested
-    past MAX_JSON_DEPTH, or over MAX_RESULT_BYTES), fails with why: running
-    it again would return the same."""
-    if value is None:
-        return Outcome(job, "complete")
-    if value_depth(value) > MAX_JSON_DEPTH:
-        return Outcome(job, "fail", error=f"result nests deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        return Outcome(job, "fail", error=_error_text(f"result is not JSON: {exc}"))
-    size = len(text.encode())
-    if size > MAX_RESULT_BYTES:
-        return Outcome(
-            job,
-            "fail",
-            error=f"result is {size} bytes as JSON; the limit is {MAX_RESULT_BYTES} (64 KiB)",
-        )
-    return Outcome(job, "complete", result=text)
-
-
-def retry_or_fail_outcome(
-    job: QueuedJob, spec: JobSpec | None, error: str, delay_s: float | None = None
-) -> Outcome:
-    """Run again after the backoff (or `delay_s`), unless that was the last attempt."""
-    if job.attempts >= job.max_attempts:
-        return Outcome(job, "fail", error=f"{error} (attempt {job.attempts} of {job.max_attempts})")
-    backoff = spec.backoff if spec is not None else Backoff()
-    delay = backoff.delay_s(job.attempts) if delay_s is None else delay_s
-    return Outcome(job, "retry", delay_s=delay, error=error)
-
-
-async def outcome_of(job: QueuedJob, registry: Registry, ctx: JobContext) -> Outcome:
-    """Run one claimed job and decide its outcome. Never raises for anything
-    the job did: a bad job fails alone and the drain goes on."""
-    return await _attempt(job, registry.get(job.name), ctx)
-
-
-def _decided(job: QueuedJob, spec: JobSpec | None) -> Outcome | None:
-    """The outcome of a job that must not run (None: run it): its attempts
-    were spent by a worker that died, its payload does not decode, or no
-    handler has its name."""
-    if job.exhausted or job.doomed:
-        return exhausted_outcome(job)
-    if job.payload_error:
-        return Outcome(job, "fail", error=job.payload_error)
-    if spec is None:
-        return Outcome(job, "fail", error=f"no handler is registered for job name {job.name!r}")
-    return None
-
-
-async def _attempt(job: QueuedJob, spec: JobSpec | None, ctx: JobContext) -> Outcome:
-    """outcome_of with the job's spec already looked up."""
-    decided = _decided(job, spec)
-    if decided is not None or spec is None:
-        return cast("Outcome", decided)
-    return await _call(job, spec, ctx)
 
 
 SETTLE_MARGIN_S = 2.0
@@ -453,6 +380,7 @@ class Drain:
         "env",
         "fetch",
         "flows",
+        "keeps",
         "lost",
         "meter",
         "monotonic",
@@ -486,6 +414,8 @@ class Drain:
     ) -> None:
         self.queue = queue.metered(meter)
         self.registry = registry
+        self.keeps = partial(history_kept, queue.keep_completed, queue.registry)
+        """Whether a queue keeps its completed jobs, and so their results."""
         self.budget = budget
         self.meter = meter
         self.env = env
@@ -538,7 +468,7 @@ class Drain:
         try:
             paused, found, self.flows = await self.queue.survey_flows(every_queue=every_queue)
         except Exception as exc:
-            report.stopped, report.error = "d1_error", _describe(exc)
+            report.stopped, report.error = "d1_error", describe(exc)
             return False
         names = listed + [q for q in found if q not in listed]
         self.active = [q for q in names if q not in paused]
@@ -607,7 +537,7 @@ class Drain:
         if done.error is not None:
             # D1 failed past its retries: what was held is settled; claim no
             # more this run.
-            report.stopped, report.error = "d1_error", _describe(done.error)
+            report.stopped, report.error = "d1_error", describe(done.error)
             return None
         for name in turns:
             if not done.found.get(name):
@@ -671,17 +601,13 @@ class Drain:
         return [t.result() for t in tasks]
 
     async def run_job(self, job: QueuedJob) -> Outcome:
-        """One claimed job's outcome, its handler run in a slot. Never raises
-        for anything the job did."""
+        """One claimed job's outcome (core/outcomes.py), its handler run in
+        a slot. Never raises for anything the job did."""
         spec = self.registry.get(job.name)
-        if spec is not None and spec.subrequests > self.budget.most and not job.exhausted:
-            return Outcome(
-                job,
-                "fail",
-                error=f"job {job.name!r} declares {spec.subrequests} subrequests per attempt, "
-                f"but a drain on this configuration can give a job at most {self.budget.most} "
-                "(D1QUEUE_PLAN, D1QUEUE_QUERY_BUDGET)",
-            )
+        decision = decided(job, spec, self.budget.most)
+        if decision is not None:
+            return decision
+        assert spec is not None  # decided fails a job no handler has
         # A handler that takes no ctx gets none: nothing can reach its budget.
         # For one that does, the budget and the metered queue and env are made
         # only if it reaches for them (DrainContext).
@@ -694,25 +620,19 @@ class Drain:
                 env=self.env,
                 http=self.fetch,
                 outbound=self.outbound,
+                keeps=self.keeps,
             )
-            if spec is not None and spec.wants_context
+            if spec.wants_context
             else None
         )
         slots = self.slots
         if not slots.take_now():
             await slots.take()
         try:
-            outcome = _decided(job, spec)
-            if outcome is None and spec is not None:
-                outcome = await _call(job, spec, ctx)
+            outcome = await _call(job, spec, ctx)
         finally:
             slots.give()
-        outcome = cast("Outcome", outcome)
-        if ctx is not None and ctx.refused is not None and outcome.action == "complete":
-            # The handler caught the refusal and returned: its work is not
-            # whole, and this attempt must not count as done.
-            outcome = retry_or_fail_outcome(job, spec, _describe(ctx.refused))
-        return outcome
+        return outcome if ctx is None else refused(outcome, spec, ctx.refused)
 
     def record(self, outcomes: list[Outcome], marks: list[Mark]) -> None:
         """Count settled outcomes into the report and the run's counters."""
@@ -856,6 +776,5 @@ __all__ = [
     "DrainReport",
     "Plan",
     "drain",
-    "outcome_of",
     "round_cost",
 ]

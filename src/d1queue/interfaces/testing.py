@@ -40,10 +40,11 @@ from ..core.config import Config
 from ..core.context import Fetch
 from ..core.job import QueuedJob, now_ms, row_to_job
 from ..core.limits import PLANS, Meter
+from ..core.outcomes import Outcome
 from ..core.registry import Overrides, Registry
 from ..features.drain import Budget, Drain, DrainReport, drain, leased
 from ..store.failed import FailedJob
-from ..store.queue import DONE_BAND, D1Queue, Outcome
+from ..store.queue import DONE_BAND, D1Queue
 
 
 def _migrations() -> Path:
@@ -334,8 +335,8 @@ async def run_job(
     job declares (one call more is refused with SubrequestLimitExceeded and
     the attempt retried), its fetch under `config`'s outbound rules
     (http_allow, http_services) whatever `fetch` is given; the timeout, Retry,
-    Fail and the last attempt failing are the drain's `_call` and
-    `retry_or_fail_outcome`. The payload is read back from its JSON, as a
+    Fail and the last attempt failing are the drain's `_call` and the rules
+    of core/outcomes.py. The payload is read back from its JSON, as a
     claim reads it, and a lease too short for the registry's longest timeout
     is refused as `drain` refuses it."""
     config = config or Config()

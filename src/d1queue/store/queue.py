@@ -16,7 +16,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import groupby, pairwise
-from typing import Any, Literal, Protocol, Self, Unpack
+from typing import Any, Protocol, Self, Unpack
 
 from ..core.bounds import (
     BATCH_JOBS,
@@ -33,6 +33,7 @@ from ..core.flow import NO_GROUP, QUEUE_ROW, Flow, Limits, flows_of
 from ..core.job import QueuedJob, check_edges, new_id, now_ms, row_to_job, values_to_job
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
+from ..core.outcomes import Mark, Outcome, exhausted_outcome, history_kept
 from ..core.registry import Overrides, Registry, spec_for
 from ..core.shards import mark_id, shard_of_id
 from . import sql
@@ -46,27 +47,6 @@ log = get(__name__)
 
 class DuplicateJobId(Exception):
     """push() was given a job whose id is already queued."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How one reserved job ends this attempt; settled in batches."""
-
-    job: QueuedJob
-    action: Literal["complete", "retry", "fail"]
-    delay_s: float = 0.0
-    error: str | None = None
-    result: str | None = None
-    """A completion's return value as JSON text (None: nothing returned),
-    kept with the job while its queue keeps history."""
-
-
-Mark = Literal["written", "resent", "stale", "unsettled"]
-"""How an outcome's settle ended: "written" (our lease held);
-"resent": written by an earlier send of ours whose reply was lost; "stale":
-another worker holds the job now (our lease lapsed), nothing written;
-"unsettled": D1 refused it every time; the lease will lapse and the job
-run again."""
 
 
 @dataclass
@@ -1200,7 +1180,7 @@ class D1Queue:
 
     def keeps(self, queue: str) -> bool:
         """Whether `queue`'s completed jobs are kept as history."""
-        return self.keep_completed and (self.registry is None or self.registry.keeps_history(queue))
+        return history_kept(self.keep_completed, self.registry, queue)
 
     def _ack_batch(
         self, queue: str, until: int, token: str, outcomes: Sequence[Outcome], now: int
@@ -1533,19 +1513,3 @@ def _recount(batch_id: str, jobs: Sequence[QueuedJob]) -> list[Statement]:
     if all(j.unique_key is None for j in jobs):
         return []
     return [(sql.RECOUNT_BATCH, (batch_id, json.dumps([j.id for j in jobs]), len(jobs)))]
-
-
-def exhausted_outcome(job: QueuedJob) -> Outcome:
-    """Failing a job claimed with its attempts already spent, or one whose
-    dependency failed (its row says which)."""
-    if job.doomed:
-        return Outcome(job, "fail", error=job.last_error or "a dependency failed")
-    return Outcome(
-        job,
-        "fail",
-        error=(
-            f"attempted too many times: claimed for attempt {job.attempts} of "
-            f"{job.max_attempts} after its lease lapsed on the last attempt "
-            f"(the worker died or overran); last error: {job.last_error or 'none'}"
-        ),
-    )

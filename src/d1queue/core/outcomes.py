@@ -1,0 +1,155 @@
+"""How one attempt of a job ends, decided in one place: completed (with
+its result), retried after its backoff, failed (by the handler, or with its
+attempts spent), failed without running (exhausted by a worker that died, a
+dependency failed, a payload that does not decode, no handler, more
+subrequests declared than a drain can give), and retried when the handler
+returned after a subrequest was refused. The drain, the test kit's
+`run_job` and the store's settle all take their outcomes from here."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .bounds import MAX_ERROR_CHARS, MAX_JSON_DEPTH, MAX_RESULT_BYTES, value_depth
+from .errors import Fail, Retry
+from .job import QueuedJob
+from .outbound import strip_credentials
+from .registry import Backoff, JobSpec, Registry
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one reserved job ends this attempt; settled in batches."""
+
+    job: QueuedJob
+    action: Literal["complete", "retry", "fail"]
+    delay_s: float = 0.0
+    error: str | None = None
+    result: str | None = None
+    """A completion's return value as JSON text (None: nothing returned),
+    kept with the job while its queue keeps history."""
+
+
+Mark = Literal["written", "resent", "stale", "unsettled"]
+"""How an outcome's settle ended: "written" (our lease held);
+"resent": written by an earlier send of ours whose reply was lost; "stale":
+another worker holds the job now (our lease lapsed), nothing written;
+"unsettled": D1 refused it every time; the lease will lapse and the job
+run again."""
+
+
+def error_text(text: str) -> str:
+    """An error as stored with its job: at most MAX_ERROR_CHARS, and with no
+    URL's `user:password@` in it (the dashboard and the API show errors)."""
+    return strip_credentials(text[: MAX_ERROR_CHARS * 2])[:MAX_ERROR_CHARS]
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message` and where it was raised, as an error is stored."""
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = "; ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}" for f in frames)
+    return error_text(f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else ""))
+
+
+def exhausted_outcome(job: QueuedJob) -> Outcome:
+    """Failing a job claimed with its attempts already spent, or one whose
+    dependency failed (its row says which)."""
+    if job.doomed:
+        return Outcome(job, "fail", error=job.last_error or "a dependency failed")
+    return Outcome(
+        job,
+        "fail",
+        error=(
+            f"attempted too many times: claimed for attempt {job.attempts} of "
+            f"{job.max_attempts} after its lease lapsed on the last attempt "
+            f"(the worker died or overran); last error: {job.last_error or 'none'}"
+        ),
+    )
+
+
+def decided(job: QueuedJob, spec: JobSpec | None, most: int | None = None) -> Outcome | None:
+    """The outcome of a job that must not run (None: run it): it declares
+    more subrequests than a drain can give (`most`), its attempts were spent
+    by a worker that died or a dependency failed, its payload does not
+    decode, or no handler has its name."""
+    if spec is not None and most is not None and spec.subrequests > most and not job.exhausted:
+        return Outcome(
+            job,
+            "fail",
+            error=f"job {job.name!r} declares {spec.subrequests} subrequests per attempt, "
+            f"but a drain on this configuration can give a job at most {most} "
+            "(D1QUEUE_PLAN, D1QUEUE_QUERY_BUDGET)",
+        )
+    if job.exhausted or job.doomed:
+        return exhausted_outcome(job)
+    if job.payload_error:
+        return Outcome(job, "fail", error=job.payload_error)
+    if spec is None:
+        return Outcome(job, "fail", error=f"no handler is registered for job name {job.name!r}")
+    return None
+
+
+def raised(job: QueuedJob, spec: JobSpec, exc: Exception) -> Outcome:
+    """A handler that raised `exc`: Fail fails the job; Retry, a timeout or
+    any other error retries it (after Retry's delay, else the backoff),
+    unless that was its last attempt."""
+    if isinstance(exc, Fail):
+        return Outcome(job, "fail", error=error_text(f"failed by the handler: {exc}"))
+    if isinstance(exc, Retry):
+        return retry_or_fail_outcome(job, spec, error_text(f"retry requested: {exc}"), exc.delay_s)
+    if isinstance(exc, TimeoutError):
+        return retry_or_fail_outcome(job, spec, f"timed out after {spec.timeout_s:g}s")
+    return retry_or_fail_outcome(job, spec, describe(exc))
+
+
+def completed(job: QueuedJob, value: Any) -> Outcome:
+    """A handler that returned `value`: the job completes with it as its
+    result (JSON), or, for a value that cannot be kept (not JSON, nested
+    past MAX_JSON_DEPTH, or over MAX_RESULT_BYTES), fails with why: running
+    it again would return the same."""
+    if value is None:
+        return Outcome(job, "complete")
+    if value_depth(value) > MAX_JSON_DEPTH:
+        return Outcome(job, "fail", error=f"result nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return Outcome(job, "fail", error=error_text(f"result is not JSON: {exc}"))
+    size = len(text.encode())
+    if size > MAX_RESULT_BYTES:
+        return Outcome(
+            job,
+            "fail",
+            error=f"result is {size} bytes as JSON; the limit is {MAX_RESULT_BYTES} (64 KiB)",
+        )
+    return Outcome(job, "complete", result=text)
+
+
+def retry_or_fail_outcome(
+    job: QueuedJob, spec: JobSpec | None, error: str, delay_s: float | None = None
+) -> Outcome:
+    """Run again after the backoff (or `delay_s`), unless that was the last attempt."""
+    if job.attempts >= job.max_attempts:
+        return Outcome(job, "fail", error=f"{error} (attempt {job.attempts} of {job.max_attempts})")
+    backoff = spec.backoff if spec is not None else Backoff()
+    delay = backoff.delay_s(job.attempts) if delay_s is None else delay_s
+    return Outcome(job, "retry", delay_s=delay, error=error)
+
+
+def refused(outcome: Outcome, spec: JobSpec | None, refusal: BaseException | None) -> Outcome:
+    """`outcome`, unless the handler caught a subrequest its budget refused
+    (`refusal`) and returned: its work is not whole, and the attempt must
+    not count as done, so it is retried (or failed on its last attempt)."""
+    if refusal is not None and outcome.action == "complete":
+        return retry_or_fail_outcome(outcome.job, spec, describe(refusal))
+    return outcome
+
+
+def history_kept(keep_completed: bool, registry: Registry | None, queue: str) -> bool:
+    """Whether `queue`'s completed jobs are kept as history, with their
+    results: when the store keeps completed jobs (D1QUEUE_KEEP_COMPLETED_S)
+    and the registry does not opt the queue out."""
+    return keep_completed and (registry is None or registry.keeps_history(queue))
