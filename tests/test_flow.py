@@ -294,8 +294,8 @@ async def test_the_grouped_bands_are_read_by_a_plain_reserve(db: SqliteD1, clock
 
 
 def test_jobs_without_a_group_take_one_place_in_each_turn_of_the_groups() -> None:
-    from d1queue.core.job import JOB_COLUMN_NAMES
     from d1queue.store.queue import _order
+    from d1queue.store.rows import JOB_COLUMN_NAMES
 
     def row(id: str, group: str | None, at: int, priority: int = 0) -> list[Any]:
         band = priority + sql.GROUP_SHIFT if group else priority

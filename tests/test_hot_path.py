@@ -124,7 +124,7 @@ _ROW = {
     ],
 )
 def test_row_to_job_fast_path_makes_what_the_general_path_makes(changes: dict[str, Any]) -> None:
-    from d1queue.core.job import _row_to_job, row_to_job
+    from d1queue.store.rows import _row_to_job, row_to_job
 
     row = {**_ROW, **changes}
     fast, general = row_to_job(row), _row_to_job(row)
@@ -153,7 +153,7 @@ def test_row_to_job_fast_path_makes_what_the_general_path_makes(changes: dict[st
     ],
 )
 def test_a_row_read_by_position_makes_the_job_its_dict_makes(changes: dict[str, Any]) -> None:
-    from d1queue.core.job import row_to_job, values_to_job
+    from d1queue.store.rows import row_to_job, values_to_job
 
     row = {**_ROW, **changes}
     by_position = values_to_job([row[c] for c in sql.JOB_COLUMN_NAMES])

@@ -1,12 +1,13 @@
-"""The queued job: the row as Python sees it, its id and name rules, the
-library's job defaults, and how a stored row becomes a QueuedJob."""
+"""The queued job: the row as Python sees it, its id and name rules, and
+the library's job defaults (how a stored row becomes a QueuedJob is the
+store's: store/rows.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,8 +23,6 @@ from .bounds import (
     PRIORITY_RANGE,
     check_group,
     check_name,
-    json_depth,
-    json_loads,
     value_depth,
 )
 from .errors import TooManyEdges
@@ -47,35 +46,6 @@ not say: none, so the drain plans nothing for it."""
 DEFAULT_UNIQUE = False
 """No unique_key is derived for a job whose registration declares no unique
 policy."""
-
-
-JOB_COLUMN_NAMES = (
-    "id",
-    "queue",
-    "name",
-    "payload",
-    "attempts",
-    "max_attempts",
-    "priority",
-    "available_at",
-    "reserved_at",
-    "locked_until",
-    "reservation",
-    "created_at",
-    "unique_key",
-    "last_error",
-    "band",
-    "grp",
-    "slot",
-    "gslot",
-    "after",
-    "waiting",
-    "batch",
-    "dependents",
-)
-"""The columns of a d1queue_jobs row as a QueuedJob is read from it, in the
-order `values_to_job` unpacks them: sql.JOB_COLUMNS selects them in this
-order, so the decoder and the SELECT cannot disagree on a position."""
 
 
 def now_ms() -> int:
@@ -316,227 +286,3 @@ def check_edges(jobs: Iterable[QueuedJob]) -> int:
     if edges > MAX_EDGES:
         raise TooManyEdges(edges, MAX_EDGES)
     return edges
-
-
-def _after(text: Any) -> list[str] | None:
-    """A row's `after` column (JSON text, or NULL) as a list of ids."""
-    if not text:
-        return None
-    try:
-        ids = json.loads(text)
-    except ValueError:
-        return None
-    return [str(i) for i in ids] if isinstance(ids, list) else None
-
-
-_new_job = object.__new__
-_scan_json: Any = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
-def row_to_job(row: Mapping[str, Any]) -> QueuedJob:
-    """A d1queue_jobs row as a QueuedJob; an undecodable payload is kept as
-    text and explained in `payload_error` instead of raising mid-claim.
-
-    Every claim round turns each candidate row into one of these, so the
-    usual row (a short text payload, int columns) takes a path without the
-    dataclass's keyword __init__ and json.loads' wrappers: in Pyodide they
-    were most of a row's CPU. The object is the one __init__ would make
-    (same fields, same values); anything unusual takes `_row_to_job`."""
-    text = row["payload"]
-    payload_error = None
-    if type(text) is str and len(text) <= MAX_JSON_DEPTH:
-        # A text no longer than the limit cannot nest past it.
-        try:
-            payload, end = _scan_json(text, 0)
-        except (StopIteration, ValueError):
-            end = -1
-        if end != len(text):
-            return _row_to_job(row)
-    else:
-        return _row_to_job(row)
-    get = row.get
-    reserved_at = get("reserved_at")
-    locked_until = get("locked_until") or 0
-    available_at = row["available_at"]
-    attempts = row["attempts"]
-    max_attempts = row["max_attempts"]
-    priority = row["priority"]
-    created_at = row["created_at"]
-    if not (
-        type(locked_until) is int
-        and type(available_at) is int
-        and type(attempts) is int
-        and type(max_attempts) is int
-        and type(priority) is int
-        and type(created_at) is int
-    ):
-        return _row_to_job(row)
-    held = reserved_at is not None
-    job = _new_job(QueuedJob)
-    # The fields in QueuedJob's order, as its __init__ would set them.
-    job.__dict__ = {
-        "name": row["name"],
-        "payload": payload,
-        "queue": row["queue"],
-        "id": row["id"],
-        "attempts": attempts,
-        "max_attempts": max_attempts,
-        "priority": priority,
-        # When it runs next: the later of the two times (in the locked
-        # band they agree: the key's time is the lock's end).
-        "available_at": available_at if held or available_at >= locked_until else locked_until,
-        "created_at": created_at,
-        "unique_key": get("unique_key"),
-        "reservation": get("reservation"),
-        "reserved_until": locked_until if held else None,
-        "last_error": get("last_error"),
-        "held": held,
-        "payload_error": payload_error,
-        "group": get("grp"),
-        "debounce_s": 0,
-        "debounced": False,
-        "slot": get("slot"),
-        "gslot": get("gslot"),
-        "band": get("band"),
-        "after": _after(get("after")),
-        "ignore_failed": bool(get("ignore_failed")),
-        "batch": get("batch"),
-        "waiting": get("waiting") or 0,
-        "dependents": bool(get("dependents")),
-    }
-    return job
-
-
-def values_to_job(values: Sequence[Any]) -> QueuedJob:
-    """row_to_job for a row read `positional`ly: its values in the order of
-    JOB_COLUMN_NAMES (what sql.SELECT_CANDIDATES returns). The usual row takes
-    row_to_job's fast path, without a dict to build and read; anything else
-    goes the general way, by name."""
-    (
-        id_,
-        queue,
-        name,
-        text,
-        attempts,
-        max_attempts,
-        priority,
-        available_at,
-        reserved_at,
-        locked_until,
-        reservation,
-        created_at,
-        unique_key,
-        last_error,
-        band,
-        grp,
-        slot,
-        gslot,
-        after,
-        waiting,
-        batch,
-        dependents,
-    ) = values
-    if type(text) is not str or len(text) > MAX_JSON_DEPTH:
-        return _row_to_job(dict(zip(JOB_COLUMN_NAMES, values, strict=True)))
-    # A text no longer than the limit cannot nest past it.
-    try:
-        payload, end = _scan_json(text, 0)
-    except (StopIteration, ValueError):
-        end = -1
-    locked_until = locked_until or 0
-    if not (
-        end == len(text)
-        and type(locked_until) is int
-        and type(available_at) is int
-        and type(attempts) is int
-        and type(max_attempts) is int
-        and type(priority) is int
-        and type(created_at) is int
-    ):
-        return _row_to_job(dict(zip(JOB_COLUMN_NAMES, values, strict=True)))
-    held = reserved_at is not None
-    job = _new_job(QueuedJob)
-    # The fields in QueuedJob's order, as its __init__ would set them.
-    job.__dict__ = {
-        "name": name,
-        "payload": payload,
-        "queue": queue,
-        "id": id_,
-        "attempts": attempts,
-        "max_attempts": max_attempts,
-        "priority": priority,
-        # When it runs next: the later of the two times (in the locked
-        # band they agree: the key's time is the lock's end).
-        "available_at": available_at if held or available_at >= locked_until else locked_until,
-        "created_at": created_at,
-        "unique_key": unique_key,
-        "reservation": reservation,
-        "reserved_until": locked_until if held else None,
-        "last_error": last_error,
-        "held": held,
-        "payload_error": None,
-        "group": grp,
-        "debounce_s": 0,
-        "debounced": False,
-        "slot": slot,
-        "gslot": gslot,
-        "band": band,
-        "after": _after(after) if after else None,
-        "ignore_failed": False,
-        "batch": batch,
-        "waiting": waiting or 0,
-        "dependents": bool(dependents),
-    }
-    return job
-
-
-def _row_to_job(row: Mapping[str, Any]) -> QueuedJob:
-    """row_to_job for any row: long payloads checked for depth, the stored
-    payload kept when it does not decode, numbers made ints."""
-    payload_error = None
-    try:
-        text = row["payload"]
-        # A text no longer than the limit cannot nest past it: the scan is
-        # skipped for the usual small payload (it is most of a row's CPU).
-        if (
-            isinstance(text, str)
-            and len(text) > MAX_JSON_DEPTH
-            and json_depth(text) > MAX_JSON_DEPTH
-        ):
-            # Written by something other than d1queue: parsing it could stop
-            # the Worker's Python (see bounds.MAX_JSON_DEPTH).
-            raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels")
-        payload = json_loads(text)
-    except (TypeError, ValueError) as exc:
-        payload, payload_error = row["payload"], f"undecodable payload: {exc}"
-    held = row.get("reserved_at") is not None
-    locked_until = int(row.get("locked_until") or 0)
-    # When it runs next: the later of the two times (in the locked band they
-    # agree: the key's time is the lock's end).
-    available_at = int(row["available_at"])
-    return QueuedJob(
-        id=row["id"],
-        name=row["name"],
-        payload=payload,
-        queue=row["queue"],
-        attempts=int(row["attempts"]),
-        max_attempts=int(row["max_attempts"]),
-        priority=int(row["priority"]),
-        available_at=available_at if held else max(available_at, locked_until),
-        created_at=int(row["created_at"]),
-        unique_key=row.get("unique_key"),
-        reservation=row.get("reservation"),
-        reserved_until=locked_until if held else None,
-        held=held,
-        last_error=row.get("last_error"),
-        payload_error=payload_error,
-        group=row.get("grp"),
-        slot=row.get("slot"),
-        gslot=row.get("gslot"),
-        band=row.get("band"),
-        after=_after(row.get("after")),
-        ignore_failed=bool(row.get("ignore_failed")),
-        batch=row.get("batch"),
-        waiting=int(row.get("waiting") or 0),
-        dependents=bool(row.get("dependents")),
-    )

@@ -12,7 +12,7 @@ from typing import Any, Literal, TypeVar
 
 from ..core.bounds import MAX_PAGE_BYTES, check_name, check_stored_name
 from ..core.flow import Limits
-from ..core.job import QueuedJob, row_to_job
+from ..core.job import QueuedJob
 from . import sql
 from .failed import (
     FAILED_CURSOR_RULE,
@@ -21,6 +21,7 @@ from .failed import (
 )
 from .flow import QueueLimits, effective, read_limits
 from .queue import D1Queue
+from .rows import row_to_job
 
 CURSOR_RULE = FAILED_CURSOR_RULE
 """failed.FAILED_CURSOR_RULE by its earlier name."""

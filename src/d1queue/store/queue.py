@@ -30,7 +30,7 @@ from ..core.bounds import (
 )
 from ..core.errors import BatchNotRunning, EmptyBatch, TooManyDependents, UnknownDependency
 from ..core.flow import NO_GROUP, QUEUE_ROW, Flow, Limits, flows_of
-from ..core.job import QueuedJob, check_edges, new_id, now_ms, row_to_job, values_to_job
+from ..core.job import QueuedJob, check_edges, new_id, now_ms
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
 from ..core.outcomes import Mark, Outcome, exhausted_outcome, history_kept
@@ -40,6 +40,7 @@ from . import sql
 from .binding import Binding, Result, Statement, was_resent
 from .failed import FailedJob as FailedJob  # public: d1queue.FailedJob
 from .failed import FailedJobs
+from .rows import row_to_job, values_to_job
 from .workflows import Workflows
 
 log = get(__name__)

@@ -19,7 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from ..core.bounds import MAX_ERROR_CHARS, PRIORITY_RANGE
 from ..core.flow import LONGEST_WINDOW_MS, RATE_GUARD_MS
-from ..core.job import JOB_COLUMN_NAMES
+from .rows import JOB_COLUMN_NAMES
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -57,8 +57,8 @@ def _named(make: Callable[P, str]) -> Callable[P, Sql]:
 
 
 JOB_COLUMNS = ", ".join(JOB_COLUMN_NAMES)
-"""A job row's columns as a SELECT lists them, in the order job.values_to_job
-reads their values (job.JOB_COLUMN_NAMES)."""
+"""A job row's columns as a SELECT lists them, in the order rows.values_to_job
+reads their values (rows.JOB_COLUMN_NAMES)."""
 
 FAILED_COLUMNS = (
     "id, queue, name, payload, error, attempts, max_attempts, priority, created_at, failed_at, "

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.bounds import MAX_PAGE_BYTES, NAME_ALPHABET, json_loads
-from ..core.job import QueuedJob, row_to_job
+from ..core.job import QueuedJob
 from . import sql
 from .binding import Binding, Result, Statement
 from .failed import FailedJob
+from .rows import row_to_job
 
 JobState = Literal["waiting", "ready", "delayed", "reserved", "completed", "failed"]
 
