@@ -18,6 +18,7 @@ from d1queue import Config, D1Queue, Fail, Registry, drain
 from d1queue.core.flow import Limits
 from d1queue.store import sql as sql_module
 from d1queue.store.binding import Binding, Result
+from d1queue.store.claim import claim_round
 from d1queue.store.sql import (
     CLAIM,
     DELAYED_BAND,
@@ -461,10 +462,10 @@ async def claim_cost(
     SELECT, the claims and the acks."""
     target = InstrumentedD1(db)
     q = D1Queue(target, reservation_s=RESERVATION_S, clock=lambda: NOW_MS, keep_completed=keep)
-    jobs, candidates = await q.claim_round(queue, n)
+    jobs, candidates = await claim_round(q, queue, n)
     claim_rows = {k: dict(v) for k, v in target.rows.items()}
     for job in jobs:
-        await q.acknowledge(job)
+        await q.complete(job)
 
     def rows(kind: str, key: str, src: dict[str, dict[str, int]]) -> int:
         return src.get(kind, {}).get(key, 0)
@@ -495,7 +496,7 @@ async def reserve_cost(db: Any, n: int = BATCH, queue: str = BACKLOG_QUEUE) -> d
         if job is None:
             break
         got += 1
-        await q.acknowledge(job)
+        await q.complete(job)
     read = sum(v.get("rows_read", 0) for v in target.rows.values())
     return {"reserved": got, "rows_read": read}
 
@@ -514,7 +515,7 @@ async def retry_cost(db: Any, n: int = 20, delay_s: float = 5.0) -> dict[str, An
     jobs = await q.reserve_batch(queue, n)
     before = dict(target.rows.get("UPDATE", {}))
     for job in jobs:
-        await q.release(job, delay_s, "retry")
+        await q.retry(job, delay_s, "retry")
     after = target.rows.get("UPDATE", {})
     return {
         "retried": len(jobs),
@@ -593,7 +594,7 @@ async def queue_walk_cost(db: Any, queues: int, jobs_per_queue: int) -> dict[str
         await seed_jobs(db, delayed=jobs_per_queue, queue=f"walk-{i:03d}")
     target = InstrumentedD1(db)
     q = D1Queue(target)
-    _, names = await q.survey(every_queue=True)
+    names = (await q.survey(every_queue=True)).names
     rows = target.rows.get("SELECT", {}).get("rows_read", 0)
     await b.run("DELETE FROM d1queue_jobs WHERE queue LIKE 'walk-%'")
     return {"queues": len([n for n in names if n.startswith("walk-")]), "rows_read": rows}
@@ -868,7 +869,7 @@ async def limited_round(
     behind them. The drain's queries and rows read, by statement."""
     await flow_seed(db, concurrency, 0, {"concurrency": concurrency}, queue)
     other = D1Queue(db, reservation_s=RESERVATION_S)
-    _, _, flows = await other.survey_flows()
+    flows = (await other.survey()).flows
     held = await other.settle_and_claim((), queue, concurrency, flows=flows)
     if len(held.jobs) != concurrency:
         raise RuntimeError(f"the other drain holds {len(held.jobs)} of {concurrency}")
@@ -1033,7 +1034,7 @@ async def wf_batch_last(db: Any, size: int) -> dict[str, Any]:
     await wf_reset(db)
     q = D1Queue(db, reservation_s=RESERVATION_S, keep_completed=True)
     jobs = [q.new_job("bench.noop", {"i": i}, queue=WF_QUEUE) for i in range(size)]
-    batch_id, _ = await q.push_batch(
+    batch_id, _ = await q.batch(
         jobs,
         on_success=q.new_job("bench.noop", None, queue=WF_QUEUE),
         on_finish=q.new_job("bench.noop", None, queue=WF_QUEUE),
@@ -1045,7 +1046,7 @@ async def wf_batch_last(db: Any, size: int) -> dict[str, Any]:
     target = InstrumentedD1(db)
     mq = q.derive(binding=Binding(target))
     await mq.complete(job)
-    batch = await q.batch_state(batch_id)
+    batch = await q.workflows.batch(batch_id)
     callbacks = await Binding(db).run(
         "SELECT COUNT(*) AS n FROM d1queue_jobs WHERE id IN (?1, ?2)",
         f"{batch_id}:on_success",
@@ -1053,7 +1054,7 @@ async def wf_batch_last(db: Any, size: int) -> dict[str, Any]:
     )
     return {
         "size": size,
-        "state": batch and batch["state"],
+        "state": batch and batch.state,
         "callbacks": int(callbacks.rows[0]["n"]),
         **_usage(mq.binding),
         "by_statement": target.by_statement(),

@@ -23,6 +23,7 @@ from d1queue import BatchNotRunning, D1Queue, Fail, Outcome, QueuedJob, Registry
 from d1queue.core.config import Config
 from d1queue.core.flow import Limits, Rate
 from d1queue.store import sql
+from d1queue.store.claim import claim_round
 
 
 class Clock:
@@ -53,6 +54,12 @@ async def fresh(db: Any, clock: Clock, **options: Any) -> D1Queue:
         ]
     )
     return queue
+
+
+async def batch_state(queue: D1Queue, batch: str) -> dict[str, Any] | None:
+    """Batch `batch`'s progress as the API answers it (None: no such batch)."""
+    found = await queue.workflows.batch(batch)
+    return None if found is None else found.as_dict(ids=True)
 
 
 async def rows(queue: D1Queue, table: str = "d1queue_jobs") -> list[dict[str, Any]]:
@@ -95,8 +102,8 @@ async def case_acknowledge_release_fail(db: Any, clock: Clock) -> None:
     for i in range(3):
         await queue.dispatch("t", i)
     a, b, c = await queue.reserve_batch("default", 3)
-    assert await queue.acknowledge(a) is True
-    assert await queue.release(b, 30, "try later") is True
+    assert await queue.complete(a) is True
+    assert await queue.retry(b, 30, "try later") is True
     assert await queue.fail(c, "exploded") is True
     (left,) = await rows(queue)
     assert left["id"] == b.id and left["reserved_at"] is None
@@ -152,12 +159,12 @@ async def case_a_claim_takes_over_a_lapsed_lease(db: Any, clock: Clock) -> None:
     clock.advance(queue.reservation_s - 1)
     assert await queue.reserve("default") is None, "still held"
     clock.advance(2)
-    won, _ = await queue.claim_round("default", 5)
+    won, _ = await claim_round(queue, "default", 5)
     assert [j.id for j in won] == [first.id] and won[0].attempts == 2
     assert won[0].held, "counted as reclaimed"
     assert "lease expired" in (won[0].last_error or "")
-    assert await queue.acknowledge(first) is False, "the first holder is fenced off"
-    assert await queue.acknowledge(won[0]) is True
+    assert await queue.complete(first) is False, "the first holder is fenced off"
+    assert await queue.complete(won[0]) is True
 
 
 async def case_a_long_retry_moves_out_of_the_way(db: Any, clock: Clock) -> None:
@@ -166,11 +173,11 @@ async def case_a_long_retry_moves_out_of_the_way(db: Any, clock: Clock) -> None:
     job = await queue.reserve("default")
     assert job is not None
     wait_s = queue.reservation_s * 10
-    assert await queue.release(job, wait_s, "later") is True
+    assert await queue.retry(job, wait_s, "later") is True
     (row,) = await rows(queue)
     at = clock() + round(wait_s * 1000)
     assert (row["band"], row["available_at"], row["locked_until"]) == (sql.LOCKED_BAND, at, at)
-    assert await queue.release(job, wait_s, "later") is True, "a re-sent release still matches"
+    assert await queue.retry(job, wait_s, "later") is True, "a re-sent release still matches"
     clock.advance(wait_s - 1)
     assert await queue.reserve("default") is None
     clock.advance(1)
@@ -218,12 +225,12 @@ async def case_a_stale_holder_changes_nothing(db: Any, clock: Clock) -> None:
     second = await queue.reserve("default")
     assert second is not None and second.id == first.id
     before = await rows(queue)
-    assert await queue.acknowledge(first) is False
-    assert await queue.release(first, 60, "late") is False
+    assert await queue.complete(first) is False
+    assert await queue.retry(first, 60, "late") is False
     assert await queue.fail(first, "late") is False
     assert await rows(queue) == before, "the new holder's claim is untouched"
     assert await rows(queue, "d1queue_failed_jobs") == []
-    assert await queue.acknowledge(second) is True
+    assert await queue.complete(second) is True
 
 
 async def case_exhausted_after_crash_is_failed_not_rerun(db: Any, clock: Clock) -> None:
@@ -247,11 +254,11 @@ async def case_unique_keys_dedupe_until_the_job_ends(db: Any, clock: Clock) -> N
     assert await queue.dispatch("mail", unique_key="user:2") != first
     job = await queue.reserve("default")
     assert job is not None and job.id == first
-    await queue.release(job)
+    await queue.retry(job)
     assert await queue.dispatch("mail", unique_key="user:1") == first, "held across a release"
     job = await queue.reserve("default")
     assert job is not None and job.id == first
-    await queue.acknowledge(job)
+    await queue.complete(job)
     after_ack = await queue.dispatch("mail", unique_key="user:1")
     assert after_ack != first, "released on acknowledge"
     while (job := await queue.reserve("default")) is not None:
@@ -366,7 +373,7 @@ async def case_a_claim_batch_is_acknowledged_in_one_statement(db: Any, clock: Cl
     queue = await fresh(db, clock)
     for i in range(5):
         await queue.dispatch("t", i)
-    won, _ = await queue.claim_round("default", 5)
+    won, _ = await claim_round(queue, "default", 5)
     assert len(won) == 5 and len({j.reservation for j in won}) == 1, "one token a batch"
     a, b, c, d, e = won
     outcomes = [
@@ -392,11 +399,11 @@ async def case_part_of_a_claim_batch_is_acknowledged_job_by_job(db: Any, clock: 
     queue = await fresh(db, clock)
     for i in range(3):
         await queue.dispatch("t", i)
-    a, b, c = (await queue.claim_round("default", 3))[0]
+    a, b, c = (await claim_round(queue, "default", 3))[0]
     assert await queue.settle([Outcome(a, "complete"), Outcome(b, "complete")]) == [True, True]
     (left,) = await rows(queue)
     assert left["id"] == c.id and left["reservation"] == c.reservation
-    assert await queue.acknowledge(c) is True
+    assert await queue.complete(c) is True
     assert await rows(queue) == []
 
 
@@ -407,16 +414,16 @@ async def case_a_batch_ack_counts_the_jobs_that_moved_on(db: Any, clock: Clock) 
     queue = await fresh(db, clock)
     for i in range(3):
         await queue.dispatch("t", i)
-    won, _ = await queue.claim_round("default", 3)
+    won, _ = await claim_round(queue, "default", 3)
     clock.advance(queue.reservation_s + 1)
     other = D1Queue(db, clock=clock)
-    taken, _ = await other.claim_round("default", 1)
+    taken, _ = await claim_round(other, "default", 1)
     assert len(taken) == 1 and taken[0].held
     marks = await queue.settle([Outcome(j, "complete") for j in won])
     assert sorted(marks) == [False, True, True]
     (left,) = await rows(queue)
     assert left["id"] == taken[0].id and left["reservation"] == taken[0].reservation
-    assert await other.acknowledge(taken[0]) is True
+    assert await other.complete(taken[0]) is True
 
 
 # -- flow control -------------------------------------------------------------------
@@ -488,7 +495,7 @@ async def case_a_dead_workers_place_frees_when_its_lease_lapses(db: Any, clock: 
     queue = D1Queue(db, clock=clock, registry=reg, reservation_s=60)
     for i in range(2):
         await queue.dispatch("flow.work", {"g": "a", "i": i})
-    _, _, flows = await queue.survey_flows()
+    _, _, flows = await queue.survey()
     dead = await queue.settle_and_claim((), "lim", 1, flows=flows)
     assert len(dead.jobs) == 1  # claimed, and its worker dies: never settled
     config = Config(plan="paid", queues=("lim",))
@@ -510,7 +517,7 @@ async def case_a_claim_its_group_refuses_spends_nothing_of_the_queues_rate(
     await queue.set_limits("lim", Limits(group_concurrency=1, rate=Rate(2, 10)))
     for name in ("a1", "a2"):
         await queue.push(QueuedJob.new("w", name, queue="lim", group="a", at_ms=clock()))
-    _, _, flows = await queue.survey_flows()
+    _, _, flows = await queue.survey()
     first = await queue.settle_and_claim((), "lim", 1, flows=flows)
     assert [j.payload for j in first.jobs] == ["a1"]
     refused = await queue.settle_and_claim((), "lim", 1, flows=flows)
@@ -728,7 +735,7 @@ async def drain_all(queue: D1Queue, reg: Registry, *, drains: int = 1) -> int:
 
 async def counts(queue: D1Queue, batch: str) -> tuple[int, int, int, int, str]:
     """Batch `batch`'s (total, pending, completed, failed, state)."""
-    state = await queue.batch_state(batch)
+    state = await batch_state(queue, batch)
     assert state is not None, batch
     return (state["total"], state["pending"], state["completed"], state["failed"], state["state"])
 
@@ -768,7 +775,7 @@ async def case_a_dependent_is_claimable_once_all_it_waits_for_completed(
     assert [j.id for j in released] == [c], "released by the last completion, once"
     (job,) = released
     assert job.after == [a, b] and job.attempts == 1
-    results = await queue.dependency_results(job.after)
+    results = await queue.workflows.results(job.after)
     assert results == {a: {"from": "a"}, b: {"from": "b"}}
     assert await queue.settle([Outcome(job, "complete")]) == [True]
     assert await queue.reserve("default") is None
@@ -809,7 +816,7 @@ async def case_a_handler_reads_the_results_of_the_jobs_it_waited_for(db: Any, cl
     await drain_all(queue, reg, drains=2)
     assert sorted(ran[:2]) == ["a", "b"] and ran[2:] == ["c"], ran
     assert seen["c"] == {a: {"done": "a"}, b: {"done": "b"}}
-    assert await queue.dependency_results([c]) == {c: {"done": "c"}}
+    assert await queue.workflows.results([c]) == {c: {"done": "c"}}
 
 
 async def case_a_failed_dependency_fails_its_waiters_unless_they_ignore_it(
@@ -847,7 +854,7 @@ async def case_a_failed_dependency_fails_its_waiters_unless_they_ignore_it(
     assert seen["anyway"] == {ok: {"done": "ok"}, flaky: {"done": "flaky"}}
     assert seen["later"] == {flaky: {"done": "flaky"}}
     assert sorted(f.id for f in await queue.failed_jobs()) == sorted(failed)
-    assert (await queue.dependency_results([anyway, later])).keys() == {anyway, later}
+    assert (await queue.workflows.results([anyway, later])).keys() == {anyway, later}
 
 
 async def case_a_batchs_counters_follow_its_jobs_through_a_retry(db: Any, clock: Clock) -> None:
@@ -857,7 +864,7 @@ async def case_a_batchs_counters_follow_its_jobs_through_a_retry(db: Any, clock:
     none is pending; a finished batch takes no more jobs."""
     queue = await fresh(db, clock)
     cbs = with_callbacks(queue)
-    batch, ids = await queue.push_batch([queue.new_job("t", i) for i in range(3)], **on(cbs))
+    batch, ids = await queue.batch([queue.new_job("t", i) for i in range(3)], **on(cbs))
     assert await counts(queue, batch) == (3, 3, 0, 0, "running")
     held = {j.id: j for j in await queue.reserve_batch("default", 10) if j.name == "t"}
     assert sorted(held) == sorted(ids)
@@ -867,7 +874,7 @@ async def case_a_batchs_counters_follow_its_jobs_through_a_retry(db: Any, clock:
     assert await counts(queue, batch) == (3, 2, 1, 0, "running"), "a retried job is pending"
     (added,) = await queue.add_to_batch(batch, [queue.new_job("t", "added")])
     assert await counts(queue, batch) == (4, 3, 1, 0, "running")
-    state = await queue.batch_state(batch)
+    state = await batch_state(queue, batch)
     assert state is not None and sorted(state["ids"]) == sorted([*ids, added])
     assert await queue.settle([Outcome(z, "fail", error="no")]) == [True]
     assert await counts(queue, batch) == (4, 2, 1, 1, "running")
@@ -877,7 +884,7 @@ async def case_a_batchs_counters_follow_its_jobs_through_a_retry(db: Any, clock:
     assert sorted(rest) == sorted([y.id, added]) and rest[y.id].attempts == 2
     assert await queue.settle([Outcome(j, "complete") for j in rest.values()]) == [True, True]
     assert await counts(queue, batch) == (4, 0, 3, 1, "failed")
-    state = await queue.batch_state(batch)
+    state = await batch_state(queue, batch)
     assert state is not None and state["finished_at"] is not None
     assert await queue.job(f"{batch}:on_finish") is not None
     assert await queue.job(f"{batch}:on_success") is None, "one failed"
@@ -900,7 +907,7 @@ async def case_a_batchs_counters_after_drains_with_a_retry_between(db: Any, cloc
     queue = await fresh(db, clock, registry=reg)
     at_d1s_time(clock)
     members = [{"id": "ok"}, {"id": "flaky", "retry": True}, {"id": "bad", "fail": True}]
-    batch, _ = await queue.push_batch(
+    batch, _ = await queue.batch(
         [queue.new_job("step", p) for p in members], **on(with_callbacks(queue))
     )
     await drain_all(queue, reg)
@@ -927,7 +934,7 @@ async def case_a_batchs_callbacks_run_once_when_the_last_settle_is_resent(
         queue = await fresh(db, clock, keep_completed=keep, registry=reg)
         at_d1s_time(clock)
         replies = LostReplies(queue)
-        batch, ids = await queue.push_batch(
+        batch, ids = await queue.batch(
             [queue.new_job("step", {"id": i}) for i in "ab"], **on(with_callbacks(queue))
         )
         held = {j.id: j for j in await queue.reserve_batch("default", 2)}
@@ -957,7 +964,7 @@ async def case_a_batch_drained_while_every_reply_is_lost_once_fires_once(
     queue = await fresh(db, clock, keep_completed=True, registry=reg)
     at_d1s_time(clock)
     members = [{"id": f"m{i}", "fail": i == 3} for i in range(6)]
-    batch, _ = await queue.push_batch(
+    batch, _ = await queue.batch(
         [queue.new_job("step", p) for p in members], **on(with_callbacks(queue))
     )
     replies = LostReplies(queue)
@@ -980,13 +987,13 @@ async def case_jobs_ending_a_batch_together_fire_each_callback_once(db: Any, clo
             reg = steps(ran)
             queue = await fresh(db, clock, keep_completed=keep, registry=reg)
             at_d1s_time(clock)
-            batch, ids = await queue.push_batch(
+            batch, ids = await queue.batch(
                 [queue.new_job("step", {"id": i}) for i in "ab"], **on(with_callbacks(queue))
             )
             if how == "two workers at once":
                 other = D1Queue(db, clock=clock, keep_completed=keep, registry=reg)
-                (mine,), _ = await queue.claim_round("default", 1)
-                (theirs,), _ = await other.claim_round("default", 1)
+                (mine,), _ = await claim_round(queue, "default", 1)
+                (theirs,), _ = await claim_round(other, "default", 1)
                 assert sorted([mine.id, theirs.id]) == sorted(ids)
                 marks = await asyncio.gather(
                     queue.settle([Outcome(mine, "complete")]),
@@ -994,7 +1001,7 @@ async def case_jobs_ending_a_batch_together_fire_each_callback_once(db: Any, clo
                 )
                 assert marks == [[True], [True]]
             else:
-                won, _ = await queue.claim_round("default", 2)
+                won, _ = await claim_round(queue, "default", 2)
                 assert sorted(j.id for j in won) == sorted(ids)
                 action = "fail" if how == "two failures" else "complete"
                 outcomes = [
@@ -1019,7 +1026,7 @@ async def case_overlapping_drains_fire_a_batchs_callbacks_once(db: Any, clock: C
     queue = await fresh(db, clock, registry=reg)
     at_d1s_time(clock)
     members = [{"id": f"m{i:02}", "fail": i in (7, 30)} for i in range(40)]
-    batch, _ = await queue.push_batch(
+    batch, _ = await queue.batch(
         [queue.new_job("step", p) for p in members], **on(with_callbacks(queue))
     )
     await drain_all(queue, reg, drains=4)
@@ -1039,14 +1046,14 @@ async def case_a_resent_batch_push_or_addition_counts_its_jobs_once(db: Any, clo
     replies = LostReplies(queue)
     replies.lose(1)
     finish = queue.new_job("cb", "finish")
-    batch, ids = await queue.push_batch([queue.new_job("t", i) for i in range(3)], on_finish=finish)
+    batch, ids = await queue.batch([queue.new_job("t", i) for i in range(3)], on_finish=finish)
     assert replies.lost == 1 and len(set(ids)) == 3
     assert await counts(queue, batch) == (3, 3, 0, 0, "running")
     replies.lose(1)
     added = await queue.add_to_batch(batch, [queue.new_job("t", x) for x in "xy"])
     assert replies.lost == 2
     assert await counts(queue, batch) == (5, 5, 0, 0, "running")
-    state = await queue.batch_state(batch)
+    state = await batch_state(queue, batch)
     assert state is not None and sorted(state["ids"]) == sorted([*ids, *added])
     held = [j for j in await queue.reserve_batch("default", 10) if j.name == "t"]
     assert sorted(j.id for j in held) == sorted([*ids, *added]), "each job stored once"

@@ -20,6 +20,7 @@ from d1queue.interfaces.service import UNAVAILABLE_RETRY_AFTER_S, Service
 from d1queue.interfaces.testing import SqliteD1
 from d1queue.store.admin import Admin
 from d1queue.store.binding import RetryPolicy
+from d1queue.store.push import push_many_noting_paused, push_noting_paused
 
 from .conftest import Clock
 
@@ -361,12 +362,12 @@ async def test_a_push_reads_the_pause_state_in_its_own_batch(queue: D1Queue) -> 
         QueuedJob.new("t.echo", 2, queue="q", at_ms=queue.clock(), unique_key="k"),
     ):
         before = queue.binding.usage.queries
-        job_id, paused = await queue.push_noting_paused(job)
+        job_id, paused = await push_noting_paused(queue, job)
         assert (job_id, paused) == (job.id, {"p"})
         assert queue.binding.usage.queries - before == 1
     before = queue.binding.usage.queries
     jobs = [QueuedJob.new("t.echo", i, queue="q", at_ms=queue.clock()) for i in range(3)]
-    results, paused = await queue.push_many_noting_paused(jobs)
+    results, paused = await push_many_noting_paused(queue, jobs)
     assert [r for r, _ in results] == [j.id for j in jobs] and paused == {"p"}
     assert queue.binding.usage.queries - before == 1
 

@@ -87,7 +87,7 @@ async def test_the_new_pages_carry_the_csp_and_no_inline_code(
     browser: Browser, service: Service
 ) -> None:
     q = service.queue
-    batch, _ = await q.push_batch([q.new_job("step", 1, queue="mail")])
+    batch, _ = await q.batch([q.new_job("step", 1, queue="mail")])
     await run(service)
     for path in ("/ui/queues/mail/completed", f"/ui/batches/{batch}"):
         reply = await browser.get(path)
@@ -215,7 +215,7 @@ async def test_a_failed_jobs_page_shows_what_it_waited_for_and_its_batch(
 ) -> None:
     q = service.queue
     a = await q.dispatch("boom", 1, queue="mail")
-    batch, (b,) = await q.push_batch([q.new_job("step", 2, queue="mail", after=[a])])
+    batch, (b,) = await q.batch([q.new_job("step", 2, queue="mail", after=[a])])
     await run(service)
     body = (await browser.get(f"/ui/jobs/{b}")).body
     assert 'badge failed">failed' in body and f"dependency {a} failed" in body
@@ -257,7 +257,7 @@ async def test_a_batch_page_shows_its_progress_jobs_and_callbacks(
 ) -> None:
     q = service.queue
     members = [q.new_job("boom" if i == 2 else "step", i, queue="mail") for i in range(5)]
-    batch, ids = await q.push_batch(
+    batch, ids = await q.batch(
         members,
         on_success=q.new_job("quiet", "s", queue="mail"),
         on_failure=q.new_job("quiet", "f", queue="mail"),
@@ -283,7 +283,7 @@ async def test_a_batch_page_shows_its_progress_jobs_and_callbacks(
 async def test_a_large_batch_is_paged(browser: Browser, service: Service) -> None:
     q = service.queue
     n = BATCH_PAGE + 50
-    batch, ids = await q.push_batch([q.new_job("quiet", i, queue="mail") for i in range(n)])
+    batch, ids = await q.batch([q.new_job("quiet", i, queue="mail") for i in range(n)])
     body = (await browser.get(f"/ui/batches/{batch}")).body
     assert links(body) == ids[:BATCH_PAGE] and f"Jobs 1 to {BATCH_PAGE} of {n}" in body
     assert body.count('badge ready">ready') == BATCH_PAGE
@@ -321,7 +321,7 @@ async def test_store_links_and_batch_reads(
     b = await q.dispatch("step", 2, queue="mail", after=[waiters[0]])
     assert (await store.links(waiters[0], [a])).states == {a: "reserved", b: "waiting"}
     assert await store.batch("nope") is None
-    batch, ids = await q.push_batch([q.new_job("step", 1, queue="mail")])
+    batch, ids = await q.batch([q.new_job("step", 1, queue="mail")])
     page = await store.batch(batch)
     assert page is not None and page.ids == ids and page.pages == 1 and page.callbacks == []
     assert page.batch.state == "running" and page.states == {ids[0]: "ready"}

@@ -23,6 +23,7 @@ from d1queue.interfaces.service import ApiError, Service
 from d1queue.interfaces.testing import SqliteD1
 
 from .conftest import Clock
+from .contract import batch_state
 from .test_api import TOKEN, Client
 
 TABLES = ("d1queue_jobs", "d1queue_deps", "d1queue_batches", "d1queue_batch_parts")
@@ -127,21 +128,21 @@ async def test_a_batch_giving_its_own_job_too_many_waiters_is_refused_naming_it(
     root = kept.new_job("step", "root")
     jobs = [root] + [kept.new_job("step", i, after=[root.id]) for i in range(MAX_DEPENDENTS + 1)]
     with pytest.raises(TooManyDependents) as caught:
-        await kept.push_batch(jobs)
+        await kept.batch(jobs)
     assert caught.value.ids == [root.id]
     assert written(db) == (0, 0, 0, 0)
 
 
 async def test_jobs_added_to_a_batch_past_the_cap_are_refused(kept: D1Queue, db: SqliteD1) -> None:
     dep = await kept.dispatch("step", "dep")
-    batch, _ = await kept.push_batch([kept.new_job("step", "member")])
+    batch, _ = await kept.batch([kept.new_job("step", "member")])
     await fill(kept, dep, MAX_DEPENDENTS - 1)
     before = written(db)
     added = [kept.new_job("step", i, after=[dep]) for i in range(2)]
     with pytest.raises(TooManyDependents):
         await kept.add_to_batch(batch, added)
     assert written(db) == before
-    state = await kept.batch_state(batch)
+    state = await batch_state(kept, batch)
     assert state is not None and state["total"] == 1
 
 
@@ -189,7 +190,7 @@ async def test_a_push_of_too_many_edges_is_refused_before_anything_is_sent(
         await kept.push_many(jobs)
     assert caught.value.edges == per_job * MAX_AFTER and str(MAX_EDGES) in str(caught.value)
     with pytest.raises(TooManyEdges):
-        await kept.push_batch(jobs)
+        await kept.batch(jobs)
     assert len(db.statements) == sent
     # A chain of a batch's most jobs fits.
     ids = await kept.chain([kept.new_job("step", i) for i in range(BATCH_JOBS[1])])

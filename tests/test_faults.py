@@ -146,7 +146,7 @@ async def test_reclaim_keeps_the_error_a_job_had(queue: D1Queue, clock: Clock) -
     await queue.dispatch("x", None, max_attempts=2)
     job = await queue.reserve("default")
     assert job is not None
-    await queue.release(job, 0, "ValueError: the real cause")
+    await queue.retry(job, 0, "ValueError: the real cause")
     again = await queue.reserve("default")  # attempt 2; its worker dies
     assert again is not None
     clock.advance(queue.reservation_s + 1)
@@ -282,9 +282,9 @@ async def test_single_writes_are_idempotent_under_a_lost_reply(
         await patient.dispatch("t", i)
     a, b, c = await patient.reserve_batch("default", 3)
     db.lose_reply_when(ACK)
-    assert await patient.acknowledge(a) is True
+    assert await patient.complete(a) is True
     db.lose_reply_when(RELEASE)
-    assert await patient.release(b, 10) is True
+    assert await patient.retry(b, 10) is True
     db.lose_reply_when("INSERT OR REPLACE INTO d1queue_failed_jobs")
     assert await patient.fail(c, "boom") is True
     db.lose_reply_when("INSERT INTO d1queue_jobs")

@@ -24,8 +24,7 @@ from d1queue.core.flow import (
     flows_of,
 )
 from d1queue.interfaces.testing import SqliteD1
-from d1queue.store import queue as queue_module
-from d1queue.store import sql
+from d1queue.store import admission, sql
 
 from .conftest import Clock
 from .contract import Recorder, recorded
@@ -173,7 +172,7 @@ async def limited_round_steps(db: SqliteD1, clock: Clock, backlog: int) -> tuple
     await queue.push_many(
         [QueuedJob.new("flow.work", {"g": "a", "i": i}, queue="lim") for i in range(2)]
     )
-    _, _, flows = await queue.survey_flows()
+    _, _, flows = await queue.survey()
     held = await queue.settle_and_claim((), "lim", 2, flows=flows)
     assert len(held.jobs) == 2
     for start in range(0, backlog, 100):
@@ -294,7 +293,7 @@ async def test_the_grouped_bands_are_read_by_a_plain_reserve(db: SqliteD1, clock
 
 
 def test_jobs_without_a_group_take_one_place_in_each_turn_of_the_groups() -> None:
-    from d1queue.store.queue import _order
+    from d1queue.store.admission import _order
     from d1queue.store.rows import JOB_COLUMN_NAMES
 
     def row(id: str, group: str | None, at: int, priority: int = 0) -> list[Any]:
@@ -327,7 +326,7 @@ async def test_a_start_is_counted_at_the_databases_time_with_the_walls_clock(
     queue = D1Queue(db)  # the wall's clock
     await queue.set_limits("lim", Limits(rate=Rate(5, 10)))
     await queue.push(QueuedJob.new("x", 1, queue="lim"))
-    _, _, flows = await queue.survey_flows()
+    _, _, flows = await queue.survey()
     before = now_ms()
     db.count_vm_steps()  # (slow: the batch runs measurably after `before`)
     done = await queue.settle_and_claim((), "lim", 1, flows=flows)
@@ -381,7 +380,7 @@ async def test_places_are_the_unique_indexes_themselves(db: SqliteD1, clock: Clo
     await queue.set_limits("lim", Limits(concurrency=2))
     ids = [await queue.push(QueuedJob.new("x", i, queue="lim")) for i in range(4)]
     stale = [j for j in [await queue.job(i) for i in ids[:2]] if j is not None]  # read by X
-    _, _, flows = await queue.survey_flows()
+    _, _, flows = await queue.survey()
     y = queue.derive(_occupied={})
     taken = await y.settle_and_claim((), "lim", 1, flows=flows)  # Y takes the first, place 0
     assert [j.id for j in taken.jobs] == ids[:1] and taken.jobs[0].slot == 0
@@ -417,5 +416,5 @@ async def test_places_are_the_unique_indexes_themselves(db: SqliteD1, clock: Clo
 def test_a_round_reads_no_more_candidates_than_its_limits_let_it_claim(
     limits: Limits, grouped: bool, reads: int
 ) -> None:
-    assert queue_module._reads(25, Flow(limits, grouped)) == reads
-    assert queue_module._reads(25, None) == 25
+    assert admission._reads(25, Flow(limits, grouped)) == reads
+    assert admission._reads(25, None) == 25

@@ -133,7 +133,11 @@ async def test_a_handler_past_its_declared_budget_is_retried_and_others_finish(
     await queue.dispatch("io", 1)
     meter = Meter.for_plan(FREE)
     report = await drain(
-        queue.metered(meter), greedy, LOCAL, env=SimpleNamespace(DB=db), fetch=urllib_fetch
+        queue.derive(binding=queue.binding.metered(meter)),
+        greedy,
+        LOCAL,
+        env=SimpleNamespace(DB=db),
+        fetch=urllib_fetch,
     )
     assert (report.retried, report.completed) == (1, 0)
     assert len(server.seen) == 1, "the fetch past the budget was never sent"
@@ -242,6 +246,8 @@ async def test_the_workers_example_jobs_stay_inside_a_free_invocation(
     for i in range(200):
         await queue.dispatch("example.add", {"a": i, "b": 1})
     meter = Meter.for_plan(FREE)
-    report = await drain(queue.metered(meter), worker_registry, Config(max_jobs=1000))
+    report = await drain(
+        queue.derive(binding=queue.binding.metered(meter)), worker_registry, Config(max_jobs=1000)
+    )
     assert report.claimed > 0 and report.failed == report.retried == 0
     assert report.subrequests == meter.used <= 45

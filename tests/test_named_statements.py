@@ -63,7 +63,7 @@ async def test_every_statement_of_a_varied_workload_is_named(queue: D1Queue, clo
     await queue.dispatch("t.ok", {}, unique_key="k")
     await queue.push_many([queue.new_job("t.ok", {"i": i}) for i in range(3)])
     await queue.push(queue.new_job("t.ok", {}, after=[first]))
-    await queue.push_batch(
+    await queue.batch(
         [queue.new_job("t.ok", {}), queue.new_job("t.bad", {})],
         on_finish=queue.new_job("t.ok", {}),
     )

@@ -10,6 +10,7 @@ import pytest
 
 from d1queue import D1Queue, DuplicateJobId, QueuedJob
 from d1queue.interfaces.testing import D1Error, SqliteD1
+from d1queue.store.claim import claim_round
 
 from .conftest import Clock
 
@@ -30,7 +31,7 @@ async def test_two_workers_racing_for_a_batch_never_both_win_a_job(
     # Each SqliteD1 call yields to the loop first, so the two workers' SELECTs
     # and claim batches interleave: both read the same candidates.
     (got_a, _), (got_b, _) = await asyncio.gather(
-        a.claim_round("default", 10), b.claim_round("default", 10)
+        claim_round(a, "default", 10), claim_round(b, "default", 10)
     )
     assert len(got_a) + len(got_b) == 10, "the loser's claims change nothing"
     assert not {j.id for j in got_a} & {j.id for j in got_b}
@@ -80,7 +81,7 @@ async def test_a_claim_only_takes_the_row_as_it_was_read(db: SqliteD1, queue: D1
     read = "SELECT id, attempts, queue, band, available_at FROM d1queue_jobs"
     stale = (await queue.binding.run(read)).rows[0]
     job = await queue.reserve("default")
-    assert job is not None and await queue.release(job)
+    assert job is not None and await queue.retry(job)
     from d1queue.store import sql
 
     late = await db.prepare(sql.CLAIM).bind(1, 2, "tok", *stale.values()).run()
@@ -94,7 +95,7 @@ async def test_a_job_without_a_reservation_cannot_be_settled(queue: D1Queue) -> 
     job_id = await queue.dispatch("x")
     unreserved = await queue.job(job_id)
     assert unreserved is not None
-    assert await queue.acknowledge(unreserved) is False
+    assert await queue.complete(unreserved) is False
     assert await queue.job(job_id) is not None
 
 

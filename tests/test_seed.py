@@ -137,7 +137,7 @@ async def test_acknowledging_deletes_the_row(db: SqliteD1, queue: D1Queue) -> No
     await queue.push(ping())
     job = await queue.reserve("default")
     assert job is not None
-    assert await queue.acknowledge(job) is True
+    assert await queue.complete(job) is True
     assert db.statements[-1].startswith("DELETE FROM d1queue_jobs")
     assert db.query("SELECT * FROM d1queue_jobs") == []
 
@@ -148,7 +148,7 @@ async def test_releasing_clears_the_reservation_and_pushes_availability_out(
     await queue.push(ping())
     job = await queue.reserve("default")
     assert job is not None
-    assert await queue.release(job, 30) is True
+    assert await queue.retry(job, 30) is True
     row = db.query("SELECT * FROM d1queue_jobs")[0]
     assert (
         row["reserved_at"] is None and row["reservation"] == job.reservation

@@ -127,7 +127,9 @@ async def test_the_counters_fit_inside_the_run_budget(db: SqliteD1, clock: Clock
     for budget in (5, 6, 9):
         meter = Meter.for_plan(PLANS["free"])
         report = await drain(
-            queue.metered(meter), registry(), Config(query_budget=budget, max_jobs=1000)
+            queue.derive(binding=queue.binding.metered(meter)),
+            registry(),
+            Config(query_budget=budget, max_jobs=1000),
         )
         assert report.completed > 0
         assert meter.used == report.subrequests <= budget, budget

@@ -30,6 +30,8 @@ from d1queue.features.wake import (
     wake_body,
 )
 from d1queue.interfaces.testing import SqliteD1
+from d1queue.store.inspection import due as count_due
+from d1queue.store.maintenance import take_fan_out
 
 from .conftest import ROOT, Clock
 
@@ -127,15 +129,15 @@ async def test_due_counts_claimable_jobs_only_and_stops_at_the_cap(
     await queue.dispatch("count", "later", queue="q", delay_s=60)
     await queue.dispatch("count", "elsewhere", queue="other")
     assert len(await queue.reserve_batch("q", 1)) == 1  # held: not due
-    assert await queue.due("q", 100) == 11
-    assert await queue.due("q", 5) == 5
+    assert await count_due(queue, "q", 100) == 11
+    assert await count_due(queue, "q", 5) == 5
     clock.advance(61)
-    assert await queue.due("q", 100) == 12
+    assert await count_due(queue, "q", 100) == 12
     # Bounded reads: the capped count does not read the whole backlog.
     for i in range(300):
         await queue.dispatch("count", i, queue="deep")
     before = queue.binding.usage.rows_read
-    assert await queue.due("deep", 10) == 10
+    assert await count_due(queue, "deep", 10) == 10
     assert queue.binding.usage.rows_read - before <= 2 * 10 + 2
 
 
@@ -289,9 +291,9 @@ async def test_one_fan_out_a_minute_however_many_pushes_wake_consumers(
     assert consumers <= 400 // 5 + 40 + config.wake_max
     row = db.query("SELECT fanned_out_at FROM d1queue_queues WHERE name = 'q'")
     assert row == [{"fanned_out_at": clock()}]
-    assert not await queue.take_fan_out("q", 60), "taken: within the minute"
+    assert not await take_fan_out(queue, "q", 60), "taken: within the minute"
     clock.advance(61)
-    assert await queue.take_fan_out("q", 60), "free again a minute later"
+    assert await take_fan_out(queue, "q", 60), "free again a minute later"
 
 
 async def test_a_failed_send_is_logged_and_never_raises(

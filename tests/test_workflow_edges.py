@@ -24,7 +24,7 @@ async def test_clear_ends_every_workflow_job_of_the_queue() -> None:
     kit = Kit(reg(ran))
     d = await kit.dispatch("step", {"id": "d"}, queue="q")
     q = kit.queue
-    bid, (w,) = await q.push_batch(
+    bid, (w,) = await q.batch(
         [q.new_job("step", {"id": "w"}, queue="q", after=[d])],
         on_finish=q.new_job("callback", "fin", queue="other"),
     )
@@ -73,7 +73,7 @@ async def test_add_to_batch_resent_counts_once(added: dict[str, str]) -> None:
     insert does nothing on a conflict) and counts nothing again."""
     kit = Kit(reg([]))
     q = kit.queue
-    bid, _ = await q.push_batch([q.new_job("step", {"id": "a"})])
+    bid, _ = await q.batch([q.new_job("step", {"id": "a"})])
     kit.db.lose_reply_when("UPDATE d1queue_batches SET total = total +")
     await q.add_to_batch(bid, [q.new_job("step", {"id": "b"}, **added)])
     st = await views(kit).batch(bid)
@@ -93,7 +93,7 @@ async def test_a_batch_none_of_whose_jobs_is_pushed_is_refused_whole() -> None:
     q = kit.queue
     await kit.dispatch("step", {"id": "x"}, unique_key="k")
     with pytest.raises(EmptyBatch):
-        await q.push_batch(
+        await q.batch(
             [q.new_job("step", {"id": "a"}, unique_key="k")],
             on_finish=q.new_job("callback", "fin"),
         )
@@ -132,7 +132,7 @@ async def test_drain_a_failed_job_named_while_running_is_not_completed() -> None
 
 
 async def test_a_refused_duplicate_id_writes_no_edges() -> None:
-    from d1queue.store.queue import DuplicateJobId
+    from d1queue import DuplicateJobId
 
     ran: list[str] = []
     kit = Kit(reg(ran))

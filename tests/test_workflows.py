@@ -97,7 +97,7 @@ async def test_a_batchs_callbacks_each_run_once() -> None:
     kit = Kit(jobs(ran))
     q = kit.queue
     members = [q.new_job("step", {"id": f"m{i}", "fail": i == 2}) for i in range(5)]
-    batch, ids = await q.push_batch(
+    batch, ids = await q.batch(
         members,
         on_success=q.new_job("callback", "success"),
         on_failure=q.new_job("callback", "failure"),
@@ -129,7 +129,7 @@ async def test_a_handler_adds_jobs_to_its_running_batch() -> None:
 
     kit = Kit(reg)
     q = kit.queue
-    batch, _ = await q.push_batch(
+    batch, _ = await q.batch(
         [q.new_job("spawner", None)], on_success=q.new_job("callback", "success")
     )
     for _ in range(4):
@@ -222,7 +222,7 @@ async def test_a_handler_reads_its_dependencies_results_and_its_batch() -> None:
     q = kit.queue
     a = await kit.dispatch("make", 2)
     b = await kit.dispatch("make", 3)
-    batch, (s,) = await q.push_batch(
+    batch, (s,) = await q.batch(
         [q.new_job("sum", None, after=[a, b])], on_success=q.new_job("report", None)
     )
     for _ in range(4):
@@ -280,7 +280,7 @@ async def test_callbacks_fire_once_and_deps_hold_under_faults_and_overlapping_dr
     kit = Kit(reg)
     q = kit.queue
     members = [q.new_job("node", f"bad{i}" if i % 20 == 0 else f"m{i}") for i in range(200)]
-    batch, _ = await q.push_batch(
+    batch, _ = await q.batch(
         members,
         on_success=q.new_job("cb", "success"),
         on_failure=q.new_job("cb", "failure"),

@@ -19,7 +19,8 @@ from .core.outcomes import Outcome
 from .core.registry import Backoff, JobSpec, Registry
 from .features.drain import DrainReport, drain
 from .store.failed import FailedJob
-from .store.queue import D1Queue, DuplicateJobId
+from .store.push import DuplicateJobId
+from .store.queue import D1Queue
 from .store.shardset import ShardQueue, ShardSet
 
 __version__ = "0.1.0"

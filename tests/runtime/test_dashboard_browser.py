@@ -417,7 +417,7 @@ def test_a_batch_page_shows_its_progress_and_links_its_jobs(
         ui_host,
         """
 members = [q.new_job("example.echo", i, queue="batch") for i in range(3)]
-batch, ids = await q.push_batch(members, on_success=q.new_job("example.echo", "ok",
+batch, ids = await q.batch(members, on_success=q.new_job("example.echo", "ok",
                                 queue="batch"))
 return [batch, ids]
 """,

@@ -211,7 +211,7 @@ def push_batches(host: Host, batches: list[dict[str, Any]]) -> dict[str, dict[st
             out = {}
             for b in VALUES["batches"]:
                 callbacks = {k: make(p) for k, p in b["callbacks"].items()}
-                batch_id, ids = await q.push_batch([make(p) for p in b["jobs"]], **callbacks)
+                batch_id, ids = await q.batch([make(p) for p in b["jobs"]], **callbacks)
                 out[b["label"]] = {"id": batch_id, "ids": ids}
             return out
         """,

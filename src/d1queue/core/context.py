@@ -74,7 +74,7 @@ class JobContext:
         ignored as failed, or pruned, is absent). One D1 query."""
         if not self.job.after:
             return {}
-        found: dict[str, Any] = await self.queue.dependency_results(self.job.after)
+        found: dict[str, Any] = await self.queue.workflows.results(self.job.after)
         return found
 
     async def batch(self) -> dict[str, Any] | None:
@@ -83,8 +83,8 @@ class JobContext:
         A callback reads the counts its batch ended with. One D1 query."""
         if self.batch_id is None:
             return None
-        found: dict[str, Any] | None = await self.queue.batch_state(self.batch_id)
-        return found
+        found = await self.queue.workflows.batch(self.batch_id)
+        return None if found is None else dict(found.as_dict(ids=True))
 
     async def add_to_batch(self, name: str, payload: Any = None, **overrides: Any) -> str:
         """Add a job to this job's batch (which runs while this job does):
@@ -176,7 +176,9 @@ class DrainContext(JobContext):
     @property
     def queue(self) -> Any:
         if self._queue is None:
-            self._queue = self._queue_source.metered(self.meter)
+            # The drain's queue, its D1 calls counted into this job's budget.
+            source = self._queue_source
+            self._queue = source.derive(binding=source.binding.metered(self.meter))
         return self._queue
 
     @queue.setter

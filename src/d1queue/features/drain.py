@@ -412,7 +412,7 @@ class Drain:
         stats: bool = False,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.queue = queue.metered(meter)
+        self.queue = queue.derive(binding=queue.binding.metered(meter))
         self.registry = registry
         self.keeps = partial(history_kept, queue.keep_completed, queue.registry)
         """Whether a queue keeps its completed jobs, and so their results."""
@@ -466,7 +466,7 @@ class Drain:
         False if D1 failed (the report says so): nothing is held yet."""
         report = self.report
         try:
-            paused, found, self.flows = await self.queue.survey_flows(every_queue=every_queue)
+            paused, found, self.flows = await self.queue.survey(every_queue=every_queue)
         except Exception as exc:
             report.stopped, report.error = "d1_error", describe(exc)
             return False

@@ -43,6 +43,8 @@ from ..core.costs import least_run
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
 from ..core.shards import split
+from ..store.inspection import due as count_due
+from ..store.maintenance import take_fan_out
 from ..store.queue import D1Queue
 from ..store.shardset import ShardQueue, ShardSet, shard_set
 from .cron import combine
@@ -251,7 +253,7 @@ async def _take_fan_out(queue: D1Queue, shard: int, name: str) -> bool:
     """The fan-out lease, or False if another consumer has it (or D1 failed:
     relaying one message is the safe side)."""
     try:
-        return await queue.take_fan_out(name, FAN_OUT_WINDOW_S)
+        return await take_fan_out(queue, name, FAN_OUT_WINDOW_S)
     except Exception as exc:
         _log({"shard": shard, "queue": name, "why": "fan-out", "error": f"{exc}"[:500]})
         return False
@@ -302,7 +304,7 @@ async def consume(
         cap = config.wake_per_jobs * config.wake_max
         for name in queues:
             try:
-                due = await queue.due(name, cap)
+                due = await count_due(queue, name, cap)
             except Exception as exc:  # no count, no fan-out: the cron is the safety net
                 _log(
                     {

@@ -337,7 +337,7 @@ class D1QueueWorker:
                     queue = D1Queue(
                         binding, reservation_s=config.reservation_s, keep_completed=keep
                     )
-                queues.append(queue.metered(self.meter(config)))
+                queues.append(queue.derive(binding=queue.binding.metered(self.meter(config))))
             self._shards = ShardSet(queues, config.routing)
         return self._shards
 

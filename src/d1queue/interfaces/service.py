@@ -19,14 +19,12 @@ from ..core.bounds import (
     ID_RULE,
     MAX_ATTEMPTS,
     MAX_BATCH,
-    MAX_DELAY_S,
     MAX_EDGES,
     MAX_JSON_DEPTH,
     MAX_OLDER_THAN_S,
     MAX_PAGE,
     MAX_PARTITION,
     MAX_PAYLOAD_BYTES,
-    MAX_UNIQUE_KEY,
     PRIORITY_RANGE,
     STORED_ID_PATTERN,
     STORED_ID_RULE,
@@ -48,13 +46,15 @@ from ..core.errors import (
 )
 from ..core.flow import Limits, LimitsError
 from ..core.job import QueuedJob, new_id
+from ..core.outcomes import history_kept
 from ..core.registry import Registry, spec_for
 from ..core.schedule import DEFAULT_CATCH_UP, DEFAULT_TZ, ScheduleDef, ScheduleError
-from ..core.shards import mark_id, merge_pages, shard_of_id
+from ..core.shards import merge_pages, shard_of_id
 from ..features.after_push import AfterPush
 from ..store.admin import QueueStats
 from ..store.aggregate import ShardedAdmin, ShardedSchedules
 from ..store.failed import FailedJob
+from ..store.push import push_many_noting_paused, push_noting_paused
 from ..store.queue import D1Queue
 from ..store.shardset import ShardSet
 from ..store.workflows import COMPLETED_CURSOR_RULE, JobView, Workflows, stored
@@ -88,7 +88,7 @@ BATCH_FIELDS = {"jobs", *CALLBACKS}
 """The fields of POST /v1/batches (and of the RPC `batch` argument)."""
 CALLBACK_FIELDS = {"name", "payload", "queue", "max_attempts", "priority", "unique_key"}
 """What a batch's callback job keeps: the trigger that enqueues it inserts
-these and nothing else (store/queue.py _callback_row), so any other field a
+these and nothing else (store/push.py _callback_row), so any other field a
 job may take is refused in a callback rather than dropped unsaid."""
 BATCH_JOBS_RULE = f"jobs must be an array of {BATCH_JOBS[0]} to {BATCH_JOBS[1]} jobs"
 """bounds.BATCH_JOBS in words: the message of a batch's or an addition's
@@ -344,37 +344,26 @@ class Service:
             raise invalid(f"{where}{name_refusal('name', name)}")
         if name not in self.registry:
             raise invalid(f"{where}no job is registered under the name {name!r}")
-        delay = obj.get("delay_s", 0)
-        if (
-            isinstance(delay, bool)
-            or not isinstance(delay, int | float)
-            or not (0 <= delay <= MAX_DELAY_S)
-        ):
-            raise invalid(f"{where}delay_s must be a number from 0 to {MAX_DELAY_S}")
         max_attempts = _int(obj, "max_attempts", 1, MAX_ATTEMPTS, where)
         priority = _int(obj, "priority", *PRIORITY_RANGE, where)
-        key = obj.get("unique_key")
-        if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY):
-            raise invalid(f"{where}unique_key must be a string of 1 to {MAX_UNIQUE_KEY} characters")
         partition = obj.get("partition")
         if partition is not None and (
             not isinstance(partition, str) or not 1 <= len(partition) <= MAX_PARTITION
         ):
             raise invalid(f"{where}partition must be a string of 1 to {MAX_PARTITION} characters")
         try:
+            # Every field of the job is checked by the job model (JobSpec.new,
+            # QueuedJob.new and validate: delay_s, unique_key, group, debounce_s,
+            # after, ignore_failed): this checks only the JSON's shape.
             job = spec_for(self.registry, name).new(
                 obj.get("payload"),
                 queue=queue,
-                delay_s=delay,
+                delay_s=obj.get("delay_s", 0),
                 max_attempts=max_attempts,
                 priority=priority,
-                unique_key=key,
-                # group and debounce_s are checked by the job itself
-                # (QueuedJob.new: bounds.GROUP_RULE; debounce needs a key).
+                unique_key=obj.get("unique_key"),
                 group=obj.get("group"),
                 debounce_s=obj.get("debounce_s"),
-                # after (1 to MAX_AFTER distinct ids) and ignore_failed
-                # are checked by the job itself (core/job.py check_after).
                 after=obj.get("after"),
                 ignore_failed=obj.get("ignore_failed", False),
                 at_ms=self.queue.clock(),
@@ -383,8 +372,7 @@ class Service:
         except ValueError as exc:
             raise invalid(f"{where}{exc}") from None
         # The job's shard, fixed in its id before anything is sent.
-        job.id = mark_id(job.id, self.shards.routing.shard_of(job.queue, partition))
-        shard = shard_of_id(job.id)
+        shard = self.shards.place_new(job, partition)
         elsewhere = [i for i in job.after or () if shard_of_id(i) != shard]
         if elsewhere:
             raise ApiError(
@@ -400,6 +388,10 @@ class Service:
                 f"{where}payload is {size} bytes as JSON; the limit is {MAX_PAYLOAD_BYTES}",
             )
         return job
+
+    def keeps_history(self, queue: str) -> bool:
+        """Whether `queue` keeps its completed jobs (outcomes.history_kept)."""
+        return history_kept(self.queue.keep_completed, self.queue.registry, queue)
 
     async def _pushed(self, queue: str, shard: int) -> None:
         """After a push's write succeeded: what it sets going (AfterPush)."""
@@ -442,7 +434,7 @@ class Service:
     async def _dispatch(self, job: QueuedJob) -> dict[str, Any]:
         shard = shard_of_id(job.id)
         try:
-            job_id, paused = await self.shards.queue(shard).push_noting_paused(job)
+            job_id, paused = await push_noting_paused(self.shards.queue(shard), job)
         except REFUSED_AFTER as exc:
             raise refused_after(exc) from None
         await self._pushed(job.queue, shard)
@@ -464,7 +456,7 @@ class Service:
         parsed = [self.parse_job(queue, j, f"jobs[{i}]: ") for i, j in enumerate(jobs)]
         shard = _one_shard(parsed)
         try:
-            results, paused = await self.shards.queue(shard).push_many_noting_paused(parsed)
+            results, paused = await push_many_noting_paused(self.shards.queue(shard), parsed)
         except REFUSED_AFTER as exc:
             raise refused_after(exc) from None
         await self._pushed(queue, shard)
@@ -516,7 +508,7 @@ class Service:
         callbacks = {kind: self._callback(kind, obj.get(kind)) for kind in CALLBACKS}
         shard = _one_shard(parsed)
         try:
-            batch_id, ids = await self.shards.queue(shard).push_batch(
+            batch_id, ids = await self.shards.queue(shard).batch(
                 parsed,
                 on_success=callbacks["on_success"],
                 on_failure=callbacks["on_failure"],

@@ -22,6 +22,7 @@ from ..core.job import QueuedJob, new_id, now_ms
 from ..core.shards import Routing, mark_id, shard_of_id
 from .binding import MAX_IN_FLIGHT
 from .queue import D1Queue
+from .state import QueueState
 
 T = TypeVar("T")
 
@@ -61,51 +62,59 @@ class ShardSet:
         job: QueuedJob,
         partition: str | None = None,
         clock: Callable[[], int] = now_ms,
+        shard: int | None = None,
     ) -> int:
-        """Give `job` an id of the shard it routes to, unless it has one;
-        returns the id's shard (ShardError if this Worker has no such shard)."""
+        """Give `job` an id of the shard it routes to, unless it has one
+        (`shard`, else its queue's or `partition`'s); returns the id's shard
+        (ShardError if this Worker has no such shard)."""
         if not job.id:
-            shard = self.routing.shard_of(job.queue, partition)
-            job.id = mark_id(new_id(clock()), shard)
-        shard = shard_of_id(job.id)
+            at = self.routing.shard_of(job.queue, partition) if shard is None else shard
+            job.id = mark_id(new_id(clock()), at)
+        return self._checked(shard_of_id(job.id), job.id)
+
+    def place_new(self, job: QueuedJob, partition: str | None = None) -> int:
+        """Mark the id of a job just made (JobSpec.new) for the shard its
+        queue (or `partition`) routes to; returns that shard."""
+        job.id = mark_id(job.id, self.routing.shard_of(job.queue, partition))
+        return self._checked(shard_of_id(job.id), job.id)
+
+    def _checked(self, shard: int, id: str) -> int:
         if shard >= len(self.queues):
             raise ShardError(
-                f"job id {job.id!r} names shard {shard}; this Worker has "
+                f"job id {id!r} names shard {shard}; this Worker has "
                 f"{len(self.queues)} (D1QUEUE_SHARDS)"
             )
         return shard
 
-    def sibling(self, here: D1Queue, shard: int) -> D1Queue:
+    def sibling(self, here: QueueState, shard: int) -> D1Queue:
         """Shard `shard`'s queue, counting into `here`'s meter (a job's own
         budget when `here` is a handler's ctx.queue)."""
-        if shard == here.shard:
-            return here
         other = self.queues[shard]
+        if shard == here.shard and isinstance(here, D1Queue):
+            return here
         meter = here.binding.meter
         if meter is not None and other.binding.meter is not meter:
-            other = other.metered(meter)
+            other = other.derive(binding=other.binding.metered(meter))
         return other
 
-    def route(self, here: D1Queue, job: QueuedJob, partition: str | None = None) -> D1Queue:
-        """The queue `job` goes to from `here`: its id's shard, or, without
-        an id, its queue's (or `partition`'s)."""
-        return self.sibling(here, self.place(job, partition, here.clock))
-
-    def route_new(self, here: D1Queue, job: QueuedJob, partition: str | None = None) -> D1Queue:
-        """The queue a job just made goes to: its queue's shard (or
-        `partition`'s), its id marked so."""
-        job.id = mark_id(job.id, self.routing.shard_of(job.queue, partition))
-        return self.route(here, job)
-
-    def route_many(self, here: D1Queue, jobs: Sequence[QueuedJob]) -> D1Queue:
-        """The one queue a batch goes to: every job must route to it."""
-        shards = {self.place(job, clock=here.clock) for job in jobs}
+    def route(
+        self, here: QueueState, jobs: Sequence[QueuedJob], *, shard: int | None = None
+    ) -> D1Queue:
+        """The one queue `jobs` go to from `here`: each one's id's shard, or,
+        without an id, `shard`'s or its queue's (`place`). A push is one
+        transaction on one database: ShardError if they route to several."""
+        shards = {self.place(job, clock=here.clock, shard=shard) for job in jobs}
         if len(shards) > 1:
             raise ShardError(
                 "a batch push is one transaction on one D1 database, but its jobs route "
                 f"to shards {sorted(shards)}: push them in separate batches"
             )
-        return self.sibling(here, shards.pop()) if shards else here
+        return self.sibling(here, shards.pop() if shards else here.shard)
+
+    def route_new(self, here: QueueState, job: QueuedJob, partition: str | None = None) -> D1Queue:
+        """The queue a job just made goes to: its queue's shard (or
+        `partition`'s), its id marked so."""
+        return self.sibling(here, self.place_new(job, partition))
 
     def __len__(self) -> int:
         return len(self.queues)

@@ -196,10 +196,7 @@ class SqliteD1:
         """Make statements whose SQL contains `match` (or for which it returns
         True) raise D1Error(message), the next `times` times (None: always).
         Inside a batch the whole batch rolls back, as on D1."""
-        pred = (lambda s: match in s) if isinstance(match, str) else match
-        fault = Fault(pred, message, times)
-        self._faults.append(fault)
-        return fault
+        return self._fault(match, message, times, after_commit=False)
 
     def lose_reply_when(
         self,
@@ -211,8 +208,17 @@ class SqliteD1:
         """Make calls (a statement or a batch) holding a statement whose SQL
         contains `match` commit and then raise D1Error(message), the next
         `times` times: the write landed but its reply was lost."""
+        return self._fault(match, message, times, after_commit=True)
+
+    def _fault(
+        self,
+        match: str | Callable[[str], bool],
+        message: str,
+        times: int | None,
+        after_commit: bool,
+    ) -> Fault:
         pred = (lambda s: match in s) if isinstance(match, str) else match
-        fault = Fault(pred, message, times, after_commit=True)
+        fault = Fault(pred, message, times, after_commit)
         self._faults.append(fault)
         return fault
 

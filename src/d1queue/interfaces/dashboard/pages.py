@@ -332,7 +332,7 @@ class Pages:
                 '<div class="empty"><p><strong>No more completed jobs.</strong> '
                 f'<a href="/ui/queues/{h.q(queue)}/completed">Back to the newest</a>.</p></div>'
             )
-        elif not self.service.queue.keeps(queue):
+        elif not self.service.keeps_history(queue):
             listing = (
                 '<div class="empty"><p><strong>This queue keeps no history:</strong> a job is '
                 "deleted as it completes (D1QUEUE_KEEP_COMPLETED_S is 0, or the Worker's "
