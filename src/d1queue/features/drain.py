@@ -21,7 +21,7 @@ read its candidates ahead. It is two (the settle travels with a fresh
 SELECT) when it did not: the previous round claimed nothing, or this round
 serves other queues. A round that takes the run to its job cap reads nothing
 ahead. Re-sends after a lost reply, and settles D1 refused, cost more
-(`D1Queue.settle_and_claim`, `D1Queue.settle_outcomes`).
+(store/claim.py's `settle_and_claim`, store/settle.py's `settle_outcomes`).
 
 Before each round the drain checks that its worst case fits in what is left
 of the invocation's subrequests, the run's counters kept back: the candidates

@@ -1,8 +1,8 @@
 """Operating a queue: stats, pausing, cancelling, and the failed-jobs store.
 
 What people and dashboards ask of the queue, as opposed to what workers do
-with it (queue.py). Same driver layer: statements from sql.py, sent through
-the D1Queue's binding.
+with it (push.py, claim.py, settle.py). Same driver layer: statements from
+sql.py, sent through the D1Queue's binding.
 """
 
 from __future__ import annotations

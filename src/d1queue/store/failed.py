@@ -1,6 +1,6 @@
 """The failed-jobs store: the rows of d1queue_failed_jobs, their page cursor,
 and every read and write of them but the one that fails a job (the settle,
-queue.py, which moves a job here in the batch that deletes it).
+settle.py, which moves a job here in the batch that deletes it).
 
 One shard's store; aggregate.py and the dashboard's store compose it over
 shards, merging pages with shards.merge_pages.

@@ -1,6 +1,6 @@
 """A queue's flow limits as stored, and what they hold now: the reads and
 writes of the limits API, the stats and the dashboard (the claims' own
-statements are the drain's, in queue.py)."""
+statements are the claim's, in admission.py)."""
 
 from __future__ import annotations
 

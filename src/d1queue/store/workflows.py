@@ -1,8 +1,8 @@
 """What a workflow's reads see: a job wherever it is in its life (waiting,
 queued, running, completed and kept, failed), a queue's completed jobs, a
 job's dependents, a batch's progress, the results a handler waited for.
-Pushing and settling them is the driver's (queue.py); counting their ends is
-the schema's (migrations/0010_workflows.sql)."""
+Pushing and settling them is push.py's and settle.py's (workflow_ends.py);
+counting their ends is the schema's (migrations/0010_workflows.sql)."""
 
 from __future__ import annotations
 
