@@ -62,9 +62,13 @@ def sql_outside_the_store() -> list[str]:
             and isinstance(node.body[0], ast.Expr)
         }
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if id(node) not in docstrings and SQL.search(node.value):
-                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and SQL.search(node.value)
+            ):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     return found
 
 
