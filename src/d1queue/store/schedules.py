@@ -332,12 +332,12 @@ class Schedules:
         base = (usage.queries, usage.rows_read, usage.rows_written)
         report = ScheduleReport()
         prunes = _Prunes(
-            failed_before=prune_before,
-            failed_limit=prune_limit,
-            completed_before=prune_completed_before,
-            completed_limit=prune_completed_limit,
-            batches_before=prune_batches_before,
-            flow_limit=prune_flow_limit,
+            prune_before,
+            prune_limit,
+            prune_completed_before,
+            prune_completed_limit,
+            prune_batches_before,
+            prune_flow_limit,
         )
         try:
             await self._run(report, now, grace_ms, limit, prunes)
