@@ -12,6 +12,7 @@ from . import html as h
 from .mask import scrub
 from .parts import (
     JOB_ID,
+    NAME,
     SELECT,
     Column,
     Row,
@@ -55,6 +56,8 @@ def age_range(age: str, now: int) -> tuple[int, int]:
 
 @dataclass
 class FailedShown:
+    """What the failed jobs' page shows (Pages.failed_page reads it)."""
+
     request: Request
     queue: str
     name: str
@@ -87,7 +90,7 @@ def failed_columns(now: int) -> list[Column[Row]]:
         SELECT,
         JOB_ID,
         Column("Queue", lambda r: queue_link(r["queue"])),
-        Column("Name", lambda r: h.e(r["name"])),
+        NAME,
         Column("Error", lambda r: h.e(short(scrub(r["error"], r["payload"])))),
         Column("Attempts", attempts, "num hide-narrow"),
         Column("Failed", lambda r: h.when(r["failed_at"], now)),

@@ -79,6 +79,8 @@ def cut(text: str, n: int) -> str:
 
 @dataclass
 class JobShown:
+    """What a job's page shows (Pages.job_page reads it)."""
+
     request: Request
     id: str
     job: dict[str, Any]
@@ -263,6 +265,8 @@ JOB = (
 
 @dataclass
 class BatchShown:
+    """What a batch's page shows (Pages.batch_page reads it)."""
+
     request: Request
     id: str
     found: BatchPage

@@ -257,6 +257,9 @@ Row = dict[str, Any]
 JOB_ID: Column[Row] = Column("Job id", lambda r: job_anchor(r["id"]), cell_cls="mono")
 """A job list's first column: the job's id, linking to its page."""
 
+NAME: Column[Row] = Column("Name", lambda r: h.e(r["name"]))
+"""A job list's column of job names."""
+
 
 def attempts(row: Row) -> str:
     """A listed job's attempts out of its allowed ones."""

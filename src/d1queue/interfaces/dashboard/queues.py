@@ -18,6 +18,7 @@ from .limits import limits_brief, limits_form, limits_usage
 from .mask import mask, scrub
 from .parts import (
     JOB_ID,
+    NAME,
     Column,
     Row,
     attempts,
@@ -41,8 +42,6 @@ from .parts import (
 )
 from .request import Request, csrf_field
 
-NAME: Column[Row] = Column("Name", lambda r: h.e(r["name"]))
-
 # -- the overview -----------------------------------------------------------------
 
 
@@ -58,6 +57,8 @@ class QueueRow:
 
 @dataclass
 class OverviewShown:
+    """What the overview shows (Pages.overview reads it)."""
+
     request: Request
     stats: list[QueueStats]
     chart: list[counters.Minute]
@@ -133,6 +134,8 @@ OVERVIEW = (overview_heading, queues, activity)
 
 @dataclass
 class QueueShown:
+    """What a queue's page shows (Pages.queue_page reads it)."""
+
     request: Request
     queue: str
     state: str
@@ -259,6 +262,8 @@ def brief(value: Any) -> str:
 
 @dataclass
 class CompletedShown:
+    """What a queue's completed jobs' page shows (Pages.completed_page)."""
+
     request: Request
     queue: str
     cursor: str

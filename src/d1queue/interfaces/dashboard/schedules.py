@@ -21,6 +21,8 @@ Schedule = dict[str, Any]
 
 @dataclass
 class SchedulesShown:
+    """What the schedules' page shows (Pages.schedules_page reads it)."""
+
     request: Request
     cursor: str | None
     page: dict[str, Any]
