@@ -19,6 +19,7 @@ from d1queue.core.config import ConfigError
 from d1queue.core.job import new_id
 from d1queue.core.shards import (
     Routing,
+    Shares,
     hash_shard,
     mark_id,
     merge_pages,
@@ -27,7 +28,14 @@ from d1queue.core.shards import (
     split,
 )
 from d1queue.features.cron import combine, cron
-from d1queue.features.wake import Waker, consume, parse_wake, wake_body
+from d1queue.features.wake import (
+    FOLLOW_UP_RESERVE,
+    Waker,
+    consume,
+    consumer_jobs,
+    parse_wake,
+    wake_body,
+)
 from d1queue.interfaces.api import Api, ApiReply
 from d1queue.interfaces.openapi import SPEC
 from d1queue.interfaces.service import Service
@@ -549,6 +557,51 @@ async def test_the_consumer_drains_the_shard_a_message_names(two: Sharded) -> No
         waker=None,
     )
     assert drained_on == [0, 1] and drained is not None and drained.claimed == 2
+
+
+async def test_a_wake_up_gives_an_idle_shards_share_to_the_next_as_the_cron_does(
+    two: Sharded,
+) -> None:
+    """One rule splits a budget over shards (core.shards.Shares): a
+    wake-up naming both shards drains them in turn, each on its share plus
+    what the one before left unspent, as the cron does."""
+    for i in range(6):
+        await two("POST", "/v1/queues/reports/jobs", {"name": "t.echo", "payload": i})
+    given: dict[int, tuple[int, int]] = {}
+    spent: dict[int, tuple[int, int]] = {}
+
+    async def run_drain(queue: ShardQueue, c: Config) -> Any:
+        given[queue.shard] = (c.budget, c.job_cap)
+        report = await drain(queue, two.reg, c)
+        spent[queue.shard] = (report.subrequests, report.claimed)
+        return report
+
+    config = Config(shards=("DB", "DB_1"), plan="paid", max_jobs=8, wake="queues")
+    await consume(
+        two.shards,
+        config,
+        [wake_body("mail", 0), wake_body("reports", 1)],
+        run_drain=run_drain,
+        waker=None,
+    )
+    shares = Shares.of(config.budget - FOLLOW_UP_RESERVE * 2, consumer_jobs(config), 2)
+    assert given[0] == (shares.queries[0], shares.jobs[0])
+    assert spent[0][1] == 0, "shard 0's queue is empty"
+    assert given[1] == (
+        shares.queries[1] + shares.queries[0] - spent[0][0],
+        shares.jobs[1] + shares.jobs[0],
+    )
+    assert two.counts() == [0, 0]
+
+
+def test_shares_carry_what_a_turn_left_unspent() -> None:
+    shares = Shares.of(10, 5, 3)
+    assert (shares.queries, shares.jobs) == ([4, 3, 3], [2, 2, 1])
+    assert shares.turn(0) == (4, 2)
+    shares.used(4, 2, 1, 0)
+    assert shares.turn(1, spent=2) == (3 + 3 - 2, 2 + 2)
+    shares.used(4, 4, 9, 9)  # overspent: nothing carries, never less than nothing
+    assert shares.turn(2) == (3, 1)
 
 
 # -- the dashboard ---------------------------------------------------------------------

@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from .bounds import (
     ID_PATTERN,
@@ -31,6 +31,27 @@ GROUPED_ABOVE = PRIORITY_RANGE[1]
 """Bands above every priority are the grouped bands (store/sql.py GROUP_SHIFT)."""
 
 DEFAULT_QUEUE = "default"
+
+
+class PushOptions(TypedDict, total=False):
+    """What one push may set over a job's declared defaults, stated once:
+    QueuedJob.new and JobSpec.new take these keywords, and `dispatch` passes
+    them on every push path (Python, a handler's ctx.queue, HTTP, RPC). A
+    None is "not given": the declared default applies."""
+
+    queue: str | None
+    delay_s: float
+    max_attempts: int | None
+    priority: int | None
+    unique_key: str | None
+    group: str | None
+    debounce_s: float | None
+    after: Sequence[str] | None
+    ignore_failed: bool
+
+
+PUSH_OPTIONS = frozenset(PushOptions.__annotations__)
+"""PushOptions' names, for the checks of callers that pass them untyped."""
 """The queue of a job whose dispatch and registration name none."""
 DEFAULT_MAX_ATTEMPTS = 3
 """Attempts before a job is failed, when neither its dispatch nor its
@@ -137,21 +158,23 @@ class QueuedJob:
         name: str,
         payload: Any = None,
         *,
-        queue: str = DEFAULT_QUEUE,
-        delay_s: float = 0,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        priority: int = DEFAULT_PRIORITY,
-        unique_key: str | None = None,
-        group: str | None = None,
-        debounce_s: float | None = None,
-        after: Sequence[str] | None = None,
-        ignore_failed: bool = False,
         at_ms: int | None = None,
+        **options: Unpack[PushOptions],
     ) -> QueuedJob:
-        """A job ready to push, validated; `at_ms` is the clock's now. With
+        """A job ready to push, validated (`options`: PushOptions, the
+        library's defaults where not given); `at_ms` is the clock's now. With
         `debounce_s` (which needs a unique_key) the job starts debounce_s
         from now, and its push debounces the queued job holding its key.
         With `after` (1 to MAX_AFTER job ids) it waits for those jobs."""
+        unknown = options.keys() - PUSH_OPTIONS
+        if unknown:
+            raise TypeError(f"unknown push options: {', '.join(sorted(unknown))}")
+        delay_s = options.get("delay_s", 0)
+        debounce_s = options.get("debounce_s")
+        unique_key = options.get("unique_key")
+        after, ignore_failed = options.get("after"), options.get("ignore_failed", False)
+        max_attempts = options.get("max_attempts")
+        priority = options.get("priority")
         now = now_ms() if at_ms is None else at_ms
         if (
             isinstance(delay_s, bool)
@@ -176,13 +199,13 @@ class QueuedJob:
             id=new_id(now),
             name=name,
             payload=payload,
-            queue=queue,
-            max_attempts=max_attempts,
-            priority=priority,
+            queue=options.get("queue") or DEFAULT_QUEUE,
+            max_attempts=DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
+            priority=DEFAULT_PRIORITY if priority is None else priority,
             available_at=now + round(delay_s * 1000),
             created_at=now,
             unique_key=unique_key,
-            group=group,
+            group=options.get("group"),
             debounce_s=debounce_s or 0,
             after=check_after(after, ignore_failed),
             ignore_failed=ignore_failed,

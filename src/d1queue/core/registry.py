@@ -7,7 +7,7 @@ import hashlib
 import inspect
 import json
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypedDict, Unpack
 
@@ -21,6 +21,7 @@ from .job import (
     DEFAULT_SUBREQUESTS,
     DEFAULT_TIMEOUT_S,
     DEFAULT_UNIQUE,
+    PushOptions,
     QueuedJob,
 )
 from .limits import PLANS
@@ -98,19 +99,8 @@ def derive_unique_key(name: str, unique: UniquePolicy, payload: Any) -> str | No
     return key
 
 
-class Overrides(TypedDict, total=False):
-    """What one dispatch may set over a job's declared defaults (JobSpec.new's
-    keywords): `dispatch(name, payload, **overrides)` on every push path."""
-
-    queue: str | None
-    delay_s: float
-    max_attempts: int | None
-    priority: int | None
-    unique_key: str | None
-    group: str | None
-    debounce_s: float | None
-    after: Sequence[str] | None
-    ignore_failed: bool
+Overrides = PushOptions
+"""What one dispatch may set over a job's declared defaults (job.PushOptions)."""
 
 
 class Stored(NamedTuple):
@@ -160,45 +150,22 @@ class JobSpec:
         )
 
     def new(
-        self,
-        payload: Any = None,
-        *,
-        queue: str | None = None,
-        delay_s: float = 0,
-        max_attempts: int | None = None,
-        priority: int | None = None,
-        unique_key: str | None = None,
-        group: str | None = None,
-        debounce_s: float | None = None,
-        after: Sequence[str] | None = None,
-        ignore_failed: bool = False,
-        at_ms: int | None = None,
+        self, payload: Any = None, *, at_ms: int | None = None, **options: Unpack[PushOptions]
     ) -> QueuedJob:
         """A job of this kind, ready to push: the one place a job's declared
         defaults (queue, max_attempts, priority, unique policy, group rule) are applied,
         whichever way it is dispatched (Python, a handler's ctx.queue, HTTP,
-        RPC, a shard's queue); a value given here overrides them. (timeout_s,
-        backoff and subrequests apply when the job runs, looked up by name.)
-        ValueError for anything unstorable."""
-        if unique_key is None:
-            unique_key = derive_unique_key(self.name, self.unique, payload)
-        if group is None:
-            group = derive_group(self.group, payload)
-        queue, max_attempts, priority = self.stored(queue, max_attempts, priority)
-        return QueuedJob.new(
-            self.name,
-            payload,
-            queue=queue,
-            delay_s=delay_s,
-            max_attempts=max_attempts,
-            priority=priority,
-            unique_key=unique_key,
-            group=group,
-            debounce_s=debounce_s,
-            after=after,
-            ignore_failed=ignore_failed,
-            at_ms=at_ms,
-        )
+        RPC, a shard's queue); a value given in `options` (PushOptions)
+        overrides them. (timeout_s, backoff and subrequests apply when the
+        job runs, looked up by name.) ValueError for anything unstorable."""
+        given = options.copy()
+        if given.get("unique_key") is None:
+            given["unique_key"] = derive_unique_key(self.name, self.unique, payload)
+        if given.get("group") is None:
+            given["group"] = derive_group(self.group, payload)
+        stored = self.stored(given.get("queue"), given.get("max_attempts"), given.get("priority"))
+        given["queue"], given["max_attempts"], given["priority"] = stored
+        return QueuedJob.new(self.name, payload, at_ms=at_ms, **given)
 
     async def call(self, payload: Any, ctx: JobContext) -> Any:
         if self.wants_context:

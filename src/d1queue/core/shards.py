@@ -85,6 +85,36 @@ def split(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
+@dataclass
+class Shares:
+    """An invocation's budgets of queries and jobs over shards drained one
+    after another (the cron's turn, a wake-up naming several): each turn
+    gets its equal share (`split`) plus what the turns before it left
+    unspent, so the drains' budgets add up to the whole and an idle shard
+    gives its share to a busy one. The one rule for both."""
+
+    queries: list[int]
+    jobs: list[int]
+    carried_queries: int = 0
+    carried_jobs: int = 0
+
+    @classmethod
+    def of(cls, queries: int, jobs: int, parts: int) -> Shares:
+        return cls(split(queries, parts), split(jobs, parts))
+
+    def turn(self, i: int, spent: int = 0) -> tuple[int, int]:
+        """Turn `i`'s budget of queries and jobs: its share and what the
+        turns before left, less `spent` queries already made for it (its
+        schedules' query, say)."""
+        return self.queries[i] + self.carried_queries - spent, self.jobs[i] + self.carried_jobs
+
+    def used(self, queries: int, jobs: int, spent_queries: int, spent_jobs: int) -> None:
+        """A turn given `queries` and `jobs` spent that much: the rest
+        carries to the next turn."""
+        self.carried_queries = max(0, queries - spent_queries)
+        self.carried_jobs = max(0, jobs - spent_jobs)
+
+
 def rotation(count: int, start: int) -> list[int]:
     """Shards in turn from `start` (mod count): the cron starts each run at
     a different shard, so a shard late in the turn is not always the one a

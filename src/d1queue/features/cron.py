@@ -32,7 +32,7 @@ from dataclasses import dataclass, fields, replace
 from ..core.config import KEEP_COMPLETED_S, Config
 from ..core.costs import least_run
 from ..core.registry import Registry
-from ..core.shards import rotation, split
+from ..core.shards import Shares, rotation, split
 from ..store.aggregate import schedules_on
 from ..store.schedules import ScheduleReport
 from ..store.shardset import ShardQueue, ShardSet
@@ -70,7 +70,7 @@ async def cron(
     config.check_shares()
     n = len(shards)
     start = monotonic()
-    budgets, job_caps = split(config.budget, n), split(config.job_cap, n)
+    shares = Shares.of(config.budget, config.job_cap, n)
     due_limits = [max(1, d) for d in split(due_limit, n)]
     prune_limits = [max(1, p) if config.prune_failed else 0 for p in split(config.prune_failed, n)]
     prune_before = now - config.keep_failed_s * 1000
@@ -82,7 +82,6 @@ async def cron(
     # A finished batch's row is what its callbacks' ctx.batch() and GET
     # /v1/batches read: kept a day at least, whatever jobs are kept.
     batches_before = now - max(config.keep_completed_s, KEEP_COMPLETED_S) * 1000
-    carry_queries = carry_jobs = 0
     runs = []
     for turn, shard in enumerate(rotation(n, (now // 60_000) % n)):
         queue = shards.queue(shard)
@@ -100,8 +99,8 @@ async def cron(
         if n == 1:
             runs.append(ShardRun(shard, schedules, await run_drain(queue, config)))
             break
-        budget = budgets[turn] + carry_queries - (schedules.queries if turn else 0)
-        jobs = job_caps[turn] + carry_jobs
+        # The first shard's schedules come out of the plan's reserve, as on one database.
+        budget, jobs = shares.turn(turn, spent=schedules.queries if turn else 0)
         left_s = config.time_budget_s - (monotonic() - start)
         drained = DrainReport()
         if budget < least_run(config.stats_reserve):
@@ -113,8 +112,7 @@ async def cron(
         else:
             share = replace(config, query_budget=budget, max_jobs=jobs, time_budget_s=left_s)
             drained = await run_drain(queue, share)
-        carry_queries = max(0, budget - drained.subrequests)
-        carry_jobs = max(0, jobs - drained.claimed)
+        shares.used(budget, jobs, drained.subrequests, drained.claimed)
         runs.append(ShardRun(shard, schedules, drained, budget=budget, max_jobs=jobs))
     return runs
 

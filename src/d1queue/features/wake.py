@@ -42,7 +42,7 @@ from ..core.config import Config
 from ..core.costs import least_run
 from ..core.limits import Meter, SubrequestLimitExceeded
 from ..core.log import event, get
-from ..core.shards import split
+from ..core.shards import Shares
 from ..store.inspection import due as count_due
 from ..store.maintenance import take_fan_out
 from ..store.queue import D1Queue
@@ -283,18 +283,21 @@ async def consume(
     named = list(report.shards.items())
     # Room for the fan-out is kept out of the drains' own budgets, so a drain
     # that spends its budget can still say that work is left.
-    budgets = split(config.budget - FOLLOW_UP_RESERVE * len(named), len(named))
-    job_caps = split(consumer_jobs(config), len(named))
+    spendable = config.budget - FOLLOW_UP_RESERVE * len(named)
+    shares = Shares.of(spendable, consumer_jobs(config), len(named))
+    least = least_run(config.stats_reserve)  # one round and the run's counters
     reports = []
-    for (shard, queues), budget, jobs in zip(named, budgets, job_caps, strict=True):
-        if jobs < 1:
-            continue  # more shards named than jobs allowed: the cron has the rest
+    for turn, (shard, queues) in enumerate(named):
+        budget, jobs = shares.turn(turn)
+        if jobs < 1 or budget < least:
+            # No room for a round here: its share goes to the next shard named,
+            # and the cron drains this one's queues.
+            shares.used(budget, jobs, 0, 0)
+            continue
         queue = shards.queue(shard)
-        least = least_run(config.stats_reserve)  # one round and the run's counters
-        share = replace(
-            config, queues=tuple(queues), query_budget=max(least, budget), max_jobs=jobs
-        )
+        share = replace(config, queues=tuple(queues), query_budget=budget, max_jobs=jobs)
         drained = await run_drain(queue, share)
+        shares.used(budget, jobs, drained.subrequests, drained.claimed)
         reports.append(drained)
         if drained.stopped == "d1_error":
             report.retry = True  # Queues delivers it again later; the cron runs meanwhile

@@ -269,6 +269,16 @@ def _on_path(call: Callable[[Service, str], Awaitable[Any]]) -> Endpoint:
     return endpoint
 
 
+def paged(cursor_rule: str, default: int = 50) -> tuple[QueryParam, QueryParam]:
+    """A listing's query: how many rows a page holds (`limit`, 1 to
+    MAX_PAGE, `default` when not sent) and where it starts (`cursor`, of
+    `cursor_rule`'s shape, as the last page's next_cursor gives it)."""
+    return (
+        QueryParam("limit", "integer", minimum=1, maximum=MAX_PAGE, default=default),
+        QueryParam("cursor", "string", pattern=cursor_rule),
+    )
+
+
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/openapi.json", Api._openapi),
     Route("POST", "/v1/jobs", Api._dispatch_job),
@@ -282,13 +292,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/queues/{queue}/limits", _on_path(Service.limits)),
     Route("PUT", "/v1/queues/{queue}/limits", Api._put_limits),
     Route(
-        "GET",
-        "/v1/queues/{queue}/completed",
-        Api._completed,
-        query=(
-            QueryParam("limit", "integer", minimum=1, maximum=MAX_PAGE, default=50),
-            QueryParam("cursor", "string", pattern=COMPLETED_CURSOR_RULE),
-        ),
+        "GET", "/v1/queues/{queue}/completed", Api._completed, query=paged(COMPLETED_CURSOR_RULE)
     ),
     Route("GET", "/v1/jobs/{id}", _on_path(Service.job)),
     Route("DELETE", "/v1/jobs/{id}", _on_path(Service.cancel)),
@@ -301,8 +305,7 @@ ROUTES: tuple[Route, ...] = (
         Api._failed,
         query=(
             QueryParam("queue", "string", pattern=STORED_NAME_RULE),
-            QueryParam("limit", "integer", minimum=1, maximum=MAX_PAGE, default=50),
-            QueryParam("cursor", "string", pattern=FAILED_CURSOR_RULE),
+            *paged(FAILED_CURSOR_RULE),
         ),
     ),
     Route(
@@ -318,15 +321,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/failed/{id}/retry", _on_path(Service.retry_failed)),
     Route("DELETE", "/v1/failed/{id}", _on_path(Service.delete_failed)),
     Route("POST", "/v1/schedules", Api._put_schedule),
-    Route(
-        "GET",
-        "/v1/schedules",
-        Api._schedules,
-        query=(
-            QueryParam("limit", "integer", minimum=1, maximum=MAX_PAGE, default=100),
-            QueryParam("cursor", "string", pattern=STORED_NAME_RULE),
-        ),
-    ),
+    Route("GET", "/v1/schedules", Api._schedules, query=paged(STORED_NAME_RULE, default=100)),
     Route("GET", "/v1/schedules/{id}", _on_path(Service.schedule)),
     Route("DELETE", "/v1/schedules/{id}", _on_path(Service.delete_schedule)),
     Route("POST", "/v1/schedules/{id}/pause", _on_path(Service.pause_schedule)),

@@ -89,10 +89,30 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def _op(summary: str, ok: dict[str, Any], *codes: int, **extra: Any) -> dict[str, Any]:
-    """An operation answering `ok`, 401 and 503 (auth), and `codes`."""
+def _returns(schema: str, description: str, status: int = 200) -> dict[str, Any]:
+    """A success answer: JSON of components.schemas' `schema`."""
+    return {str(status): _json(_ref(schema), description)}
+
+
+def _op(
+    summary: str, ok: dict[str, Any], *codes: int, body: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """An operation answering `ok`, 401 and 503 (auth), and `codes`; with
+    `body`, taking a JSON request body of that schema."""
     errors = {str(c): {"$ref": f"#/components/responses/E{c}"} for c in (401, 503, *codes)}
-    return {"summary": summary, "responses": ok | errors, **extra}
+    op: dict[str, Any] = {"summary": summary, "responses": ok | errors}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+    return op
+
+
+def _done(what: str) -> dict[str, Any]:
+    """An action's answer: the id it acted on, and `what`: true."""
+    return {
+        "type": "object",
+        "required": ["id", what],
+        "properties": {"id": {"type": "string"}, what: {"const": True}},
+    }
 
 
 QUEUE_PARAM = {"name": "queue", "in": "path", "required": True, "schema": NAME_SCHEMA}
@@ -458,21 +478,8 @@ DELETED_N = {
     "required": ["deleted"],
     "properties": {"deleted": {"type": "integer", "description": "how many were deleted"}},
 }
-CANCELLED = {
-    "type": "object",
-    "required": ["id", "cancelled"],
-    "properties": {"id": {"type": "string"}, "cancelled": {"const": True}},
-}
-RETRIED = {
-    "type": "object",
-    "required": ["id", "retried"],
-    "properties": {"id": {"type": "string"}, "retried": {"const": True}},
-}
-SCHEDULE_DELETED = {
-    "type": "object",
-    "required": ["id", "deleted"],
-    "properties": {"id": {"type": "string"}, "deleted": {"const": True}},
-}
+
+CANCELLED, RETRIED, SCHEDULE_DELETED = _done("cancelled"), _done("retried"), _done("deleted")
 HEALTH = {
     "type": "object",
     "required": ["ok", "version"],
@@ -619,180 +626,132 @@ SPEC: dict[str, Any] = {
     "paths": {},  # from ROUTES, below
 }
 
-STATS_OK = {"200": _json(_ref("Stats"), "stats")}
-DELETED = _json(_ref("Deleted"), "deleted")
+STATS_OK = _returns("Stats", "stats")
+DELETED = _returns("Deleted", "deleted")
+SCHEDULE_OK = _returns("Schedule", "the schedule")
+BODY_CODES = (413, 422)
+"""What a request with a JSON body may be refused with besides: too large,
+invalid."""
 
 
 def _push(schema: str, summary: str) -> dict[str, Any]:
-    return _op(
-        summary,
-        {
-            "201": _json(
-                _ref("Pushed"), "queued (see paused, drained and warnings: queued is not running)"
-            ),
-            "200": _json(_ref("Pushed"), "a queued job already holds the unique_key"),
-        },
-        400,
-        413,
-        422,
-        requestBody={"required": True, "content": {"application/json": {"schema": _ref(schema)}}},
-    )
+    queued = "queued (see paused, drained and warnings: queued is not running)"
+    held = "a queued job already holds the unique_key"
+    ok = _returns("Pushed", queued, 201) | _returns("Pushed", held)
+    return _op(summary, ok, 400, *BODY_CODES, body=_ref(schema))
 
+
+PUSH_MANY = {
+    "type": "object",
+    "required": ["jobs"],
+    "additionalProperties": False,
+    "properties": {
+        "jobs": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_BATCH,
+            "items": _ref("Job"),
+            "description": EDGES_RULE,
+        }
+    },
+}
+"""POST /v1/queues/{queue}/jobs/batch's body."""
 
 OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/v1/openapi.json"): _op("This document", {"200": _json(OBJ, "OpenAPI 3.1")}),
-    ("GET", "/v1/queues"): _op(
-        "Every queue with stats",
-        {"200": _json(_ref("Queues"), "queues")},
-    ),
+    ("GET", "/v1/queues"): _op("Every queue with stats", _returns("Queues", "queues")),
     ("GET", "/v1/queues/{queue}"): _op("A queue's stats", STATS_OK, 400),
     ("POST", "/v1/queues/{queue}/pause"): _op(
         "Stop draining a queue (pushes still accepted)", STATS_OK, 400
     ),
     ("POST", "/v1/queues/{queue}/resume"): _op("Drain a paused queue again", STATS_OK, 400),
     ("GET", "/v1/queues/{queue}/limits"): _op(
-        "A queue's flow limits and their use now",
-        {"200": _json(_ref("LimitsState"), "limits")},
-        400,
+        "A queue's flow limits and their use now", _returns("LimitsState", "limits"), 400
     ),
     ("PUT", "/v1/queues/{queue}/limits"): _op(
         "Replace a queue's flow limits (null: none of that kind); works on a queue with no "
         "jobs yet",
-        {"200": _json(_ref("LimitsState"), "the limits now")},
+        _returns("LimitsState", "the limits now"),
         400,
         422,
-        requestBody={"required": True, "content": {"application/json": {"schema": _ref("Limits")}}},
+        body=_ref("Limits"),
     ),
     ("POST", "/v1/jobs"): _push(
         "JobByName",
         "Push a job by name: to its `queue` if given, else to the queue it is registered with",
     ),
     ("POST", "/v1/queues/{queue}/jobs"): _push("Job", "Push a job to this queue"),
-    ("DELETE", "/v1/queues/{queue}/jobs"): _op(
-        "Delete every job on the queue", {"200": DELETED}, 400
-    ),
+    ("DELETE", "/v1/queues/{queue}/jobs"): _op("Delete every job on the queue", DELETED, 400),
     ("POST", "/v1/queues/{queue}/jobs/batch"): _op(
         f"Push 1 to {MAX_BATCH} jobs, all or nothing",
-        {"201": _json(_ref("PushedBatch"), "queued")},
+        _returns("PushedBatch", "queued", 201),
         400,
-        413,
-        422,
-        requestBody={
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["jobs"],
-                        "additionalProperties": False,
-                        "properties": {
-                            "jobs": {
-                                "type": "array",
-                                "minItems": 1,
-                                "maxItems": MAX_BATCH,
-                                "items": _ref("Job"),
-                                "description": EDGES_RULE,
-                            }
-                        },
-                    }
-                }
-            },
-        },
+        *BODY_CODES,
+        body=PUSH_MANY,
     ),
     ("GET", "/v1/queues/{queue}/completed"): _op(
         "A queue's completed jobs kept as history, newest first, with their results",
-        {"200": _json(_ref("CompletedPage"), "a page")},
+        _returns("CompletedPage", "a page"),
         400,
     ),
     ("GET", "/v1/jobs/{id}"): _op(
         "A job's state: waiting, ready, delayed, reserved, completed (while kept) or failed",
-        {"200": _json(_ref("JobState"), "the job")},
+        _returns("JobState", "the job"),
         404,
     ),
     ("DELETE", "/v1/jobs/{id}"): _op(
-        "Cancel a job no worker holds", {"200": _json(_ref("Cancelled"), "cancelled")}, 404, 409
+        "Cancel a job no worker holds", _returns("Cancelled", "cancelled"), 404, 409
     ),
     ("POST", "/v1/batches"): _op(
         f"Push a batch of {BATCH_JOBS[0]} to {BATCH_JOBS[1]} jobs, all or nothing, with "
         f"callbacks ({', '.join(CALLBACKS)}) each enqueued exactly once",
-        {"201": _json(_ref("BatchCreated"), "queued")},
+        _returns("BatchCreated", "queued", 201),
         400,
         409,
-        413,
-        422,
-        requestBody={
-            "required": True,
-            "content": {"application/json": {"schema": _ref("BatchIn")}},
-        },
+        *BODY_CODES,
+        body=_ref("BatchIn"),
     ),
     ("GET", "/v1/batches/{id}"): _op(
-        "A batch's progress", {"200": _json(_ref("BatchState"), "the batch")}, 404
+        "A batch's progress", _returns("BatchState", "the batch"), 404
     ),
     ("POST", "/v1/batches/{id}/jobs"): _op(
         "Add jobs to a running batch, all or nothing (409 batch_not_running once every job "
         "of it ended, or for no such batch)",
-        {"201": _json(_ref("AddedToBatch"), "added")},
+        _returns("AddedToBatch", "added", 201),
         409,
-        413,
-        422,
-        requestBody={
-            "required": True,
-            "content": {"application/json": {"schema": _ref("BatchJobs")}},
-        },
+        *BODY_CODES,
+        body=_ref("BatchJobs"),
     ),
-    ("GET", "/v1/failed"): _op(
-        "Failed jobs, newest first",
-        {"200": _json(_ref("FailedPage"), "a page")},
-        400,
-    ),
-    ("DELETE", "/v1/failed"): _op(
-        "Prune failed jobs older than older_than_s", {"200": DELETED}, 400
-    ),
-    ("DELETE", "/v1/failed/{id}"): _op("Delete a failed job", {"200": DELETED}, 404),
+    ("GET", "/v1/failed"): _op("Failed jobs, newest first", _returns("FailedPage", "a page"), 400),
+    ("DELETE", "/v1/failed"): _op("Prune failed jobs older than older_than_s", DELETED, 400),
+    ("DELETE", "/v1/failed/{id}"): _op("Delete a failed job", DELETED, 404),
     ("POST", "/v1/failed/{id}/retry"): _op(
         "Queue a failed job again: it keeps its attempts and last_error, and gets its "
         "registration's max_attempts afresh",
-        {"200": _json(_ref("Retried"), "retried")},
+        _returns("Retried", "retried"),
         404,
     ),
     ("POST", "/v1/schedules"): _op(
         "Create a recurring schedule, or replace the one with this id",
-        {
-            "201": _json(_ref("Schedule"), "created"),
-            "200": _json(_ref("Schedule"), "replaced"),
-        },
+        _returns("Schedule", "created", 201) | _returns("Schedule", "replaced"),
         400,
         409,
-        413,
-        422,
-        requestBody={
-            "required": True,
-            "content": {"application/json": {"schema": _ref("ScheduleIn")}},
-        },
+        *BODY_CODES,
+        body=_ref("ScheduleIn"),
     ),
-    ("GET", "/v1/schedules"): _op(
-        "Every schedule, by id",
-        {"200": _json(_ref("SchedulePage"), "a page")},
-        400,
-    ),
-    ("GET", "/v1/schedules/{id}"): _op(
-        "A schedule", {"200": _json(_ref("Schedule"), "the schedule")}, 404
-    ),
+    ("GET", "/v1/schedules"): _op("Every schedule, by id", _returns("SchedulePage", "a page"), 400),
+    ("GET", "/v1/schedules/{id}"): _op("A schedule", SCHEDULE_OK, 404),
     ("DELETE", "/v1/schedules/{id}"): _op(
         "Delete a schedule created by the API (409 for one declared in code)",
-        {"200": _json(_ref("ScheduleDeleted"), "deleted")},
+        _returns("ScheduleDeleted", "deleted"),
         404,
         409,
     ),
     ("POST", "/v1/schedules/{id}/pause"): _op(
-        "Pause a schedule: it enqueues nothing until resumed",
-        {"200": _json(_ref("Schedule"), "the schedule")},
-        404,
+        "Pause a schedule: it enqueues nothing until resumed", SCHEDULE_OK, 404
     ),
     ("POST", "/v1/schedules/{id}/resume"): _op(
-        "Resume a schedule from its next slot (slots while paused are skipped)",
-        {"200": _json(_ref("Schedule"), "the schedule")},
-        404,
+        "Resume a schedule from its next slot (slots while paused are skipped)", SCHEDULE_OK, 404
     ),
 }
 """What each route does and answers, by (method, path); the parameters come

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from ..core.bounds import MAX_PAGE_BYTES, check_name, check_stored_name
+from ..core.bounds import check_name, check_stored_name
 from ..core.flow import Limits
 from ..core.job import QueuedJob
 from . import sql
@@ -51,6 +51,12 @@ class Admin:
         self.queue = queue
         self.failed = FailedJobs(queue.binding, queue.clock, queue.registry)
         self.binding = queue.binding
+        # The failed jobs' operations are the failed store's own, under the
+        # names ShardedAdmin spreads over shards: a page newest first with
+        # the next page's cursor, a delete, a prune.
+        self.failed_page = self.failed.page
+        self.delete_failed = self.failed.delete
+        self.prune_failed = self.failed.prune
 
     async def stats(self, name: str | None = None) -> list[QueueStats]:
         """Every queue that has jobs, failures or state (or just `name`), in
@@ -123,19 +129,3 @@ class Admin:
         if queued.rows:
             return row_to_job(queued.rows[0])
         return FailedJob.of(failed.rows[0]) if failed.rows else None
-
-    async def failed_page(
-        self,
-        queue: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-        max_bytes: int = MAX_PAGE_BYTES,
-    ) -> tuple[list[FailedJob], str | None]:
-        """FailedJobs.page: newest first, and the next page's cursor."""
-        return await self.failed.page(queue, limit, cursor, max_bytes)
-
-    async def delete_failed(self, id: str) -> bool:
-        return await self.failed.delete(id)
-
-    async def prune_failed(self, older_than_s: float) -> int:
-        return await self.failed.prune(older_than_s)

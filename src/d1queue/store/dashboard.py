@@ -98,17 +98,40 @@ def _completed_key(row: dict[str, Any]) -> tuple[int, str]:
     return (int(row["completed_at"]), str(row["id"]))
 
 
-def _completed_row(view: JobView) -> dict[str, Any]:
+def job_fields(view: JobView) -> dict[str, Any]:
+    """A live or completed job as the dashboard shows it: every field its
+    page shows; a list of completed jobs shows some (COMPLETED_FIELDS)."""
     job = view.job
     return {
         "id": job.id,
+        "queue": job.queue,
         "name": job.name,
+        "group": job.group,
+        "state": view.state,
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
+        "priority": job.priority,
+        "created_at": job.created_at,
+        "available_at": job.available_at,
+        "reserved_until": job.reserved_until if view.state == "reserved" else None,
+        "unique_key": job.unique_key,
+        "last_error": job.last_error,
+        "payload": job.payload,
         "completed_at": view.completed_at,
         "result": view.result,
+        "after": list(job.after or []),
+        "ignore_failed": view.ignore_failed,
         "batch": job.batch,
     }
+
+
+COMPLETED_FIELDS = ("id", "name", "attempts", "max_attempts", "completed_at", "result", "batch")
+"""What a list of completed jobs shows of each."""
+
+
+def _completed_row(view: JobView) -> dict[str, Any]:
+    fields = job_fields(view)
+    return {k: fields[k] for k in COMPLETED_FIELDS}
 
 
 @dataclass

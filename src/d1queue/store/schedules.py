@@ -168,9 +168,118 @@ class ScheduleReport:
 
 
 @dataclass
+class _Prunes:
+    """What a cron run prunes in the batch that reads its due schedules
+    (Schedules.run's arguments): failed jobs, completed history and the
+    batches finished with it, flow-control rows that hold nothing."""
+
+    failed_before: int | None = None
+    failed_limit: int = 0
+    completed_before: int | None = None
+    completed_limit: int = 0
+    batches_before: int | None = None
+    flow_limit: int = 0
+
+    def sent(self, now: int, registry: Registry) -> dict[str, _Prune]:
+        """The prunes this run sends, by what they prune: "failed",
+        "completed", "flow" (each left out when its limit is 0)."""
+        out = {}
+        if self.failed_before is not None and self.failed_limit > 0:
+            # In the batch every cron run sends anyway: no extra round trip.
+            # A batch is one transaction, so a D1 error here fails the
+            # schedules' read too; the DELETE is bounded to keep it short.
+            cutoff = (max(0, self.failed_before), self.failed_limit)
+            out["failed"] = _Prune([(sql.PRUNE_OLDEST_FAILED, cutoff)], counted=0)
+        if self.completed_before is not None and self.completed_limit > 0:
+            # History past its retention, bounded like the failures': the
+            # edges of the jobs it deletes first, then the jobs, then the
+            # batches that finished before the same cutoff.
+            cut = (max(0, self.completed_before), self.completed_limit)
+            finished = self.completed_before if self.batches_before is None else self.batches_before
+            batches = (max(0, finished), self.completed_limit)
+            out["completed"] = _Prune(
+                [
+                    (sql.PRUNE_DONE_EDGES, cut),
+                    (sql.PRUNE_DONE, cut),
+                    (sql.PRUNE_BATCH_PARTS, batches),
+                    (sql.PRUNE_BATCHES, batches),
+                ],
+                counted=1,
+            )
+        if self.flow_limit > 0:
+            # Flow-control rows that hold nothing, among the next
+            # flow_limit: the cursor (made with the table's first row) moves
+            # first, then the DELETE reads the window it wrote.
+            code = declared_windows(registry.limits())
+            out["flow"] = _Prune(
+                [
+                    (sql.FLOW_CURSOR_ROW, (now,)),
+                    (sql.FLOW_CURSOR, (now, self.flow_limit)),
+                    (sql.PRUNE_FLOW, (now, code)),
+                ],
+                counted=2,
+            )
+        return out
+
+
+@dataclass
+class _Prune:
+    """One prune riding in the read batch: its statements, in order, and
+    which of them deletes what it counts (the others move a cursor or
+    delete what hangs on those rows)."""
+
+    statements: list[Statement]
+    counted: int
+
+
+def _pruned(sent: dict[str, _Prune], results: list[Result]) -> dict[str, int]:
+    """What each prune sent deleted, by what it prunes, from the batch's
+    results past the two reads (in the prunes' order)."""
+    out = {}
+    for kind, prune in sent.items():
+        mine, results = results[: len(prune.statements)], results[len(prune.statements) :]
+        out[kind] = mine[prune.counted].changes
+    return out
+
+
+@dataclass
 class _Run:
+    """A cron run's writes for its due schedules: a job a due slot, and a
+    compare-and-set advancing each schedule past what it enqueued."""
+
     slots: list[list[Any]] = field(default_factory=list)
     advance: list[list[Any]] = field(default_factory=list)
+
+    def statements(self, now: int) -> list[Statement]:
+        """A single INSERT of every slot's job and a single UPDATE advancing
+        every schedule (each left out when it has nothing to write)."""
+        out: list[Statement] = []
+        if self.slots:
+            out.append((sql.INSERT_SCHEDULED_JOBS, (json.dumps(self.slots), now)))
+        if self.advance:
+            out.append((sql.UPDATE_SCHEDULES_RAN, (json.dumps(self.advance),)))
+        return out
+
+    def count(self, report: ScheduleReport, results: list[Result]) -> None:
+        """What `statements` did, from their results in the same order."""
+        written = list(results)
+        if self.slots:
+            report.enqueued = written.pop(0).changes
+        if self.advance:
+            report.advanced = written.pop(0).changes
+        report.lost = len(self.advance) - report.advanced
+
+
+def _sync(declared: list[ScheduleDef], digest: str, now: int) -> list[Statement]:
+    """A deployment changed the declared set: write it (only rows whose
+    version differs are written), delete what code no longer declares, and
+    remember the hash, so later runs send nothing."""
+    entries = [d.sync_entry(now) for d in declared]
+    return [
+        (sql.SYNC_CODE_SCHEDULES, (json.dumps(entries), now)),
+        (sql.DELETE_UNDECLARED_SCHEDULES, (json.dumps([d.id for d in declared]),)),
+        (sql.SET_META, (CODE_META_KEY, digest, now)),
+    ]
 
 
 class Schedules:
@@ -222,19 +331,16 @@ class Schedules:
         usage = self.binding.usage
         base = (usage.queries, usage.rows_read, usage.rows_written)
         report = ScheduleReport()
+        prunes = _Prunes(
+            prune_before,
+            prune_limit,
+            prune_completed_before,
+            prune_completed_limit,
+            prune_batches_before,
+            prune_flow_limit,
+        )
         try:
-            await self._run(
-                report,
-                now,
-                grace_ms,
-                limit,
-                prune_before,
-                prune_limit,
-                prune_completed_before,
-                prune_completed_limit,
-                prune_batches_before,
-                prune_flow_limit,
-            )
+            await self._run(report, now, grace_ms, limit, prunes)
         except Exception as exc:
             report.error = f"{type(exc).__name__}: {exc}"[:1000]
         report.queries = usage.queries - base[0]
@@ -243,96 +349,49 @@ class Schedules:
         return report
 
     async def _run(
-        self,
-        report: ScheduleReport,
-        now: int,
-        grace_ms: int,
-        limit: int,
-        prune_before: int | None,
-        prune_limit: int,
-        prune_completed_before: int | None = None,
-        prune_completed_limit: int = 0,
-        prune_batches_before: int | None = None,
-        prune_flow_limit: int = 0,
+        self, report: ScheduleReport, now: int, grace_ms: int, limit: int, prunes: _Prunes
     ) -> None:
+        """The run's two batches: the read (with the prunes), then the
+        writes, if the due schedules or a changed declared set need any."""
         declared = [
             d for d in self.registry.schedules() if self.declared is None or self.declared(d)
         ]
         digest = declared_hash(declared)
-        reads: list[Statement] = [
-            (sql.SELECT_META, (CODE_META_KEY,)),
-            (sql.SELECT_DUE_SCHEDULES, (now, limit)),
-        ]
-        if prune_before is not None and prune_limit > 0:
-            # In the batch every cron run sends anyway: no extra round trip.
-            # A batch is one transaction, so a D1 error here fails the
-            # schedules' read too; the DELETE is bounded to keep it short.
-            reads.append((sql.PRUNE_OLDEST_FAILED, (max(0, prune_before), prune_limit)))
-        failed_prunes = len(reads) - 2
-        if prune_completed_before is not None and prune_completed_limit > 0:
-            # History past its retention, bounded like the failures': the
-            # edges of the jobs it deletes first, then the jobs, then the
-            # batches that finished before the same cutoff.
-            cut = (max(0, prune_completed_before), prune_completed_limit)
-            if prune_batches_before is None:
-                prune_batches_before = prune_completed_before
-            batches = (max(0, prune_batches_before), prune_completed_limit)
-            reads += [
-                (sql.PRUNE_DONE_EDGES, cut),
-                (sql.PRUNE_DONE, cut),
-                (sql.PRUNE_BATCH_PARTS, batches),
-                (sql.PRUNE_BATCHES, batches),
-            ]
-        completed_prunes = len(reads) - 2 - failed_prunes
-        if prune_flow_limit > 0:
-            # Flow-control rows that hold nothing, among the next
-            # prune_flow_limit: the cursor (made with the table's first
-            # row) moves first, then the DELETE reads the window it wrote.
-            code = declared_windows(self.registry.limits())
-            reads += [
-                (sql.FLOW_CURSOR_ROW, (now,)),
-                (sql.FLOW_CURSOR, (now, prune_flow_limit)),
-                (sql.PRUNE_FLOW, (now, code)),
-            ]
-        meta, due, *pruned = await self.binding.batch(reads)
-        report.pruned_failed = sum(r.changes for r in pruned[:failed_prunes])
-        if completed_prunes:
-            report.pruned_completed = pruned[failed_prunes + 1].changes
-        if prune_flow_limit > 0:
-            report.pruned_flow = pruned[-1].changes
-        report.resent = any(r.resent for r in pruned)
-        stored = str(meta.rows[0]["value"]) if meta.rows else EMPTY_SET
-        report.due, report.more = len(due.rows), len(due.rows) >= limit
+        stored, due = await self._read(report, now, limit, prunes)
         run = _Run()
-        for row in due.rows:
+        for row in due:
             self._plan(row, now, grace_ms, run, report)
-        statements: list[Statement] = []
-        if run.slots:
-            statements.append((sql.INSERT_SCHEDULED_JOBS, (json.dumps(run.slots), now)))
-        if run.advance:
-            statements.append((sql.UPDATE_SCHEDULES_RAN, (json.dumps(run.advance),)))
+        statements = run.statements(now)
         counted = len(statements)
         if stored != digest:
-            # A deployment changed the declared set: write it (only rows whose
-            # version differs are written), delete what code no longer
-            # declares, and remember the hash, so later runs send nothing.
-            entries = [d.sync_entry(now) for d in declared]
-            statements += [
-                (sql.SYNC_CODE_SCHEDULES, (json.dumps(entries), now)),
-                (sql.DELETE_UNDECLARED_SCHEDULES, (json.dumps([d.id for d in declared]),)),
-                (sql.SET_META, (CODE_META_KEY, digest, now)),
-            ]
+            statements += _sync(declared, digest, now)
         if not statements:
             return
         results = await self.binding.batch(statements)
         report.resent = report.resent or any(r.resent for r in results)
         report.synced = len(statements) > counted
-        written: list[Result] = results[:counted]
-        if run.slots:
-            report.enqueued = written.pop(0).changes
-        if run.advance:
-            report.advanced = written.pop(0).changes
-        report.lost = len(run.advance) - report.advanced
+        run.count(report, results[:counted])
+
+    async def _read(
+        self, report: ScheduleReport, now: int, limit: int, prunes: _Prunes
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """One batch: the hash of the declared set last synced, the due
+        schedules (soonest first, at most `limit`) and the prunes riding
+        with them, whose counts go in the report."""
+        sent = prunes.sent(now, self.registry)
+        reads: list[Statement] = [
+            (sql.SELECT_META, (CODE_META_KEY,)),
+            (sql.SELECT_DUE_SCHEDULES, (now, limit)),
+            *(statement for prune in sent.values() for statement in prune.statements),
+        ]
+        meta, due, *pruned = await self.binding.batch(reads)
+        counts = _pruned(sent, pruned)
+        report.pruned_failed = counts.get("failed", 0)
+        report.pruned_completed = counts.get("completed", 0)
+        report.pruned_flow = counts.get("flow", 0)
+        report.resent = any(r.resent for r in pruned)
+        report.due, report.more = len(due.rows), len(due.rows) >= limit
+        return (str(meta.rows[0]["value"]) if meta.rows else EMPTY_SET), due.rows
 
     def _plan(
         self, row: dict[str, Any], now: int, grace_ms: int, run: _Run, report: ScheduleReport

@@ -1,0 +1,368 @@
+"""What the job and batch pages show: a job wherever it is in its life
+(waiting, ready, delayed, reserved, completed and kept, failed) with its
+workflow, and a batch's progress with its jobs and callbacks. Each page is
+the tuple of its sections (JOB, BATCH) over what Pages reads for it
+(JobShown, BatchShown)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ...store.dashboard import BATCH_PAGE, BatchPage, Links, job_fields
+from ...store.failed import FailedJob
+from ...store.workflows import JobView
+from ..service import stored_payload
+from . import html as h
+from .mask import mask, scrub
+from .parts import (
+    GONE,
+    badge,
+    button,
+    group,
+    inline_form,
+    job_link,
+    linked,
+    live,
+    nav,
+    notice,
+    props,
+    stats,
+)
+from .request import Request, csrf_field
+
+RESULT_SHOWN = 20_000
+"""Characters of a completed job's result its page shows (a result is at
+most bounds.MAX_RESULT_BYTES as compact JSON; pretty-printed it is longer)."""
+
+
+def _after_ids(text: str | None) -> list[str]:
+    """A failed job's stored `after` (a JSON array, or NULL) as ids; text
+    that is not one (written by something else) as none."""
+    try:
+        ids = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return [str(i) for i in ids] if isinstance(ids, list) else []
+
+
+def shown_fields(found: JobView | FailedJob) -> dict[str, Any]:
+    """What the job page shows of a job, wherever it is in its life."""
+    if not isinstance(found, FailedJob):
+        return job_fields(found)
+    return {
+        **{k: found[k] for k in ("id", "queue", "name", "group", "attempts")},
+        **{k: found[k] for k in ("max_attempts", "priority", "created_at", "failed_at")},
+        "state": "failed",
+        "error": found.error,
+        "payload": stored_payload(found.payload),
+        "after": _after_ids(found.after),
+        "ignore_failed": False,
+        "batch": found.batch,
+    }
+
+
+def pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def cut(text: str, n: int) -> str:
+    """`text` at most `n` characters, saying how much was left out."""
+    if len(text) <= n:
+        return text
+    return f"{text[:n]}\n… ({len(text) - n} more characters not shown)"
+
+
+# -- a job ------------------------------------------------------------------------
+
+
+@dataclass
+class JobShown:
+    """What a job's page shows (Pages.job_page reads it)."""
+
+    request: Request
+    id: str
+    job: dict[str, Any]
+    """shown_fields: the job wherever it is."""
+    links: Links
+    """The states of the jobs it waits for and of those waiting for it."""
+
+    @property
+    def state(self) -> str:
+        return str(self.job["state"])
+
+    @property
+    def failed(self) -> bool:
+        return self.state == "failed"
+
+    @property
+    def completed(self) -> bool:
+        return self.state == "completed"
+
+
+JOB_GONE = (
+    "<strong>This job is not queued, not failed and not kept as completed:</strong> it "
+    "was cancelled or removed, completed on a queue that keeps no history (or longer ago "
+    "than it keeps it), or never existed."
+)
+"""Why a job's page finds no job."""
+
+
+def job_heading(shown: JobShown) -> str:
+    job = shown.job
+    return (
+        f'<p><a href="/ui/queues/{h.q(job["queue"])}">Queue {h.e(job["queue"])}</a> › job</p>'
+        f"<h1>Job {h.e(job['name'])}</h1>{notice(shown.request)}"
+    )
+
+
+def _when(shown: JobShown) -> list[tuple[str, str]]:
+    """The times of the job's place in its life: when it failed, completed,
+    or may start, and its lease's end and unique key while it is queued."""
+    job, now = shown.job, shown.request.now_ms
+    if shown.failed:
+        return [("Failed at", h.when(job.get("failed_at"), now))]
+    if shown.completed:
+        return [("Completed at", h.when(job.get("completed_at"), now))]
+    label = "May start at" if shown.state == "waiting" else "Available at"
+    out = [(label, h.when(job.get("available_at"), now))]
+    if job.get("reserved_until"):
+        out.append(("Lease ends", h.when(job["reserved_until"], now)))
+    if job.get("unique_key"):
+        out.append(("Unique key", f'<span class="mono">{h.e(job["unique_key"])}</span>'))
+    return out
+
+
+def job_props(shown: JobShown) -> str:
+    job = shown.job
+    items = [
+        ("Id", f'<span class="mono">{h.e(job["id"])}</span>'),
+        ("Queue", f'<a href="/ui/queues/{h.q(job["queue"])}">{h.e(job["queue"])}</a>'),
+        ("Name", h.e(job["name"])),
+        ("Group", group(job.get("group"))),
+        ("State", badge(shown.state)),
+        ("Attempts", f"{job['attempts']} of {job['max_attempts']}"),
+        ("Priority", h.e(job["priority"])),
+        ("Created", h.when(job.get("created_at"), shown.request.now_ms)),
+        *_when(shown),
+    ]
+    if job["batch"]:
+        items.append(("Batch", job_link(job["batch"], "/ui/batches/")))
+    if job["after"] and not shown.failed:  # a failure's row does not keep the flag
+        items.append(("Ignores failed dependencies", "yes" if job["ignore_failed"] else "no"))
+    return props(items)
+
+
+def _failed_actions(id: str, csrf: str) -> str:
+    """A failed job's buttons: retry it, delete it (the failed list's bulk action)."""
+    sent = csrf + h.hidden("ids", id)
+    back = h.hidden("back", "/ui/failed")
+    return inline_form(
+        "/ui/failed/bulk", sent + h.hidden("action", "retry") + back, button("Retry")
+    ) + inline_form(
+        "/ui/failed/bulk",
+        sent + h.hidden("action", "delete") + back,
+        button("Delete", cls="danger"),
+    )
+
+
+def _queued_actions(shown: JobShown, csrf: str) -> str:
+    """A queued job's buttons, run now (a delayed job) and cancel, and why
+    one is off."""
+    state = shown.state
+    held, delayed = state == "reserved", state == "delayed"
+    why = "A worker is running it now" if held else ""
+    here = f"/ui/jobs/{h.q(shown.id)}"
+    out = inline_form(
+        f"{here}/run", csrf, button("Run now", disabled=not delayed, title=why)
+    ) + inline_form(
+        f"{here}/cancel", csrf, button("Cancel job", cls="danger", disabled=held, title=why)
+    )
+    if held:
+        return out + '<span class="muted">A worker holds this job: wait for it.</span>'
+    if state == "waiting":
+        return out + (
+            '<span class="muted">It waits for its dependencies: the last one to '
+            "complete makes it ready.</span>"
+        )
+    if not delayed:
+        return out + '<span class="muted">It is due: the next drain runs it.</span>'
+    return out
+
+
+def job_actions(shown: JobShown) -> str:
+    csrf = csrf_field(shown.request)
+    if shown.failed:
+        actions = _failed_actions(shown.id, csrf)
+    elif shown.completed:
+        actions = '<span class="muted">It completed: nothing is left to do.</span>'
+    else:
+        actions = _queued_actions(shown, csrf)
+    return f'<div class="actions">{actions}</div>'
+
+
+def job_result(shown: JobShown) -> str:
+    """A completed job's result, masked and cut short."""
+    if not shown.completed:
+        return ""
+    result = shown.job["result"]
+    return "<h2>Result</h2>" + (
+        '<p class="muted">None (the handler returned nothing).</p>'
+        if result is None
+        else f"<pre>{h.e(cut(pretty(mask(result)), RESULT_SHOWN))}</pre>"
+    )
+
+
+def job_error(shown: JobShown) -> str:
+    """Why it failed, or its last attempt's error, scrubbed of its payload's secrets."""
+    job = shown.job
+    error = scrub(job.get("error") if shown.failed else job.get("last_error"), job["payload"])
+    return f"<h2>{'Error' if shown.failed else 'Last error'}</h2>" + (
+        f"<pre>{h.e(error)}</pre>" if error else '<p class="muted">None.</p>'
+    )
+
+
+def job_workflow(shown: JobShown) -> str:
+    """The job's dependencies (`after`) and dependents, each linked."""
+    after, links = shown.job["after"], shown.links
+    if not after and not links.dependents:
+        return ""
+    parts = ["<h2>Workflow</h2>"]
+    if after:
+        done = sum(links.states.get(i) == "completed" for i in after)
+        parts.append(
+            f"<h3>Waits for {len(after)} job{'s' if len(after) != 1 else ''} "
+            f'<span class="muted">({done} completed)</span></h3>'
+            + linked(after, links.states, "Dependencies")
+        )
+    if links.dependents:
+        more = (
+            f'<p class="muted">Only the first {len(links.dependents)} are listed.</p>'
+            if links.more_dependents
+            else ""
+        )
+        parts.append(
+            "<h3>Waited for by</h3>" + linked(links.dependents, links.states, "Dependents") + more
+        )
+    return "".join(parts)
+
+
+def job_payload(shown: JobShown) -> str:
+    # A failed job's stored text is decoded as the API does; text that is
+    # not JSON comes as a string, shown quoted as what it is.
+    return f"<h2>Payload</h2><pre>{h.e(pretty(mask(shown.job['payload'])))}</pre>"
+
+
+JOB = (
+    job_heading,
+    live("job", (job_props, job_actions, job_result, job_error, job_workflow, job_payload)),
+)
+
+
+# -- a batch ----------------------------------------------------------------------
+
+
+@dataclass
+class BatchShown:
+    """What a batch's page shows (Pages.batch_page reads it)."""
+
+    request: Request
+    id: str
+    found: BatchPage
+    """The batch, a page of its jobs, its callbacks, and their states."""
+
+
+BATCH_GONE = (
+    "<strong>There is no such batch:</strong> it never existed, or it finished longer "
+    "ago than completed jobs are kept (D1QUEUE_KEEP_COMPLETED_S) and was pruned."
+)
+"""Why a batch's page finds no batch."""
+
+
+def batch_heading(shown: BatchShown) -> str:
+    return f'<p><a href="/ui">Overview</a> › batch</p><h1>Batch {h.e(shown.id)}</h1>'
+
+
+def batch_summary(shown: BatchShown) -> str:
+    """The batch's counters, a progress bar, and its times."""
+    b, now = shown.found.batch, shown.request.now_ms
+    done = b.completed + b.failed
+    counts = stats(
+        [
+            (b.total, "total"),
+            (b.pending, "pending"),
+            (b.completed, "completed"),
+            (b.failed, "failed"),
+            (badge(b.state), "state"),
+        ]
+    )
+    return (
+        f'{counts}<p class="progress"><label for="batch-progress">{done} of {b.total} ended '
+        f"({b.completed} completed, {b.failed} failed)</label>"
+        f'<progress id="batch-progress" max="{max(b.total, 1)}" value="{done}">'
+        f"{done} of {b.total}</progress></p>"
+        + props([("Created", h.when(b.created_at, now)), ("Finished", h.when(b.finished_at, now))])
+    )
+
+
+def batch_callbacks(shown: BatchShown) -> str:
+    """Each callback with its state, or why it was not enqueued."""
+    found = shown.found
+    if not found.callbacks:
+        listed = '<p class="muted">None: the batch was pushed without callbacks.</p>'
+        return f'<h2 id="callbacks-h">Callbacks</h2>{listed}'
+    # A callback not enqueued while the batch runs may still be; once it
+    # finished, its condition did not hold (on_success after a failure,
+    # on_failure when none failed).
+    not_yet = (
+        "not enqueued yet"
+        if found.batch.state == "running"
+        else "not enqueued: its case did not occur"
+    )
+    items = "".join(
+        f"<li>{h.e(kind)}: {job_link(cid)} "
+        + (
+            badge(found.states[cid])
+            if cid in found.states
+            else GONE
+            if fired
+            else f'<span class="muted">{h.e(not_yet)}</span>'
+        )
+        + "</li>"
+        for kind, cid, fired in found.callbacks
+    )
+    return (
+        f'<h2 id="callbacks-h">Callbacks</h2><ul class="links" aria-label="Callbacks">{items}</ul>'
+    )
+
+
+def _batch_pager(shown: BatchShown) -> str:
+    found = shown.found
+    base = f"/ui/batches/{h.q(shown.id)}"
+    links = []
+    if found.page > 1:
+        links.append(f'<a href="{h.e(base + h.qs({"page": found.page - 1}))}">« Previous</a>')
+    if found.page < found.pages:
+        links.append(f'<a href="{h.e(base + h.qs({"page": found.page + 1}))}">Next page »</a>')
+    return nav(links)
+
+
+def batch_jobs(shown: BatchShown) -> str:
+    """A page of the batch's jobs, each with its state."""
+    found = shown.found
+    first, total = (found.page - 1) * BATCH_PAGE + 1, len(found.batch.ids)
+    which = (
+        f'<p class="muted">Jobs {first} to {first + len(found.ids) - 1} of {total}.</p>'
+        if found.pages > 1
+        else ""
+    )
+    listed = (
+        linked(found.ids, found.states, "Jobs of the batch")
+        if found.ids
+        else '<p class="muted">No jobs.</p>'
+    )
+    return f'<h2 id="batch-jobs-h">Jobs</h2>{which}{listed}{_batch_pager(shown)}'
+
+
+BATCH = (batch_heading, live("batch", (batch_summary, batch_callbacks, batch_jobs)))
