@@ -33,13 +33,9 @@ from .workflows import Workflows
 
 
 class D1Queue(QueueState):
-    """A job queue in a D1 database (or anything shaped like a D1 binding).
-
-    `reservation_s` is how long a claim lasts before another worker's claim may
-    take the job over: it must exceed the longest a handler runs, or a
-    slow job could be run twice. `clock` returns epoch milliseconds (tests move
-    time with it).
-    """
+    """A job queue in a D1 database (or anything shaped like a D1 binding):
+    its state (QueueState: the binding, the lease `reservation_s`, the
+    `clock`, the registry, the shards) and one method per transition."""
 
     # -- pushing: push.py ------------------------------------------------
 
