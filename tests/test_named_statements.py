@@ -84,7 +84,7 @@ async def test_every_statement_of_a_varied_workload_is_named(queue: D1Queue, clo
     assert sum(names.values()) == binding.usage.statements
 
 
-def test_statement_names_are_unique_and_are_their_constants() -> None:
+def test_each_statement_is_named_by_its_constant_or_builder() -> None:
     named = {k: v for k, v in vars(sql).items() if isinstance(v, sql.Sql)}
     assert len(named) > 90
     for key, text in named.items():
