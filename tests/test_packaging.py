@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 from .conftest import ROOT
+from .doc_blocks import blocks_for
 
 
 def test_d1queue_imports_under_plain_cpython_without_the_sdk(tmp_path: Path) -> None:
@@ -72,16 +73,15 @@ def readme_section(title: str) -> str:
     return section.split("\n## ", 1)[0]
 
 
-def python_blocks(section: str) -> list[str]:
-    return [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
-
-
 def readme_suite() -> dict[str, str]:
-    """The files of the README's test suite, by name, verbatim: the testing
-    section's blocks, each named by its first line (`# conftest.py`), and
-    `jobs.py`, the job "Defining a job" shows, which that section tests."""
-    files = {"jobs.py": python_blocks(readme_section("Defining a job"))[0]}
-    for block in python_blocks(readme_section("Testing your own handlers")):
+    """The files of the README's test suite, by name, verbatim: `jobs.py`,
+    the job "Defining a job" shows, then the testing section's blocks, each
+    named by its first line (`# conftest.py`)."""
+    jobs, *suite = blocks_for(
+        "README.md", "tests/test_packaging.py::test_an_installed_wheel_runs_the_readmes_test_suite"
+    )
+    files = {"jobs.py": jobs}
+    for block in suite:
         first = block.split("\n", 1)[0]
         assert re.fullmatch(r"# \w+\.py", first), f"a block of the suite names no file: {first}"
         files[first[2:]] = block
