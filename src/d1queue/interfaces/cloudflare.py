@@ -630,7 +630,7 @@ class D1QueueEntrypoint(WorkerEntrypoint):
         """Push `job` ({name, payload?, delay_s?, priority?, unique_key?,
         group?, debounce_s?, after?, ignore_failed?, ...}, as POST
         /v1/queues/{queue}/jobs) to `queue`: {id, queue, deduplicated,
-        paused, drained, warnings}."""
+        paused, runs_here, warnings}."""
         return await self._service().dispatch(str(queue), _py(job))
 
     async def dispatch_job(self, job: Any) -> dict[str, Any]:
