@@ -62,6 +62,13 @@ bundle: setup
 deploy: bundle
 	wrangler deploy
 
+# What `make deploy` would upload, uploading nothing: the bundle, then
+# wrangler's dry-run, which lists every module with its size, the total and
+# the bindings; the files are left in .wrangler/upload. Fails, as
+# check-wrangler does, if the upload lacks the SDK or a package src/ imports.
+deploy-dry-run: setup
+	$(PY) tools/bundle.py --outdir .wrangler/upload --check --show
+
 # The migrations on every D1 database of CONFIG (each [[d1_databases]] entry:
 # every shard, docs/operations.md "Shards"): `make migrate` on Cloudflare (--remote),
 # `make migrate-local` on .wrangler/state. Apply them before deploying code
