@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import ast
+import re
+import shlex
 import shutil
 import tomllib
 from pathlib import Path
 
+import pytest
 from tools import bundle
 
 from .conftest import ROOT
@@ -106,3 +109,33 @@ def test_the_check_fails_without_a_module_src_imports(tmp_path: Path) -> None:
     problems = bundle.check(worker, tmp_path / "out")
     assert any("the Worker's own module jobs is not in" in p for p in problems)
     assert any(p.startswith("croniter (imported by entry.py) is in neither") for p in problems)
+
+
+def recipe(target: str) -> list[str]:
+    """The commands of a Makefile target."""
+    text = (ROOT / "Makefile").read_text()
+    body = text.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+    return [line.strip() for line in body.splitlines()[1:] if line.startswith("\t")]
+
+
+def test_deploy_dry_run_prints_what_the_upload_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """make deploy-dry-run: the bundle, wrangler's dry-run and the check of
+    check-wrangler, and wrangler's report printed: the modules with their
+    sizes, the total and the bindings. Run here into a folder of the test's
+    (and keeping python_modules/ if vendored from the same list)."""
+    (command,) = recipe("deploy-dry-run")
+    args = shlex.split(command)
+    assert args[:2] == ["$(PY)", "tools/bundle.py"] and "--show" in args, args
+    outdir = tmp_path / "upload"
+    args = [str(outdir) if a == ".wrangler/upload" else a for a in args[2:]]
+    assert str(outdir) in args, "the upload is left in .wrangler/upload"
+    assert bundle.main([*args, "--reuse"]) == 0
+    shown = capsys.readouterr().out
+    for line in ("│ jobs.py ", "│ d1queue/store/claim.py ", "│ Vendored Modules "):
+        assert line in shown, shown
+    assert re.search(r"^Total Upload: [\d.]+ KiB / gzip: [\d.]+ KiB$", shown, re.MULTILINE)
+    assert "env.DB (d1queue)" in shown
+    assert "has the workers SDK and every package src/ imports" in shown
+    assert (outdir / "python_modules" / "workers" / "__init__.py").is_file()
