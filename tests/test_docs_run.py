@@ -16,7 +16,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import d1queue
 from d1queue import Config, D1Queue, Registry
+from d1queue.core.config import resolve_prefix
 from d1queue.core.flow import Limits, Rate
 from d1queue.features.http_request import register_http_job
 from d1queue.interfaces.api import Api
@@ -223,6 +225,36 @@ def test_the_shard_vars_are_a_valid_configuration() -> None:
     assert config.shards == ("DB", "DB_1", "DB_2")
     assert dict(config.shard_map) == {"emails": 1, "reports": 2}
     assert config.routing.shard_of("emails") == 1
+
+
+def test_the_prefix_var_mounts_where_the_code_does() -> None:
+    """docs/library.md's D1QUEUE_PREFIX: read as the prefix, and agreeing
+    with the code's `prefix="/queue"` the page gives beside it."""
+    (block,) = blocks_for(
+        "docs/library.md", "tests/test_docs_run.py::test_the_prefix_var_mounts_where_the_code_does"
+    )
+    var = tomllib.loads(block)["vars"]["D1QUEUE_PREFIX"]
+    assert Config.from_vars({"D1QUEUE_PREFIX": var}).prefix == "/queue"
+    assert resolve_prefix(None, var) == ("/queue", None)
+    assert resolve_prefix("/queue", var) == ("/queue", None)
+
+
+def test_the_release_guides_version_search_finds_the_install_lines() -> None:
+    """docs/releasing.md's grep, run in the repository: it finds every page
+    whose install lines name the built files of this version."""
+    (block,) = blocks_for(
+        "docs/releasing.md",
+        "tests/test_docs_run.py::test_the_release_guides_version_search_finds_the_install_lines",
+    )
+    assert d1queue.__version__ in block
+    run = subprocess.run(
+        ["bash", "-e", "-s"], input=block, cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    pages = {line.split(":", 1)[0] for line in run.stdout.splitlines()}
+    assert pages >= {
+        "README.md", "docs/library.md", "examples/own-worker/README.md", "clients/ts/README.md",
+    }  # fmt: skip
 
 
 def test_the_offline_hosts_options_are_the_ones_it_takes() -> None:

@@ -21,6 +21,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -274,6 +275,11 @@ async def main(env):
     cls = namespace["Default"]
     entry = cls.__new__(cls)  # as workerd makes it: the Worker's own env and ctx
     entry.env, entry.ctx = worker.env, worker.ctx
+    if VARS:  # the Worker's env with the page's [vars] too
+        from pyodide.ffi import to_js
+
+        added = to_js(VARS, dict_converter=js.Object.fromEntries)
+        entry.env = workers._EnvWrapper(js.Object.assign(js.Object.new(), worker.env._env, added))
     answers = {}
     for path in PATHS:
         request = workers.python_from_rpc(js.Request.new("http://worker" + path))
@@ -286,10 +292,16 @@ async def main(env):
 """
 
 
-def run_entry(host: Host, block: str, paths: list[str], cron: bool = False) -> dict[str, Any]:
+def run_entry(
+    host: Host, block: str, paths: list[str], *, cron: bool = False, vars: str = ""
+) -> dict[str, Any]:
     """The page's `Default`, defined by running `block` as a module of the
-    Worker (its `jobs` is src/jobs.py), asked for `paths` over its fetch."""
-    source = f"BLOCK = {block!r}\nPATHS = {paths!r}\nCRON = {cron!r}\n" + ENTRY
+    Worker (its `jobs` is src/jobs.py), asked for `paths` over its fetch,
+    with the `[vars]` of the TOML `vars` added to the Worker's env; `cron`:
+    then its `scheduled` runs."""
+    added = tomllib.loads(vars).get("vars", {})
+    source = f"BLOCK = {block!r}\nPATHS = {paths!r}\nCRON = {cron!r}\nVARS = {added!r}\n"
+    source += ENTRY
     answers: dict[str, Any] = host.python(source)
     return {path: (status, text) for path, (status, text) in answers.items()}
 
@@ -299,7 +311,7 @@ def test_the_entrypoints_run_in_the_worker(
 ) -> None:
     test = "tests/runtime/test_docs_runtime.py::test_the_entrypoints_run_in_the_worker"
     (readme,) = blocks_for("README.md", test)
-    way1, way2 = blocks_for("docs/library.md", test)
+    way1, way2, prefix = blocks_for("docs/library.md", test)
     paths = ["/queue/health", "/queue", "/hello", "/health"]
     for block in (readme, way1):  # d1queue_entrypoint(registry, prefix="/queue")
         answers = run_entry(clean_host, block, paths)
@@ -309,7 +321,7 @@ def test_the_entrypoints_run_in_the_worker(
         assert json.loads(answers["/health"][1])["error"]["code"] == "not_found"
     assert run_entry(clean_host, way1, ["/hello"])["/hello"] == (200, "hello")
     since = len(clean_host.output())
-    answers = run_entry(clean_host, way2, paths, cron=True)
+    answers = run_entry(clean_host, way2, paths, cron=True, vars=prefix)  # D1QUEUE_PREFIX
     assert answers["/queue/health"][0] == 200 and json.loads(answers["/queue/health"][1])["ok"]
     assert answers["/hello"] == (200, "my own routes") and answers["/health"] == (
         200,
