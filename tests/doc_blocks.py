@@ -219,7 +219,7 @@ def _unmarked(block: Block) -> str | None:
     return (
         f"a ```{block.info} block starting {block.first[:50]!r} is neither run by a test"
         " (<!-- tested: tests/x.py::test_y --> before its fence) nor a sketch (`# sketch: why`"
-        " or `// sketch: why` as its first line)"
+        " or `// sketch: why` as its first line; docs/README.md)"
     )
 
 
