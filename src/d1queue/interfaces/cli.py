@@ -3,7 +3,7 @@
     d1queue migrations copy [DIR] [--force]   # d1queue's migrations into DIR (./migrations)
     d1queue migrations path                   # where the wheel keeps them
     d1queue dev [--root DIR] [--port 8787] [--plan free|paid] [host options]
-                                              # serve the Worker offline (devhost.py)
+                                              # serve a Worker offline, with its crons
 
 `copy` puts the migrations the installed d1queue ships into the Worker's
 migrations folder, where `wrangler d1 migrations apply` finds them (its
@@ -14,15 +14,15 @@ content; it is never overwritten unless `--force`, and then it says so).
 Other files in DIR, the Worker's own migrations, are left alone.
 Exit status 1 when a differing file was kept, 2 for a usage error.
 
-`dev` serves the Worker in DIR (its wrangler.toml) with d1queue's offline
-host, as `make dev` serves this repository's: the upload built from its
-pyproject.toml (the installed d1queue vendored in), d1queue's migrations
-copied into its migrations folder when missing (as `copy` does; a kept file
-is said, and the start goes on), the folder applied to a local D1 in
-DIR/.wrangler/state, and its crons run every minute. Other options go to
+`dev` serves the Worker in DIR (its wrangler.toml, or --config FILE) with
+d1queue's offline host, as `make dev` serves this repository's: the upload
+built from its pyproject.toml (the installed d1queue vendored in), d1queue's
+migrations copied into its migrations folder when missing (as `copy` does;
+a kept file is said, and the start goes on), the folder applied to a local
+D1 in DIR/.wrangler/state, and its crons run every minute. Other options go to
 the host as they are: --fresh, --persist-to DIR, --var NAME=VALUE,
---config FILE, --d1-fault RATE, --d1-latency-ms N, --no-limits, --cpu warn,
---consumer-lanes N, ... (docs/offline-host.md).
+--d1-fault RATE, --d1-latency-ms N, --no-limits, --cpu warn,
+--consumer-lanes N, ... (d1queue's docs/offline-host.md).
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def main(
         help="serve a Worker of one's own offline: its crons, a local D1, the plan's limits",
         description="Serve the Worker in --root offline with d1queue's host. Options not"
         " listed here go to the host: --fresh, --persist-to DIR, --var NAME=VALUE,"
-        " --d1-fault RATE, --no-limits, ... (docs/offline-host.md).",
+        " --d1-fault RATE, --no-limits, ... (d1queue's docs/offline-host.md).",
         allow_abbrev=False,  # an abbreviation of a host option would be taken for one of these
     )
     dev.add_argument("--root", type=Path, default=Path("."), help="the Worker's folder (.)")
