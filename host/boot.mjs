@@ -118,7 +118,7 @@ async function migrate(config, root, d1Bindings, splitSqlQuery) {
  * Boot the host's Worker. `host`: {settings (cli.mjs), limits, faults,
  * queueFaults, pending, life (lifecycle.mjs)}; every failure ends the process
  * through life.fail, with Miniflare disposed of. Resolves to
- * {config, crons, lanes, release, pyodide, bundleDir, queueBindings, worker}.
+ * {config, crons, lanes, release, pyodide, bundleDir, queueBindings, worker, prefix}.
  */
 export async function boot(host) {
   const { settings, limits, life } = host;
@@ -173,9 +173,13 @@ export async function boot(host) {
   ]).catch(async (e) => life.fail(`start-up failed: ${e.message}`));
 
   let worker;
+  let prefix;
   try {
     await migrate(config, settings.root, bindings.d1, wrangler.unstable_splitSqlQuery);
     const env = workerEnv(workerOptions, bindings, settings.vars, limits);
+    // Where d1queue is mounted in a Worker of one's own (its D1QUEUE_PREFIX;
+    // the Worker itself checks the var), for the links the host prints.
+    prefix = String(env.D1QUEUE_PREFIX ?? '').trim().replace(/\/+$/, '');
     python.check(pyodide.version);
     worker = loadWorker({
       pyodide, compatFlags, bundleDir, env, limits, pending: host.pending,
@@ -185,5 +189,5 @@ export async function boot(host) {
     return life.fail(e.message);
   }
   workerLoaded(worker);
-  return { config, crons, lanes, release: python.release, pyodide, bundleDir, queueBindings: bindings.queues, worker };
+  return { config, crons, lanes, release: python.release, pyodide, bundleDir, queueBindings: bindings.queues, worker, prefix };
 }

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import ast
+import re
+import shlex
 import shutil
 import subprocess
 import tomllib
@@ -116,7 +118,6 @@ def test_a_requirement_on_d1queue_is_met_by_the_installed_one() -> None:
     own = bundle.installed()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert own is not None and own.package == ROOT / "src" / "d1queue"
-    assert own.version == project["version"]
     named = [bundle._name(r)[0] for r in project["dependencies"]]
     assert [bundle._name(r)[0] for r in own.requires] == named == ["cronsim", "tzdata"]
     sdk = "workers-runtime-sdk==1.9.5"
@@ -168,3 +169,33 @@ def test_the_installed_d1queue_is_copied_as_it_is_and_vendored_again_when_it_cha
     assert bundle.vendor(root, reqs, "3.14", reuse=True, own=own)
     assert (vendored / "d1queue" / "core" / "job.py").read_text() == "# edited\n"
     assert len(pip_calls) == 2
+
+
+def recipe(target: str) -> list[str]:
+    """The commands of a Makefile target."""
+    text = (ROOT / "Makefile").read_text()
+    body = text.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+    return [line.strip() for line in body.splitlines()[1:] if line.startswith("\t")]
+
+
+def test_deploy_dry_run_prints_what_the_upload_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """make deploy-dry-run: the bundle, wrangler's dry-run and the check of
+    check-wrangler, and wrangler's report printed: the modules with their
+    sizes, the total and the bindings. Run here into a folder of the test's
+    (and keeping python_modules/ if vendored from the same list)."""
+    (command,) = recipe("deploy-dry-run")
+    args = shlex.split(command)
+    assert args[:2] == ["$(PY)", "tools/bundle.py"] and "--show" in args, args
+    outdir = tmp_path / "upload"
+    args = [str(outdir) if a == ".wrangler/upload" else a for a in args[2:]]
+    assert str(outdir) in args, "the upload is left in .wrangler/upload"
+    assert bundle.main([*args, "--reuse"]) == 0
+    shown = capsys.readouterr().out
+    for line in ("│ jobs.py ", "│ d1queue/store/claim.py ", "│ Vendored Modules "):
+        assert line in shown, shown
+    assert re.search(r"^Total Upload: [\d.]+ KiB / gzip: [\d.]+ KiB$", shown, re.MULTILINE)
+    assert "env.DB (d1queue)" in shown
+    assert "has the workers SDK and every package src/ imports" in shown
+    assert (outdir / "python_modules" / "workers" / "__init__.py").is_file()

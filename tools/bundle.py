@@ -5,6 +5,8 @@ and a check of what `wrangler deploy` would upload.
     python tools/bundle.py                        # vendor into python_modules/ (make bundle)
     python tools/bundle.py --outdir DIR --check   # then `wrangler deploy --dry-run --outdir DIR`
                                                   # and check DIR (make check-wrangler)
+    python tools/bundle.py --outdir DIR --check --show   # and print wrangler's list of
+                                                         # it (make deploy-dry-run)
 
 Since compatibility date 2026-04-21 (enable_python_external_sdk) the runtime no
 longer provides the `workers` SDK: the upload must carry it in python_modules/,
@@ -247,8 +249,10 @@ def node_env() -> dict[str, str]:
     return env
 
 
-def dry_run(root: Path, outdir: Path) -> None:
-    """`wrangler deploy --dry-run --outdir outdir`: the files the upload holds."""
+def dry_run(root: Path, outdir: Path) -> str:
+    """`wrangler deploy --dry-run --outdir outdir`: the files the upload holds.
+    Returns wrangler's report (its modules and their sizes, the total, the
+    bindings)."""
     shutil.rmtree(outdir, ignore_errors=True)
     wrangler = REPO / "node_modules" / ".bin" / "wrangler"
     cmd = [str(wrangler), "deploy", "--dry-run", "--outdir", str(outdir)]
@@ -257,6 +261,7 @@ def dry_run(root: Path, outdir: Path) -> None:
     )
     if done.returncode != 0:
         raise BundleError(f"{' '.join(cmd)} failed:\n{(done.stdout + done.stderr).strip()}")
+    return (done.stdout + done.stderr).strip()
 
 
 def module_root(root: Path) -> tuple[Path, str]:
@@ -356,9 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check", action="store_true", help="then check DIR has everything src/ imports"
     )
+    parser.add_argument(
+        "--show", action="store_true", help="print wrangler's report: the modules, sizes, bindings"
+    )
     args = parser.parse_args(argv)
-    if args.check and not args.outdir:
-        parser.error("--check needs --outdir")
+    if (args.check or args.show) and not args.outdir:
+        parser.error("--check and --show need --outdir")
     root = args.root.resolve()
     try:
         reqs, own = from_index(requirements(root), installed())
@@ -369,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bundle: {done} {' '.join(reqs)}{mine} for Python {python} in {root / VENDOR}")
         if args.outdir:
             outdir = args.outdir.resolve()
-            dry_run(root, outdir)
+            shown = dry_run(root, outdir)
+            if args.show:
+                print(shown)
             print(f"bundle: wrangler deploy --dry-run wrote the upload to {outdir}")
             if args.check:
                 problems = check(root, outdir)
