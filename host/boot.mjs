@@ -65,11 +65,13 @@ class PythonRelease {
 }
 
 /** The upload, as `make deploy` would upload it: built into --root's
- * .wrangler/bundle by tools/bundle.py (which reuses an up-to-date one). */
+ * .wrangler/bundle by tools/bundle.py (which reuses an up-to-date one), run
+ * by D1QUEUE_HOST_PYTHON when set (`d1queue dev`'s own Python: the upload
+ * vendors the d1queue installed there), else the repository's venv. */
 function buildBundle(root) {
   const outdir = path.join(root, '.wrangler', 'bundle');
   const venvPython = path.join(REPO, '.venv', 'bin', 'python');
-  const python = fs.existsSync(venvPython) ? venvPython : 'python3';
+  const python = process.env.D1QUEUE_HOST_PYTHON || (fs.existsSync(venvPython) ? venvPython : 'python3');
   const args = [path.join(REPO, 'tools', 'bundle.py'), '--root', root, '--reuse', '--outdir', outdir];
   return new Promise((resolve, reject) => {
     execFile(python, args, { maxBuffer: 1 << 24 }, (error, stdout, stderr) => {

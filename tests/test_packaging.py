@@ -21,6 +21,7 @@ import pytest
 from tools import dist as release
 
 import d1queue
+from d1queue.interfaces.devhost import devhost_tree
 
 from .conftest import ROOT
 from .doc_blocks import blocks_for
@@ -85,6 +86,19 @@ def test_the_wheel_is_the_library_alone(tmp_path: Path) -> None:
     assert "d1queue/__main__.py" in modules  # python -m d1queue migrations copy
     assert "d1queue/testing.py" in modules  # the test kit's documented path
     assert all(n.startswith("d1queue/") for n in modules), modules
+    # `d1queue dev`'s host: data files under the prefix, outside the package
+    # (pywrangler vendors site-packages only), the same tree a checkout runs.
+    data = f"d1queue-{d1queue.__version__}.data/data/share/d1queue/devhost/"
+    shipped = {n[len(data) :]: n for n in names if n.startswith(data)}
+    assert set(shipped) == set(devhost_tree(ROOT)), set(shipped) ^ set(devhost_tree(ROOT))
+    wheel_zip = zipfile.ZipFile(wheel)
+    for name, path in devhost_tree(ROOT).items():
+        assert wheel_zip.read(shipped[name]) == path.read_bytes(), name
+    assert all(n.startswith(data) for n in names if ".data/" in n)
+    assert (
+        "d1queue = d1queue.interfaces.cli:main"
+        in wheel_zip.read(f"d1queue-{d1queue.__version__}.dist-info/entry_points.txt").decode()
+    )
 
 
 def readme_section(title: str) -> str:

@@ -338,15 +338,29 @@ def start_host(
         str(bundle),
         *args,
     ]
+    env = {**os.environ, "NO_COLOR": "1", "WRANGLER_SEND_METRICS": "false"}
+    return launch_host(cmd, cwd=ROOT, env=env, own_group=own_group)
+
+
+def launch_host(
+    cmd: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    own_group: bool = False,
+    timeout: float = START_TIMEOUT_S,
+) -> Host:
+    """Run `cmd`, a host (or what becomes one, as `d1queue dev` does), and
+    wait up to `timeout` for its ready line."""
     proc = subprocess.Popen(
         cmd,
-        cwd=ROOT,
+        cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         bufsize=1,
-        env={**os.environ, "NO_COLOR": "1", "WRANGLER_SEND_METRICS": "false"},
+        env=env,
         start_new_session=own_group,
     )
     host = Host(proc)
@@ -364,11 +378,11 @@ def start_host(
         ready.set()  # EOF: the host exited
 
     threading.Thread(target=pump, name="d1queue-host-output", daemon=True).start()
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + timeout
     while not ready.wait(0.1):
         if time.monotonic() > deadline:
             host.stop()
-            raise host._fail(f"host not ready after {START_TIMEOUT_S:.0f}s: {' '.join(cmd)}")
+            raise host._fail(f"host not ready after {timeout:.0f}s: {' '.join(cmd)}")
     if not host.url:
         proc.wait()
         raise host._fail(f"host exited with {proc.returncode} before it was ready: {' '.join(cmd)}")
@@ -405,18 +419,29 @@ def clean_raw_host(raw_host: Host) -> Host:
     return raw_host
 
 
+_wheels: list[Path] = []
+
+
+def built_wheel() -> Path:
+    """This repository's wheel, as `pip wheel --no-deps` builds it, once per session."""
+    if not _wheels:
+        tmp = Path(tempfile.mkdtemp(prefix="d1queue-wheel-"))
+        atexit.register(shutil.rmtree, tmp, True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+             "-w", str(tmp), str(ROOT)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        (wheel,) = tmp.glob("d1queue-*.whl")
+        _wheels.append(wheel)
+    return _wheels[0]
+
+
 def example_worker(name: str, tmp: Path) -> tuple[Path, Path]:
     """examples/<name> built as a user builds it: a copy whose `d1queue`
     dependency is this repository's wheel (not an index's), vendored into
     its python_modules/; returns the copy's root and its upload."""
-    import shutil
-
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp / "dist"), str(ROOT)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    (wheel,) = (tmp / "dist").glob("d1queue-*.whl")
+    wheel = built_wheel()
     root = tmp / name
     shutil.copytree(
         ROOT / "examples" / name, root, ignore=shutil.ignore_patterns("python_modules", ".wrangler")

@@ -1,43 +1,91 @@
-"""examples/own-worker in the host: a Worker of one's own with its own route
-and d1queue inside it under /queue, built as a user builds it: this
-repository's wheel (the Worker glue in it) vendored into python_modules/
-from the example's pyproject.toml, the migrations put in place by
-`python -m d1queue migrations copy` from that vendored copy."""
+"""examples/own-worker as a user runs it, from outside this repository:
+a bare virtualenv, this repository's wheel installed in it (`pip install
+d1queue-*.whl`, its dependencies from the index), the example copied to a
+folder of its own with a token in .dev.vars, and `d1queue dev` there. That
+copies d1queue's migrations into the example's folder, builds the upload
+(the installed d1queue vendored in, never its host), applies the migrations
+to a local D1 and serves the Worker with its crons. The host's npm packages
+are this repository's node_modules (D1QUEUE_HOST_NODE_MODULES), not a
+second `npm ci`."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, TOKEN, Host, example_worker, start_host
+from .conftest import ROOT, TOKEN, Host, built_wheel, launch_host
 from .test_dashboard_http import send
 
 EXAMPLE = ROOT / "examples" / "own-worker"
+DEV_TIMEOUT_S = 240.0
+"""A first start builds the upload too: pip fetches the SDK and d1queue's
+dependencies for Pyodide's Python, then wrangler's dry run, then the boot."""
 
 
 @pytest.fixture(scope="module")
-def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
-    root, bundle = example_worker("own-worker", tmp_path_factory.mktemp("own-worker"))
-    vendored = root / "python_modules"
-    assert (vendored / "d1queue" / "interfaces" / "cloudflare.py").is_file()
-    copy = subprocess.run(
-        [sys.executable, "-m", "d1queue", "migrations", "copy"],
-        cwd=root, env={**os.environ, "PYTHONPATH": str(vendored)},
+def user(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A user's machine: a virtualenv with the wheel, the example beside it."""
+    home = tmp_path_factory.mktemp("user")
+    venv = home / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    install = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(built_wheel())],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
-    assert copy.returncode == 0, copy.stdout + copy.stderr
-    assert sorted(p.name for p in (root / "migrations").glob("*.sql")) == sorted(
-        p.name for p in (ROOT / "migrations").glob("*.sql")
+    assert install.returncode == 0, install.stdout + install.stderr
+    worker = home / "own-worker"
+    shutil.copytree(EXAMPLE, worker, ignore=shutil.ignore_patterns("python_modules", ".wrangler"))
+    (worker / ".dev.vars").write_text(f"D1QUEUE_TOKEN={TOKEN}\n")
+    return home
+
+
+@pytest.fixture(scope="module")
+def own(user: Path) -> Iterator[Host]:
+    # The user's shell: nothing of this repository's Python on the path.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(
+        XDG_CACHE_HOME=str(user / "cache"),
+        D1QUEUE_HOST_NODE_MODULES=str(ROOT / "node_modules"),
+        NO_COLOR="1",
     )
-    host = start_host(root=root, bundle=bundle)
+    host = launch_host(
+        [str(user / "venv" / "bin" / "d1queue"), "dev", "--port", "0", "--fresh", "--test-hooks"],
+        cwd=user / "own-worker", env=env, timeout=DEV_TIMEOUT_S,
+    )  # fmt: skip
     yield host
     host.stop()
+
+
+def test_dev_put_the_migrations_in_place_and_vendored_the_installed_d1queue(
+    own: Host, user: Path
+) -> None:
+    worker = user / "own-worker"
+    shipped = sorted(p.name for p in (ROOT / "migrations").glob("*.sql"))
+    assert sorted(p.name for p in (worker / "migrations").glob("*.sql")) == shipped
+    assert any(
+        f"copied {len(shipped)} of d1queue's migrations into {worker / 'migrations'}" in line
+        for line in own.output()
+    ), own.output()
+    # The upload's d1queue is the installed one, and carries none of the host.
+    stamp = json.loads((worker / ".wrangler" / "python_modules.json").read_text())
+    assert stamp["d1queue"]["package"].startswith(str(user / "venv")), stamp
+    assert "d1queue" not in stamp["requirements"]  # nothing asked of an index
+    upload = worker / ".wrangler" / "bundle"
+    assert (upload / "python_modules" / "d1queue" / "interfaces" / "cloudflare.py").is_file()
+    assert not [p for p in upload.rglob("*") if p.suffix == ".mjs" or p.name == "share"]
+    # The host ran from the user's cache, never from the repository.
+    (folder,) = (user / "cache" / "d1queue").glob("host-*")
+    assert (folder / "host" / "host.mjs").is_file()
+    assert not (user / "venv" / "share" / "d1queue" / "devhost" / ".wrangler").exists()
 
 
 def test_its_own_route_answers_and_d1queue_stays_under_the_prefix(own: Host) -> None:
