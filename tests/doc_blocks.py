@@ -36,12 +36,15 @@ DOCS = ("README.md", "docs/*.md", "clients/ts/README.md", "examples/own-worker/R
 
 PENDING: frozenset[tuple[str, str]] = frozenset(
     {
-        # Install lines, whose authors give them their marks: (page, first line).
+        # Install and run lines, whose authors give them their marks: (page, first line).
         ("README.md", "make dist"),
         ("README.md", "pip install /path/to/d1queue/dist/"),
         ("clients/ts/README.md", "npm install --save-dev @d1queue/types"),
+        ("docs/library.md", "python3 -m venv .venv"),
         ("docs/library.md", "[project]"),
-        ("examples/own-worker/README.md", "pip install /path/to/d1queue/dist/"),
+        ("docs/library.md", 'echo "D1QUEUE_TOKEN='),
+        ("examples/own-worker/README.md", "python3 -m venv .venv"),
+        ("examples/own-worker/README.md", "d1queue migrations copy"),
     }
 )
 """Blocks left unmarked for now, each named by its page and the start of its

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from ..doc_blocks import blocks_for
 from .conftest import ROOT, TOKEN, Host, built_wheel, launch_host
 from .test_dashboard_http import send
+from .test_docs_runtime import placeholders, run_shell
 
 EXAMPLE = ROOT / "examples" / "own-worker"
 DEV_TIMEOUT_S = 240.0
@@ -185,3 +187,17 @@ def test_sign_in_under_the_prefix_answers_at_one_path(own: Host) -> None:
         reply = send(own, "POST", path, {"token": TOKEN, "next": "/ui"})
         assert reply.status == 404 and "set-cookie" not in reply.headers, (path, reply.text)
         assert send(own, "GET", path).status == 404, path
+
+
+def test_the_readmes_walk_runs_as_written(own: Host, user: Path) -> None:
+    """The README's requests, in bash in the example's folder (its
+    .dev.vars), against `d1queue dev` there: 8787 is the port it serves on."""
+    (walk,) = blocks_for(
+        "examples/own-worker/README.md",
+        "tests/runtime/test_own_worker_runtime.py::test_the_readmes_walk_runs_as_written",
+    )
+    since = len(own.output())
+    served = own.url.removeprefix("http://")
+    run_shell([placeholders(walk, {"127.0.0.1:8787": served})], user / "own-worker")
+    own.wait_for_output('"hello.greet"', since)
+    assert any('"who":"ada"' in line.replace(" ", "") for line in own.output()[since:])
