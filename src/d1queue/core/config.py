@@ -138,6 +138,12 @@ class Config:
     in the per-minute counters the dashboard draws (d1queue_stats): one
     extra D1 query and at most one row written per run that settled a job,
     budgeted like the rest."""
+    metrics: bool = True
+    """D1QUEUE_METRICS (on/off): count each settled job into the job metrics
+    per queue and name (GET /v1/metrics; store/metrics.py), inside the
+    settle batch that goes to D1 anyway: no extra query, a row per (queue,
+    name) for the totals and one for the minute per round. off: no
+    statement, no row."""
     keep_failed_s: int = KEEP_FAILED_S
     """D1QUEUE_KEEP_FAILED_S: each cron run deletes failed jobs older than
     this many seconds, at most PRUNE_FAILED a run, oldest first; 0 keeps
@@ -445,8 +451,9 @@ def _parse(name: str, raw: str) -> Any:
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(raw)
         return value
-    if name in ("drain_on_push", "stats"):
-        if raw.lower() not in ("true", "false", "1", "0"):
+    if name in ("drain_on_push", "stats", "metrics"):
+        allowed = ("true", "false", "1", "0") + (("on", "off") if name == "metrics" else ())
+        if raw.lower() not in allowed:
             raise ValueError(raw)
-        return raw.lower() in ("true", "1")
+        return raw.lower() in ("true", "1", "on")
     return raw

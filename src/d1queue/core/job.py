@@ -133,6 +133,11 @@ class QueuedJob:
     """The place it holds under its group's concurrency limit, while held;
     -1 for a job this worker claimed under one, whose number the claim's
     SQL chose (what matters to its retry or undo is that it holds one)."""
+    started_ms: int = field(default=0, compare=False, repr=False)
+    """When its handler started this attempt (epoch ms, the queue's clock;
+    0: not run here), for the wait it is counted with (core/metrics.py)."""
+    ran_ms: float = field(default=0.0, compare=False, repr=False)
+    """How long its handler ran this attempt, in ms."""
     band: int | None = field(default=None, compare=False, repr=False)
     """The band of the key the row was read at (sql.DELAYED_BAND,
     sql.LOCKED_BAND or the priority): with queue, available_at and id, where

@@ -604,6 +604,8 @@ class Drain:
         """One claimed job's outcome (core/outcomes.py), its handler run in
         a slot. Never raises for anything the job did."""
         spec = self.registry.get(job.name)
+        clock = self.queue.clock
+        job.started_ms = clock()  # its wait ends (core/metrics.py)
         decision = decided(job, spec, self.budget.most)
         if decision is not None:
             return decision
@@ -628,10 +630,12 @@ class Drain:
         slots = self.slots
         if not slots.take_now():
             await slots.take()
+            job.started_ms = clock()  # it waited for a handler slot
         try:
             outcome = await _call(job, spec, ctx)
         finally:
             slots.give()
+            job.ran_ms = clock() - job.started_ms
         return outcome if ctx is None else refused(outcome, spec, ctx.refused)
 
     def record(self, outcomes: list[Outcome], marks: list[Mark]) -> None:

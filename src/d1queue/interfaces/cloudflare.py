@@ -329,10 +329,13 @@ class D1QueueWorker:
                     )
                 keep = config.keep_completed_s > 0
                 if config.reservation_s is None:
-                    queue = D1Queue(binding, keep_completed=keep)
+                    queue = D1Queue(binding, keep_completed=keep, metrics=config.metrics)
                 else:
                     queue = D1Queue(
-                        binding, reservation_s=config.reservation_s, keep_completed=keep
+                        binding,
+                        reservation_s=config.reservation_s,
+                        keep_completed=keep,
+                        metrics=config.metrics,
                     )
                 queues.append(queue.derive(binding=queue.binding.metered(self.meter(config))))
             self._shards = ShardSet(queues, config.routing)

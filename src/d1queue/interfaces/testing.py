@@ -175,6 +175,7 @@ class Kit:
             registry=registry,
             clock=self.clock,
             keep_completed=self.config.keep_completed_s > 0,
+            metrics=self.config.metrics,
         )
         """The D1Queue on this kit's database and clock."""
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 from ..core.bounds import check_name, check_stored_name
 from ..core.flow import Limits
 from ..core.job import QueuedJob
-from . import sql
+from . import metrics, sql
 from .failed import (
     FAILED_CURSOR_RULE,
     FailedJob,
@@ -113,9 +113,13 @@ class Admin:
         # A workflow's job is marked ended first (its waiters and batch
         # count the cancel as a failure), in the same transaction.
         cancels = (*sql.END_CANCELLED, *sql.CANCEL_JOBS)
+        # Counted first, from the row the deletes then take (a re-send
+        # finds it gone and counts nothing): store/metrics.py.
+        counted = [metrics.cancelled(id, self.queue.clock())] if self.queue.metrics else []
         *deleted, found = await self.binding.batch(
-            [*((cancel, (id,)) for cancel in cancels), (sql.SELECT_JOB, (id,))]
+            [*counted, *((cancel, (id,)) for cancel in cancels), (sql.SELECT_JOB, (id,))]
         )
+        deleted = deleted[len(counted) :]
         if any(d.changes for d in deleted):
             return "cancelled"
         return "reserved" if found.rows else "missing"

@@ -138,6 +138,8 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         "debounced": False,
         "slot": slot,
         "gslot": gslot,
+        "started_ms": 0,
+        "ran_ms": 0.0,
         "band": band,
         "after": _after(after) if after else None,
         "ignore_failed": False,

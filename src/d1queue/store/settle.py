@@ -29,7 +29,7 @@ from ..core.job import QueuedJob
 from ..core.limits import SubrequestLimitExceeded
 from ..core.log import event, get
 from ..core.outcomes import Mark, Outcome, history_kept
-from . import sql
+from . import metrics, sql
 from .binding import Result, Statement
 from .state import BatchKey, QueueState, batch_key
 from .workflow_ends import ended_apart, ending, ending_batch, follow_ups
@@ -123,7 +123,21 @@ def settling(q: QueueState, outcomes: Sequence[Outcome], now: int) -> Settling:
         if ended:
             also[len(placed)] = ended
         placed.append(ack)
+        if q.metrics:  # right after the ack: its changes() guard it
+            placed.append(metrics.acked([outcomes[i] for i in members], now))
+    if q.metrics:
+        alone = [o for o, at in zip(outcomes, firsts, strict=True) if at not in out.carried]
+        if alone:
+            _before(out, metrics.held(alone, now))
     return out
+
+
+def _before(made: Settling, statement: Statement) -> None:
+    """`statement` first in `made`, the indices of the others moved past it."""
+    made.statements.insert(0, statement)
+    made.firsts = [at + 1 for at in made.firsts]
+    made.carried = {at + 1: v for at, v in made.carried.items()}
+    made.also = {at + 1: v for at, v in made.also.items()}
 
 
 def _whole_batches(q: QueueState, outcomes: Sequence[Outcome]) -> dict[BatchKey, list[int]]:
@@ -205,10 +219,12 @@ async def _settle_alone(q: QueueState, outcome: Outcome, now: int, first: Except
     error D1 says not to retry ("overloaded") is worth a short wait here,
     since the alternative is running a finished job again."""
     own = statements(q, outcome, now)
+    alone = Settling([outcome], own, [0], {}, follow_ups(own))
+    if q.metrics:
+        _before(alone, metrics.held([outcome], now))
     for attempt in range(SETTLE_TRIES):
         try:
-            results = await q.binding.batch(own)
-            alone = Settling([outcome], own, [0], {}, follow_ups(own))
+            results = await q.binding.batch(alone.statements)
             (mark,) = await marks(q, alone, results, maybe_sent=True)
             return mark
         except Exception as exc:

@@ -19,6 +19,10 @@ from typing import Any, ParamSpec, TypeVar
 
 from ..core.bounds import MAX_ERROR_CHARS, PRIORITY_RANGE
 from ..core.flow import LONGEST_WINDOW_MS, RATE_GUARD_MS
+from ..core.metrics import BUCKETS as METRIC_BUCKETS
+from ..core.metrics import HOUR_MS as METRIC_HOUR_MS
+from ..core.metrics import MINUTE_MS as METRIC_MINUTE_MS
+from ..core.metrics import TOTAL as METRIC_TOTAL
 from .rows import JOB_COLUMN_NAMES
 
 T = TypeVar("T")
@@ -1718,6 +1722,189 @@ END_CLEARED = (
     f"AND {WORKFLOW} AND ended = 0",
     f"UPDATE d1queue_jobs SET ended = {ENDED_FAILED} WHERE queue = ?1 AND {LIVE} AND {WORKFLOW} "
     "AND ended = 0",
+)
+
+
+# -- job metrics (migrations/0012_metrics.sql; store/metrics.py) ---------------
+#
+# Each settle batch adds its round's outcomes to the (queue, name) rows of
+# the all-time totals and of the settle's minute: one UPSERT per guard site,
+# one row written per (queue, name) and shape whatever the number of jobs.
+# What it adds is the jobs of ?1, a JSON array of one entry per attempt,
+# [queue, name, outcome (0 completed, 1 retried, 2 failed), wait bucket,
+# wait ms, run bucket, run ms, id, lease end, token]; ?2 the minute (ms).
+# A job is counted only where its settle lands, and only once however often
+# the batch is sent (D1 may commit it and lose the reply): see the guards.
+
+_M_BUCKETS = tuple(range(METRIC_BUCKETS))
+METRICS_COLUMNS = (
+    "queue, period, at, name, completed, retried, failed, cancelled, wait_ms, run_ms, "
+    + ", ".join(f"w{i}" for i in _M_BUCKETS)
+    + ", "
+    + ", ".join(f"r{i}" for i in _M_BUCKETS)
+)
+_M_JOBS = (
+    "(SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]') AS name, "
+    "json_extract(value, '$[2]') AS k, json_extract(value, '$[3]') AS wb, "
+    "json_extract(value, '$[4]') AS ws, json_extract(value, '$[5]') AS rb, "
+    "json_extract(value, '$[6]') AS rs, json_extract(value, '$[7]') AS id, "
+    "json_extract(value, '$[8]') AS until, json_extract(value, '$[9]') AS token "
+    "FROM json_each(?1))"
+)
+_M_SHAPES = f"(SELECT {METRIC_TOTAL} AS period, 0 AS at UNION ALL SELECT {METRIC_MINUTE_MS}, ?2)"
+_M_SUMS = (
+    "SUM(j.k = 0), SUM(j.k = 1), SUM(j.k = 2), 0, SUM(j.ws), SUM(j.rs), "
+    + ", ".join(f"SUM(j.wb = {i})" for i in _M_BUCKETS)
+    + ", "
+    + ", ".join(f"SUM(j.rb = {i})" for i in _M_BUCKETS)
+)
+_M_ADD = ", ".join(
+    f"{c} = {c} + excluded.{c}"
+    for c in (
+        "completed",
+        "retried",
+        "failed",
+        "cancelled",
+        "wait_ms",
+        "run_ms",
+        *(f"w{i}" for i in _M_BUCKETS),
+        *(f"r{i}" for i in _M_BUCKETS),
+    )
+)
+_M_UPSERT = " ON CONFLICT (queue, period, at, name) DO UPDATE SET " + _M_ADD
+
+
+def _metrics_insert(where: str) -> str:
+    return (
+        f"INSERT INTO d1queue_metrics ({METRICS_COLUMNS}) SELECT j.queue, p.period, p.at, "
+        f"j.name, {_M_SUMS} FROM {_M_JOBS} AS j, {_M_SHAPES} AS p WHERE {where} "
+        "GROUP BY j.queue, p.period, p.at, j.name" + _M_UPSERT
+    )
+
+
+# Sent first in a settle batch, before the statements settling the jobs it
+# counts (each of which settles a job by its held key and token): it counts
+# the jobs still held under their claim's token now, which the statements
+# after it in the same transaction then settle. A job whose lease lapsed
+# and was claimed again is not held under our token, and its settle
+# changes nothing: neither counts. A re-send after a lost reply finds each
+# job already settled (deleted, moved to the done band, or released by its
+# retry: reserved_at NULL) and counts nothing, where a guard on the settle's
+# own changes would not do for a retry, whose re-send matches again. Reads
+# one row per job (a seek of the primary key); writes a row per (queue,
+# name) and shape, none when no job was held.
+METRICS_HELD = _metrics_insert(
+    "EXISTS (SELECT 1 FROM d1queue_jobs h WHERE h.queue = j.queue "
+    f"AND h.band = {LOCKED_BAND} AND h.available_at = j.until AND h.id = j.id "
+    "AND h.reservation = j.token AND h.reserved_at IS NOT NULL)"
+)
+
+# Sent right after a statement acknowledging a claim batch's completed jobs
+# at once (DELETE_HELD_BATCH_PLAIN, COMPLETE_HELD_BATCH): it counts them
+# only if that statement changed exactly as many rows (?3). SQLite's
+# changes() is the rows the connection's last INSERT, UPDATE or DELETE
+# changed (not counting rows its triggers changed), and D1 runs a batch's
+# statements in order on one connection in one transaction. A re-send finds
+# the jobs gone and changes none: nothing is counted twice. One that fell
+# short (a lease lost) counts nothing: which jobs landed is not known, and a
+# count must never exceed what happened. Reads nothing from a table; writes
+# a row per (queue, name) and shape.
+METRICS_ACKED = _metrics_insert("changes() = ?3")
+
+# A cancel's count, before the statements deleting the job (CANCEL_JOBS, in
+# the same batch), read from the job's row where they find it: a re-send
+# finds it gone. ?1 id ?2 the minute (ms). Reads the job (as CANCEL_JOBS
+# does); writes its (queue, name)'s totals and minute rows.
+_CANCELLED_JOB = (
+    f"SELECT queue, name FROM d1queue_jobs WHERE id = ?1 AND {LISTED} AND reserved_at IS NULL "
+    f"UNION ALL SELECT queue, name FROM d1queue_jobs WHERE queue IN ({QUEUE_NAMES}) "
+    f"AND band = {LOCKED_BAND} AND id = ?1 AND reserved_at IS NULL"
+)
+METRICS_CANCELLED = (
+    "INSERT INTO d1queue_metrics (queue, period, at, name, cancelled) "
+    f"SELECT c.queue, p.period, p.at, c.name, 1 FROM ({_CANCELLED_JOB}) AS c, {_M_SHAPES} AS p "
+    "WHERE true ON CONFLICT (queue, period, at, name) DO UPDATE SET cancelled = cancelled + 1"
+)
+
+# The all-time totals of every queue (or of ?1 alone; '' for all) and job
+# name (?2; '' for all): the queues walked by seeks, each queue's totals
+# one range of the key. Reads one row per (queue, name) and about one per
+# queue.
+METRICS_TOTALS = (
+    _walk_queues("d1queue_metrics")
+    + f"SELECT m.{METRICS_COLUMNS.replace(', ', ', m.')} FROM q JOIN d1queue_metrics m "
+    f"ON m.queue = q.name AND m.period = {METRIC_TOTAL} AND m.at = 0 "
+    "WHERE (?1 = '' OR q.name = ?1) AND (?2 = '' OR m.name = ?2)"
+)
+
+# A window's series rows of one shape: period ?3, at from ?4 to before ?5,
+# one queue (?1; '' for all) and name (?2; '' for all). Each queue's rows
+# are one range of the key (queue, period, at): reads the window's rows of
+# the queues asked for, and about one per queue for the walk.
+METRICS_SERIES = (
+    _walk_queues("d1queue_metrics")
+    + f"SELECT m.{METRICS_COLUMNS.replace(', ', ', m.')} FROM q JOIN d1queue_metrics m "
+    "ON m.queue = q.name AND m.period = ?3 AND m.at >= ?4 AND m.at < ?5 "
+    "WHERE (?1 = '' OR q.name = ?1) AND (?2 = '' OR m.name = ?2)"
+)
+
+# The cron's rollup: the minute rows of one hour [?1, ?1 + 1 h), summed per
+# (queue, name) into that hour's row, once: the cursor in d1queue_meta
+# (METRICS_ROLLED_KEY) names the last hour rolled, and a run rolls the hour
+# after it only (ROLL_METRICS_MARK moves the cursor in the same batch), so
+# a re-send or an overlapping run finds the cursor moved and reads one row.
+# Reads the hour's minute rows (at most 60 per (queue, name)); writes one
+# row per (queue, name) that ran jobs in that hour.
+METRICS_ROLLED_KEY = "metrics_rolled"
+_ROLL_SUMS = ", ".join(
+    f"SUM({c})"
+    for c in (
+        "completed",
+        "retried",
+        "failed",
+        "cancelled",
+        "wait_ms",
+        "run_ms",
+        *(f"w{i}" for i in _M_BUCKETS),
+        *(f"r{i}" for i in _M_BUCKETS),
+    )
+)
+_ROLL_DUE = (
+    f"COALESCE((SELECT CAST(value AS INTEGER) FROM d1queue_meta WHERE key = "
+    f"'{METRICS_ROLLED_KEY}'), -1) < ?1"
+)
+ROLL_METRICS = (
+    _walk_queues("d1queue_metrics")
+    + f"INSERT INTO d1queue_metrics ({METRICS_COLUMNS}) SELECT m.queue, {METRIC_HOUR_MS}, ?1, "
+    f"m.name, {_ROLL_SUMS} FROM q JOIN d1queue_metrics m ON m.queue = q.name "
+    f"AND m.period = {METRIC_MINUTE_MS} AND m.at >= ?1 AND m.at < ?1 + {METRIC_HOUR_MS} "
+    f"WHERE {_ROLL_DUE} GROUP BY m.queue, m.name "
+    "ON CONFLICT (queue, period, at, name) DO NOTHING"
+)
+# After ROLL_METRICS in its batch: the cursor moves to the hour rolled.
+# ?1 the hour (ms) ?2 now
+ROLL_METRICS_MARK = (
+    "INSERT INTO d1queue_meta (key, value, updated_at) "
+    f"VALUES ('{METRICS_ROLLED_KEY}', CAST(?1 AS TEXT), ?2) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at "
+    "WHERE CAST(d1queue_meta.value AS INTEGER) < ?1"
+)
+# The cursor: the last hour rolled (NULL: none yet).
+METRICS_ROLLED = (
+    f"SELECT CAST(value AS INTEGER) AS at FROM d1queue_meta WHERE key = '{METRICS_ROLLED_KEY}'"
+)
+
+# The cron's prune, bounded: at most ?3 series rows of period ?1 from
+# before ?2, oldest first within each queue (the queues walked by seeks,
+# each queue's rows of the period one range of the key). D1 has no
+# DELETE ... LIMIT: the bound is the subquery's. Reads the rows deleted
+# and a few per queue; writes the rows deleted. A re-send deletes the next
+# rows past the cutoff, if any: never a row younger than it.
+PRUNE_METRICS = (
+    "DELETE FROM d1queue_metrics WHERE (queue, period, at, name) IN ("
+    + _walk_queues("d1queue_metrics")
+    + "SELECT m.queue, m.period, m.at, m.name FROM q JOIN d1queue_metrics m "
+    "ON m.queue = q.name AND m.period = ?1 AND m.at < ?2 LIMIT ?3)"
 )
 
 

@@ -57,6 +57,7 @@ class QueueState:
         clock: Callable[[], int] = now_ms,
         registry: Registry | None = None,
         keep_completed: bool = False,
+        metrics: bool = False,
     ) -> None:
         if not reservation_s > 0:
             raise ValueError(f"reservation_s must be > 0, got {reservation_s!r}")
@@ -74,6 +75,9 @@ class QueueState:
         """Whether completed jobs are kept (with their results) as history,
         on the queues whose registry does not opt them out; False: deleted
         as they complete (D1QUEUE_KEEP_COMPLETED_S = 0)."""
+        self.metrics = metrics
+        """Whether settles and cancels count into the job metrics
+        (store/metrics.py; D1QUEUE_METRICS): False sends nothing for them."""
         self.shard = 0
         """Which database this queue is, of its `shards`."""
         self.shards: Router | None = None

@@ -1,0 +1,162 @@
+"""Job metrics kept in D1 (migrations/0012_metrics.sql): written inside the
+settle batch (settle.py places them), read by the API, the RPC and the
+Prometheus scrape, rolled up and pruned by the cron.
+
+Writing costs no query of its own: the statements ride in the settle batch
+that goes to D1 anyway. Per round, one UPSERT before the statements that
+settle jobs one by one (sql.METRICS_HELD: it counts the jobs still held
+under their token, which those statements then settle), and one after each
+statement acknowledging a claim batch's completions at once
+(sql.METRICS_ACKED, guarded by its `changes()`); each writes a row per
+(queue, name) for the totals and one for the minute. With metrics off
+(D1QUEUE_METRICS = off) nothing is sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.metrics import (
+    HOUR_MS,
+    HOURS_KEPT_MS,
+    MINUTE_MS,
+    MINUTES_KEPT_MS,
+    ROLLUP_MARGIN_MS,
+    WINDOWS,
+    Figures,
+    observation,
+)
+from ..core.outcomes import Outcome
+from . import sql
+from .binding import Binding, Statement
+
+
+def _entry(outcome: Outcome, now: int) -> list[Any]:
+    job = outcome.job
+    started = job.started_ms or now
+    kind, wb, wait, rb, run = observation(outcome.action, job.available_at, started, job.ran_ms)
+    return [
+        job.queue,
+        job.name,
+        kind,
+        wb,
+        wait,
+        rb,
+        round(run, 3),
+        job.id,
+        job.reserved_until or 0,
+        job.reservation or "",
+    ]
+
+
+def _jobs(outcomes: Sequence[Outcome], now: int) -> str:
+    return json.dumps([_entry(o, now) for o in outcomes], separators=(",", ":"))
+
+
+def held(outcomes: Sequence[Outcome], now: int) -> Statement:
+    """The UPSERT counting `outcomes` where their jobs are still held, sent
+    before the statements settling them (sql.METRICS_HELD)."""
+    return (sql.METRICS_HELD, (_jobs(outcomes, now), now - now % MINUTE_MS))
+
+
+def acked(outcomes: Sequence[Outcome], now: int) -> Statement:
+    """The UPSERT counting a claim batch's completions, sent right after the
+    statement acknowledging them, if it changed as many rows (sql.METRICS_ACKED)."""
+    return (sql.METRICS_ACKED, (_jobs(outcomes, now), now - now % MINUTE_MS, len(outcomes)))
+
+
+def cancelled(id: str, now: int) -> Statement:
+    """The UPSERT counting a cancel, sent before its deletes (sql.METRICS_CANCELLED)."""
+    return (sql.METRICS_CANCELLED, (id, now - now % MINUTE_MS))
+
+
+@dataclass
+class Window:
+    """What GET /v1/metrics reads: all-time totals, the window's figures per
+    (queue, name), and its series for charts."""
+
+    totals: dict[tuple[str, str], Figures] = field(default_factory=dict)
+    figures: dict[tuple[str, str], Figures] = field(default_factory=dict)
+    series: dict[tuple[str, str], dict[int, Figures]] = field(default_factory=dict)
+    step_ms: int = MINUTE_MS
+    start_ms: int = 0
+    end_ms: int = 0
+
+
+def _key(row: Any) -> tuple[str, str]:
+    return (str(row["queue"]), str(row["name"]))
+
+
+async def read(
+    binding: Binding, now: int, window: str = "1h", queue: str = "", name: str = ""
+) -> Window:
+    """The totals and one window (core/metrics.py WINDOWS) in one round trip.
+    A 1 h window reads minute rows; longer ones read hour rows, and minute
+    rows for the last hours the cron has not rolled up yet (those starting
+    at or after `cut`, two hours before this hour): at most 60, 24 + 180 or
+    168 + 180 rows per (queue, name) read, whatever the number of jobs."""
+    length, step = WINDOWS[window]
+    end = now - now % MINUTE_MS + MINUTE_MS
+    start = end - length
+    start -= start % step
+    statements: list[Statement] = [(sql.METRICS_TOTALS, (queue, name))]
+    if step == MINUTE_MS:
+        statements.append((sql.METRICS_SERIES, (queue, name, MINUTE_MS, start, end)))
+    else:
+        cut = max(start, now - now % HOUR_MS - 2 * HOUR_MS)
+        statements.append((sql.METRICS_SERIES, (queue, name, HOUR_MS, start, cut)))
+        statements.append((sql.METRICS_SERIES, (queue, name, MINUTE_MS, cut, end)))
+    totals, *series = await binding.batch(statements)
+    out = Window(step_ms=step, start_ms=start, end_ms=end)
+    for row in totals.rows:
+        out.totals.setdefault(_key(row), Figures()).add_row(row)
+    for result in series:
+        for row in result.rows:
+            key = _key(row)
+            at = int(row["at"])
+            at -= at % step
+            out.figures.setdefault(key, Figures()).add_row(row)
+            out.series.setdefault(key, {}).setdefault(at, Figures()).add_row(row)
+    return out
+
+
+def maintenance(now: int, rolled: int | None, budget: int) -> list[Statement]:
+    """The cron's statements (the batch of one run): roll up the hour after
+    the last one rolled (`rolled`, None: none yet, so the last finished
+    hour), if it ended ROLLUP_MARGIN_MS ago, and prune at most `budget`
+    minute rows past MINUTES_KEPT_MS and `budget` hour rows past HOURS_KEPT_MS
+    (minute rows only of hours already rolled up)."""
+    out: list[Statement] = []
+    latest = now - ROLLUP_MARGIN_MS
+    latest -= latest % HOUR_MS
+    latest -= HOUR_MS  # the last hour that ended ROLLUP_MARGIN_MS ago
+    hour = latest if rolled is None else rolled + HOUR_MS
+    # After a long pause the minutes of older hours are gone or going:
+    # catch up from the oldest hour whose minutes are still kept.
+    hour = max(hour, latest - (MINUTES_KEPT_MS - 2 * HOUR_MS))
+    if hour <= latest:
+        out.append((sql.ROLL_METRICS, (hour,)))
+        out.append((sql.ROLL_METRICS_MARK, (hour, now)))
+        rolled = hour
+    if budget > 0:
+        minute_cut = now - MINUTES_KEPT_MS
+        if rolled is not None:
+            minute_cut = min(minute_cut, rolled + HOUR_MS)
+        out.append((sql.PRUNE_METRICS, (MINUTE_MS, minute_cut, budget)))
+        out.append((sql.PRUNE_METRICS, (HOUR_MS, now - HOURS_KEPT_MS, budget)))
+    return out
+
+
+async def maintain(binding: Binding, now: int, budget: int) -> int:
+    """One cron run's rollup and prune (`maintenance`): two round trips,
+    the cursor's read and the batch. Returns the rows pruned."""
+    found = await binding.run(sql.METRICS_ROLLED)
+    rolled = int(found.rows[0]["at"]) if found.rows else None
+    statements = maintenance(now, rolled, budget)
+    if not statements:
+        return 0
+    results = await binding.batch(statements)
+    return sum(r.changes for r in results[-2:]) if budget > 0 else 0

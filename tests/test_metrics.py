@@ -1,0 +1,254 @@
+"""Job metrics (store/metrics.py, migrations/0012_metrics.sql): what the
+settle batch counts, that a re-sent batch or a lost lease never counts
+twice, what it costs, and what the reads and the Prometheus text say."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from d1queue import Config, D1Queue, Registry, drain
+from d1queue.core.errors import Fail, Retry
+from d1queue.core.metrics import (
+    BUCKETS,
+    BUCKETS_S,
+    Figures,
+    bucket,
+    prometheus,
+    quantile,
+    wants_prometheus,
+)
+from d1queue.interfaces.testing import SqliteD1
+from d1queue.store import metrics, sql
+
+from .contract import Clock
+
+
+def registry(clock: Clock) -> Registry:
+    reg = Registry()
+
+    @reg.job("ok")
+    async def ok(payload: Any) -> None:
+        clock.advance(payload or 0)  # the handler "runs" this many seconds
+
+    @reg.job("again")
+    async def again(payload: Any) -> None:
+        raise Retry("later", delay_s=600)
+
+    @reg.job("bad")
+    async def bad(payload: Any) -> None:
+        raise Fail("no")
+
+    return reg
+
+
+def on(db: SqliteD1, clock: Clock) -> D1Queue:
+    return D1Queue(db, clock=clock, metrics=True)
+
+
+def totals(db: SqliteD1) -> dict[tuple[str, str], dict[str, Any]]:
+    rows = db.query(f"SELECT * FROM d1queue_metrics WHERE period = {sql.METRIC_TOTAL}")
+    return {(r["queue"], r["name"]): r for r in rows}
+
+
+def counts(db: SqliteD1) -> dict[tuple[str, str], tuple[int, int, int, int]]:
+    return {
+        k: (r["completed"], r["retried"], r["failed"], r["cancelled"])
+        for k, r in totals(db).items()
+    }
+
+
+async def test_a_drain_counts_each_outcome_once_with_its_wait_and_run(
+    db: SqliteD1, clock: Clock
+) -> None:
+    queue = on(db, clock)
+    for i in range(5):
+        await queue.dispatch("ok", 0.2 if i < 4 else 30)
+    await queue.dispatch("again", None, queue="mail")
+    await queue.dispatch("bad", None, queue="mail")
+    clock.advance(2)  # every job waits 2 s before it starts
+    report = await drain(queue, registry(clock), Config(max_jobs=100))
+    assert (report.completed, report.retried, report.failed) == (5, 1, 1)
+    assert counts(db) == {
+        ("default", "ok"): (5, 0, 0, 0),
+        ("mail", "again"): (0, 1, 0, 0),
+        ("mail", "bad"): (0, 0, 1, 0),
+    }
+    ok = totals(db)[("default", "ok")]
+    run = [ok[f"r{i}"] for i in range(BUCKETS)]
+    assert run[bucket(200)] == 4 and run[bucket(30_000)] == 1 and sum(run) == 5
+    wait = [ok[f"w{i}"] for i in range(BUCKETS)]
+    assert sum(wait) == 5 and ok["run_ms"] == pytest.approx(4 * 200 + 30_000)
+    # Handlers run in turn: the later ones waited for the earlier ones.
+    assert ok["wait_ms"] >= 5 * 2000
+    # The minute's rows carry the same counts as the totals.
+    minute = db.query(f"SELECT * FROM d1queue_metrics WHERE period = {sql.METRIC_MINUTE_MS}")
+    assert sorted((r["queue"], r["name"], r["completed"]) for r in minute) == [
+        ("default", "ok", 5),
+        ("mail", "again", 0),
+        ("mail", "bad", 0),
+    ]
+
+
+async def test_metrics_cost_no_query_and_a_row_per_name_a_round_and_off_costs_nothing(
+    clock: Clock,
+) -> None:
+    async def run(metrics_on: bool) -> tuple[Any, Any, SqliteD1]:
+        db = SqliteD1()
+        db.apply_migrations()
+        queue = D1Queue(db, clock=clock, metrics=metrics_on)
+        for _ in range(50):
+            await queue.dispatch("ok")
+        config = Config(max_jobs=100, batch_size=25, stats=False)
+        report = await drain(queue, registry(clock), config)
+        return report, queue.binding.usage.by_name, db
+
+    with_metrics, names, db_on = await run(True)
+    without, names_off, db_off = await run(False)
+    assert with_metrics.completed == without.completed == 50
+    assert with_metrics.queries == without.queries  # no extra round trip
+    # One guarded UPSERT after each claim batch's acknowledgement, nothing else.
+    extra = {k: v for k, v in names.items() if names_off.get(k) != v}
+    assert extra == {"METRICS_ACKED": with_metrics.statements - without.statements}
+    assert extra["METRICS_ACKED"] <= with_metrics.rounds
+    assert db_off.query("SELECT COUNT(*) AS n FROM d1queue_metrics")[0]["n"] == 0
+    assert counts(db_on) == {("default", "ok"): (50, 0, 0, 0)}
+
+
+@pytest.mark.parametrize("lost", [sql.DELETE_HELD_BATCH_PLAIN, sql.RETRY, sql.FAIL_RECORD])
+async def test_a_settle_resent_after_a_lost_reply_counts_once(
+    db: SqliteD1, clock: Clock, lost: str
+) -> None:
+    queue = on(db, clock)
+    for _ in range(3):
+        await queue.dispatch("ok")
+    await queue.dispatch("again")
+    await queue.dispatch("bad")
+    db.lose_reply_when(lost)  # the batch commits, its reply is lost: sent again
+    report = await drain(queue, registry(clock), Config(max_jobs=100))
+    assert (report.completed, report.retried, report.failed) == (3, 1, 1)
+    assert counts(db) == {
+        ("default", "ok"): (3, 0, 0, 0),
+        ("default", "again"): (0, 1, 0, 0),
+        ("default", "bad"): (0, 0, 1, 0),
+    }
+
+
+async def test_a_settle_refused_then_sent_alone_counts_each_outcome_once(
+    db: SqliteD1, clock: Clock
+) -> None:
+    queue = on(db, clock)
+    for _ in range(3):
+        await queue.dispatch("ok")
+    await queue.dispatch("again")
+    # The round's settle batch fails after it committed (lost reply) and
+    # its re-send is refused: each outcome is then settled alone.
+    db.lose_reply_when(sql.METRICS_ACKED, times=1)
+    db.fail_when(sql.METRICS_ACKED, times=3)
+    report = await drain(queue, registry(clock), Config(max_jobs=100))
+    assert report.completed + report.retried == 4
+    assert counts(db) == {("default", "ok"): (3, 0, 0, 0), ("default", "again"): (0, 1, 0, 0)}
+
+
+async def test_an_outcome_whose_lease_was_lost_is_not_counted(db: SqliteD1, clock: Clock) -> None:
+    queue = on(db, clock)
+    await queue.dispatch("ok")
+    await queue.dispatch("again")
+    held = await queue.reserve_batch("default", 2)
+    assert len(held) == 2
+    # Another worker takes both over after the lease lapsed and settles them.
+    clock.advance(queue.reservation_s + 1)
+    other = await queue.reserve_batch("default", 2)
+    assert len(other) == 2
+    from d1queue.core.outcomes import Outcome
+
+    marks = await queue.settle_outcomes(
+        [Outcome(held[0], "complete"), Outcome(held[1], "retry", delay_s=5)]
+    )
+    assert marks == ["stale", "stale"]
+    assert counts(db) == {}
+    await queue.settle_outcomes([Outcome(other[0], "complete"), Outcome(other[1], "complete")])
+    assert sum(c[0] for c in counts(db).values()) == 2
+
+
+async def test_a_cancel_counts_once_even_resent(db: SqliteD1, clock: Clock) -> None:
+    from d1queue.store.admin import Admin
+
+    queue = on(db, clock)
+    first = await queue.dispatch("ok", queue="mail")
+    second = await queue.dispatch("ok", queue="mail")
+    admin = Admin(queue)
+    db.lose_reply_when(sql.METRICS_CANCELLED, times=1)
+    # The lost reply is re-sent by the binding and finds the job gone.
+    assert await admin.cancel(first) in ("cancelled", "missing")
+    assert await admin.cancel(second) == "cancelled"
+    assert await admin.cancel(second) == "missing"
+    assert counts(db) == {("mail", "ok"): (0, 0, 0, 2)}
+
+
+async def test_the_windows_read_bounded_rows(db: SqliteD1, clock: Clock) -> None:
+    queue = on(db, clock)
+    reg = registry(clock)
+    # 30 hours of work, a round every 10 minutes, on two names.
+    for _ in range(180):
+        await queue.dispatch("ok")
+        await queue.dispatch("again", queue="mail")
+        await drain(queue, reg, Config(max_jobs=10, stats=False))
+        clock.advance(600)
+        await metrics.maintain(queue.binding, clock(), 1000)
+    queue.binding.usage.rows_read = 0
+    before = queue.binding.usage.rows_read
+    window = await metrics.read(queue.binding, clock(), "24h", queue="default")
+    read_rows = queue.binding.usage.rows_read - before
+    assert read_rows <= 2000
+    f = window.figures[("default", "ok")]
+    assert 140 <= f.counts[0] <= 146  # 24 h of a job every 10 minutes
+    assert window.totals[("default", "ok")].counts[0] == 180
+    assert ("mail", "again") not in window.figures
+    assert len(window.series[("default", "ok")]) >= 23
+    hour = await metrics.read(queue.binding, clock(), "1h")
+    again = hour.figures[("mail", "again")]
+    assert again.counts[1] > 0
+    series = hour.series[("mail", "again")].values()
+    assert sum(f.counts[1] for f in series) == again.counts[1]
+
+
+def test_quantiles_interpolate_inside_their_bucket() -> None:
+    counts = [0] * BUCKETS
+    counts[bucket(200)] = 100  # 200 ms: the (0.1, 0.25] bucket
+    assert quantile(counts, 0.5) == pytest.approx(0.175)
+    assert quantile([0] * BUCKETS, 0.5) is None
+    counts[-1] = 1000
+    assert quantile(counts, 0.99) == BUCKETS_S[-1]
+
+
+def test_prometheus_text_parses_with_the_standard_parser() -> None:
+    f = Figures()
+    f.counts = [7, 2, 1, 3]
+    f.run.add([0, 0, 0, 0, 0, 0, 0, 10] + [0] * (BUCKETS - 8), 2000)
+    text = prometheus({("mail", 'we"ird'): f}, {"mail": {"ready": 4, "reserved": 1}})
+    families = {m.name: m for m in text_string_to_metric_families(text)}
+    jobs = {s.labels["outcome"]: s.value for s in families["d1queue_jobs"].samples}
+    assert jobs == {"completed": 7, "retried": 2, "failed": 1, "cancelled": 3}
+    assert families["d1queue_jobs"].type == "counter"
+    run = families["d1queue_job_run_seconds"]
+    assert run.type == "histogram"
+    buckets = {s.labels["le"]: s.value for s in run.samples if s.name.endswith("_bucket")}
+    assert buckets["0.1"] == 0 and buckets["0.25"] == 10 and buckets["+Inf"] == 10
+    (count,) = [s.value for s in run.samples if s.name.endswith("_count")]
+    (total,) = [s.value for s in run.samples if s.name.endswith("_sum")]
+    assert (count, total) == (10, 2.0)
+    gauge = {s.labels["state"]: s.value for s in families["d1queue_queue_jobs"].samples}
+    assert gauge == {"ready": 4, "reserved": 1}
+
+
+def test_the_accept_header_picks_the_format() -> None:
+    prom = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    assert wants_prometheus(prom) == "openmetrics"
+    assert wants_prometheus("text/plain; version=0.0.4") == "text"
+    assert wants_prometheus("application/json") is None
+    assert wants_prometheus("*/*") is None
+    assert wants_prometheus("") is None
+    assert wants_prometheus("application/json, text/plain;q=0.5") is None
