@@ -7,6 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from d1queue import Config, D1Queue, Registry, drain
@@ -252,3 +255,62 @@ def test_the_accept_header_picks_the_format() -> None:
     assert wants_prometheus("*/*") is None
     assert wants_prometheus("") is None
     assert wants_prometheus("application/json, text/plain;q=0.5") is None
+
+
+async def test_get_metrics_answers_json_or_prometheus_text_to_the_token_only(
+    db: SqliteD1, clock: Clock
+) -> None:
+    from d1queue.interfaces.api import Api
+    from d1queue.interfaces.openapi import SPEC
+    from d1queue.interfaces.service import Service
+
+    queue = on(db, clock)
+    reg = registry(clock)
+    for _ in range(4):
+        await queue.dispatch("ok", 0.2)
+    await queue.dispatch("bad", queue="mail")
+    await drain(queue, reg, Config(max_jobs=100, stats=False))
+    await queue.dispatch("ok")  # one waiting: the gauge shows it
+    api = Api(Service(queue, reg), "t" * 32, "1", SPEC)
+    auth = {"authorization": "Bearer " + "t" * 32}
+
+    denied = await api.handle("GET", "https://q/v1/metrics", {}, b"")
+    assert denied.status == 401
+
+    reply = await api.handle("GET", "https://q/v1/metrics?window=24h&queue=default", auth, b"")
+    assert reply.status == 200 and reply.headers["content-type"] == "application/json"
+    (ok,) = reply.body["metrics"]
+    assert (ok["queue"], ok["name"], ok["counts"]["completed"], ok["total"]["completed"]) == (
+        "default",
+        "ok",
+        4,
+        4,
+    )
+    assert 0.1 < ok["run"]["p50_s"] <= 0.25 and ok["run"]["count"] == 4
+    assert reply.body["step_s"] == 3600 and sum(p["completed"] for p in ok["series"]) == 4
+
+    bad = await api.handle("GET", "https://q/v1/metrics?window=2d", auth, b"")
+    assert bad.status == 400
+
+    prom = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    text = await api.handle("GET", "https://q/v1/metrics", {**auth, "accept": prom}, b"")
+    assert text.headers["content-type"].startswith("application/openmetrics-text")
+    families = {m.name: m for m in openmetrics_families(str(text.body))}
+    jobs = {
+        (s.labels["queue"], s.labels["name"], s.labels["outcome"]): s.value
+        for s in families["d1queue_jobs"].samples
+    }
+    assert jobs[("default", "ok", "completed")] == 4 and jobs[("mail", "bad", "failed")] == 1
+    run = families["d1queue_job_run_seconds"].samples
+    count = [s.value for s in run if s.name.endswith("_count") and s.labels["name"] == "ok"]
+    assert count == [4]
+    gauge = {
+        (s.labels["queue"], s.labels["state"]): s.value
+        for s in families["d1queue_queue_jobs"].samples
+    }
+    assert gauge[("default", "ready")] == 1
+
+    plain = await api.handle("GET", "https://q/v1/metrics", {**auth, "accept": "text/plain"}, b"")
+    assert plain.headers["content-type"].startswith("text/plain; version=0.0.4")
+    plain_families = {m.name: m for m in text_string_to_metric_families(str(plain.body))}
+    assert plain_families["d1queue_jobs"].type == "counter"

@@ -93,6 +93,8 @@ def _edge(param: QueryParam) -> tuple[str, str]:
     """A value the document allows at its very edge, and one just past it."""
     if param.type == "string":
         assert param.pattern is not None
+        if param.name == "window":
+            return "7d", "2d"
         return ("q" if param.name == "queue" else "1:x"), "a b"
     assert param.maximum is not None
     return str(param.maximum), str(param.maximum + 1)

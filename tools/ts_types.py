@@ -95,6 +95,14 @@ RPC: dict[str, Method] = {
         ("queues", "queueStats"),
         "Without a queue: every queue (`{queues}`); with one: that queue's stats.",
     ),
+    "metrics": Method(
+        {
+            "window": Arg("query", "metrics", "window"),
+            "queue": Arg("query", "metrics", "queue"),
+            "name": Arg("query", "metrics", "name"),
+        },
+        ("metrics",),
+    ),
     "limits": Method({"queue": Arg("path", "limits", "queue")}, ("limits",)),
     "set_limits": Method(
         {"queue": Arg("path", "setLimits", "queue"), "limits": Arg("body", "setLimits")},

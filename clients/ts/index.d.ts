@@ -508,6 +508,83 @@ export interface Health {
   version: string;
 }
 
+/**
+ * Job metrics per queue and job name over a window. As Prometheus text (d1queue_jobs_total, d1queue_job_wait_seconds, d1queue_job_run_seconds, d1queue_queue_jobs) when the Accept header asks for text/plain or application/openmetrics-text.
+ */
+export interface Metrics {
+  window: "1h" | "24h" | "7d";
+  /** the series' step */
+  step_s: number;
+  /** the window's start, epoch ms */
+  from: number;
+  /** the window's end, epoch ms */
+  to: number;
+  metrics: Array<{
+    queue: string;
+    name: string;
+    /** in the window */
+    counts: {
+      /** minimum 0 */
+      completed: number;
+      /** minimum 0 */
+      retried: number;
+      /** minimum 0 */
+      failed: number;
+      /** minimum 0 */
+      cancelled: number;
+    };
+    /**
+     * Seconds; percentiles interpolated inside the histogram's fixed buckets (upper bounds 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 3600 s and +Inf); null with nothing observed.
+     */
+    wait: {
+      /** minimum 0 */
+      count: number;
+      sum_s: number;
+      p50_s: number | null;
+      p95_s: number | null;
+      p99_s: number | null;
+    };
+    /**
+     * Seconds; percentiles interpolated inside the histogram's fixed buckets (upper bounds 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 3600 s and +Inf); null with nothing observed.
+     */
+    run: {
+      /** minimum 0 */
+      count: number;
+      sum_s: number;
+      p50_s: number | null;
+      p95_s: number | null;
+      p99_s: number | null;
+    };
+    /** all time */
+    total: {
+      /** minimum 0 */
+      completed: number;
+      /** minimum 0 */
+      retried: number;
+      /** minimum 0 */
+      failed: number;
+      /** minimum 0 */
+      cancelled: number;
+    };
+    series: Array<{
+      /** the step's start, epoch ms */
+      at: number;
+      /** minimum 0 */
+      completed: number;
+      /** minimum 0 */
+      retried: number;
+      /** minimum 0 */
+      failed: number;
+      /** minimum 0 */
+      cancelled: number;
+      wait_p50_s: number | null;
+      wait_p95_s: number | null;
+      run_p50_s: number | null;
+      run_p95_s: number | null;
+    }>;
+  }>;
+}
+
 // -- HTTP: one entry per route, keyed by `METHOD path` --
 
 /**
@@ -896,6 +973,22 @@ export interface Routes<N extends string = string> {
       404: ErrorBody;
     };
   };
+  /**
+   * Job metrics per queue and name: counts by outcome, wait and run percentiles, all-time totals and a series; Prometheus text for Accept: text/plain or application/openmetrics-text (operationId `metrics`)
+   */
+  "GET /v1/metrics": {
+    operationId: "metrics";
+    params: {};
+    query: { window?: string; queue?: string; name?: string };
+    body: never;
+    ok: Metrics;
+    responses: {
+      200: Metrics;
+      401: ErrorBody;
+      503: ErrorBody;
+      400: ErrorBody;
+    };
+  };
   /** Create a recurring schedule, or replace the one with this id (operationId `putSchedule`) */
   "POST /v1/schedules": {
     operationId: "putSchedule";
@@ -1047,6 +1140,13 @@ export interface D1Queue<N extends string = string> {
    */
   stats(queue?: string | null): Promise<Queues | Stats>;
   /**
+   * Job metrics per queue and name: counts by outcome, wait and run percentiles, all-time totals and a series; Prometheus text for Accept: text/plain or application/openmetrics-text (as GET /v1/metrics).
+   * `window`: the query parameter `window` of GET /v1/metrics
+   * `queue`: the query parameter `queue` of GET /v1/metrics
+   * `name`: the query parameter `name` of GET /v1/metrics
+   */
+  metrics(window?: string | null, queue?: string | null, name?: string | null): Promise<Metrics>;
+  /**
    * A queue's flow limits and their use now (as GET /v1/queues/{queue}/limits).
    * `queue`: the path parameter `queue` of GET /v1/queues/{queue}/limits
    */
@@ -1130,4 +1230,4 @@ export interface D1Queue<N extends string = string> {
 }
 
 /** The method names of `D1Queue`, in the entrypoint's order. */
-export type D1QueueMethod = "dispatch" | "dispatch_job" | "dispatch_json" | "dispatch_batch" | "stats" | "limits" | "set_limits" | "job" | "completed" | "batch" | "batch_state" | "add_to_batch" | "cancel" | "retry_failed" | "put_schedule" | "schedules" | "schedule" | "delete_schedule" | "pause_schedule" | "resume_schedule";
+export type D1QueueMethod = "dispatch" | "dispatch_job" | "dispatch_json" | "dispatch_batch" | "stats" | "metrics" | "limits" | "set_limits" | "job" | "completed" | "batch" | "batch_state" | "add_to_batch" | "cancel" | "retry_failed" | "put_schedule" | "schedules" | "schedule" | "delete_schedule" | "pause_schedule" | "resume_schedule";

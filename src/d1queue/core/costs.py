@@ -6,7 +6,13 @@ from __future__ import annotations
 
 
 def round_cost(
-    k: int, owed: int = 0, selects: int = 0, ahead: int = 0, *, per_statement: bool = False
+    k: int,
+    owed: int = 0,
+    selects: int = 0,
+    ahead: int = 0,
+    *,
+    per_statement: bool = False,
+    metrics: bool = False,
 ) -> int:
     """The most subrequests a round claiming `k` jobs costs, the settle it
     will owe included:
@@ -18,12 +24,15 @@ def round_cost(
     - the claim batch: `k` UPDATEs and `ahead` SELECTs reading the next
       round's candidates;
     - the settle this round will owe: at most 2 statements a job (a failure
-      is copied to the failed table, then deleted).
+      is copied to the failed table, then deleted), and with `metrics` the
+      UPSERT counting the jobs settled one by one (store/metrics.py; the
+      one after a claim batch's acknowledgement fits in the statements
+      the acknowledgement saves).
 
     A batch costs one subrequest, or with `per_statement` (D1QUEUE_BATCH_COUNTS_AS
     = "statements") as many as it has statements."""
     if per_statement:
-        return owed + selects + (k + ahead) + 2 * k
+        return owed + selects + (k + ahead) + 2 * k + (1 if metrics else 0)
     return (1 if selects else 0) + 1 + 1
 
 

@@ -239,6 +239,9 @@ class Budget:
     """A batch costs its statements (D1QUEUE_BATCH_COUNTS_AS = "statements")."""
     reserve: int = 0
     """Subrequests kept back for the run's counters, sent after the last settle."""
+    metrics: bool = False
+    """Settles carry the job metrics' UPSERTs (store/metrics.py): with
+    batches counted per statement, one more statement a settle."""
     most: int = field(init=False)
     """The most subrequests a job's handler can be given: what a fresh drain
     has once the cheapest round is paid for. A job declaring more fails."""
@@ -281,7 +284,10 @@ class Budget:
         k = min(self.batch_size, self.jobs - claimed)
         m = min(len(active), k)
         per_statement = self.per_statement
-        while k > 0 and round_cost(k, owed, m, m, per_statement=per_statement) > room:
+        metrics = self.metrics
+        while (
+            k > 0 and round_cost(k, owed, m, m, per_statement=per_statement, metrics=metrics) > room
+        ):
             k -= 1
             m = min(m, k)
         if k == 0:
@@ -356,7 +362,12 @@ class Budget:
             # Flow rows a claim takes, and a workflow's job's end (its
             # failure's third settle statement, END_HELD).
             takes = (flow.limits.rows if flow is not None else 0) + int(job.workflow)
-            cost = round_cost(len(chosen) + 1, owed=carried + takes, per_statement=per_statement)
+            cost = round_cost(
+                len(chosen) + 1,
+                owed=carried + takes,
+                per_statement=per_statement,
+                metrics=self.metrics,
+            )
             if cost + declared + need > room:
                 stop = "query_budget"
                 break
@@ -480,6 +491,8 @@ class Drain:
         reason in the report."""
         pending = self.pending
         owed = len(pending) + [o.action for o in pending].count("fail")
+        if pending and self.budget.metrics:
+            owed += 1  # the metrics' UPSERT (round_cost)
         plan = self.budget.plan(
             self.active,
             self.turn,
@@ -718,10 +731,13 @@ async def drain(
     batch_size=10)`) and are validated as Config's are."""
     config = _configured(config, settings)
     queue = leased(queue, registry, config)
+    budget = Budget.of(config, queue.reservation_s, window_s)
+    if queue.metrics:
+        budget = replace(budget, metrics=True)
     state = Drain(
         queue,
         registry,
-        Budget.of(config, queue.reservation_s, window_s),
+        budget,
         meter or queue.binding.meter or Meter.for_plan(PLANS[config.plan]),
         env=env,
         fetch=fetch,

@@ -28,6 +28,7 @@ from ..core.config import token_problem
 from ..core.d1_faults import is_unavailable
 from ..core.guard import CLIENT_HEADER, RETRY_AFTER_S, Guard
 from ..core.log import event, get
+from ..core.metrics import WINDOWS, wants_prometheus
 from ..store.failed import FAILED_CURSOR_RULE
 from ..store.workflows import COMPLETED_CURSOR_RULE
 from .router import QueryParam, Reply, Route, Router, options_reply, without_body
@@ -119,7 +120,9 @@ class Api:
     ) -> ApiReply:
         reply = await self._handle(method, url, headers, body)
         reply.headers.update(NO_STORE)
-        if reply.body is not None:
+        if isinstance(reply.body, Exposition):
+            reply.headers["content-type"] = reply.body.content_type
+        elif reply.body is not None:
             reply.headers["content-type"] = "application/json"
         return without_body(method, reply)
 
@@ -256,6 +259,15 @@ class Api:
         created, result = await self.service.put_schedule(json_object(body))
         return (201 if created else 200), result
 
+    async def _metrics(
+        self, *, query: dict[str, Any], headers: Mapping[str, str], **_: Any
+    ) -> tuple[int, Any]:
+        text = wants_prometheus(headers.get("accept", ""))
+        if text is not None:
+            body = await self.service.metrics_text(openmetrics=text == "openmetrics")
+            return 200, Exposition(body, text)
+        return 200, await self.service.metrics(query["window"], query["queue"], query["name"])
+
     async def _schedules(self, *, query: dict[str, Any], **_: Any) -> tuple[int, Any]:
         return 200, await self.service.schedules(query["limit"], query["cursor"])
 
@@ -320,6 +332,16 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route("POST", "/v1/failed/{id}/retry", _on_path(Service.retry_failed)),
     Route("DELETE", "/v1/failed/{id}", _on_path(Service.delete_failed)),
+    Route(
+        "GET",
+        "/v1/metrics",
+        Api._metrics,
+        query=(
+            QueryParam("window", "string", pattern="(?:" + "|".join(WINDOWS) + ")", default="1h"),
+            QueryParam("queue", "string", pattern=STORED_NAME_RULE),
+            QueryParam("name", "string", pattern=STORED_NAME_RULE),
+        ),
+    ),
     Route("POST", "/v1/schedules", Api._put_schedule),
     Route("GET", "/v1/schedules", Api._schedules, query=paged(STORED_NAME_RULE, default=100)),
     Route("GET", "/v1/schedules/{id}", _on_path(Service.schedule)),
@@ -347,6 +369,22 @@ class Redirect(Exception):
     def __init__(self, location: str) -> None:
         super().__init__(location)
         self.location = location
+
+
+class Exposition(str):
+    """A body sent as the text it is, not as JSON: the Prometheus
+    exposition of GET /v1/metrics, with its content type."""
+
+    content_type: str
+
+    def __new__(cls, text: str, kind: str) -> Exposition:
+        made = super().__new__(cls, text)
+        made.content_type = (
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+            if kind == "openmetrics"
+            else "text/plain; version=0.0.4; charset=utf-8"
+        )
+        return made
 
 
 def prefers_html(accept: str) -> bool:

@@ -40,6 +40,8 @@ not follow redirects: a 3xx status it answers is a ClientError `redirected`
 ERROR_STATUS: dict[str, int] = {
     "malformed_json": 400,
     "invalid_queue": 400,
+    "invalid_window": 400,
+    "invalid_name": 400,
     "invalid_id": 400,
     "invalid_limit": 400,
     "invalid_cursor": 400,
@@ -179,6 +181,14 @@ class Client:
             return await self._transport.call("stats")
         return await self._transport.call("stats", _segment(check_queue, queue))
 
+    async def metrics(
+        self, window: str = "1h", queue: str | None = None, name: str | None = None
+    ) -> dict[str, Any]:
+        """Job metrics per queue and name over `window` ("1h", "24h", "7d"),
+        optionally of one queue and one job name: {window, step_s, from, to,
+        metrics: [{queue, name, counts, wait, run, total, series}]}."""
+        return await self._transport.call("metrics", window, queue, name)
+
     async def limits(self, queue: str) -> dict[str, Any]:
         """A queue's flow limits and their use now ({queue, limits, source,
         running, running_by_group})."""
@@ -240,6 +250,10 @@ class _Http(_Transport):
             return await self._send("POST", f"/v1/batches/{seg[0]}/jobs", {"jobs": args[1]})
         if method == "stats":
             return await self._send("GET", f"/v1/queues/{seg[0]}" if seg else "/v1/queues")
+        if method == "metrics":
+            names = ("window", "queue", "name")
+            query = {k: v for k, v in zip(names, args, strict=True) if v is not None}
+            return await self._send("GET", f"/v1/metrics?{urlencode(query)}")
         if method == "limits":
             return await self._send("GET", f"/v1/queues/{seg[0]}/limits")
         if method == "set_limits":

@@ -50,7 +50,15 @@ from ..features.wake import WAKE_BINDING, Waker, consume
 from ..store.queue import D1Queue
 from ..store.schedules import DUE_LIMITS, trigger_grace_ms
 from ..store.shardset import ShardQueue, ShardSet
-from .api import API_HEADERS, MAX_BODY_BYTES, NO_STORE, Api, json_object, misconfigured
+from .api import (
+    API_HEADERS,
+    MAX_BODY_BYTES,
+    NO_STORE,
+    Api,
+    Exposition,
+    json_object,
+    misconfigured,
+)
 from .dashboard import Dashboard, is_dashboard_path
 from .openapi import document
 from .service import ApiError, Service
@@ -439,6 +447,8 @@ class D1QueueWorker:
             body = read
         inner = urlunsplit(parsed._replace(path=path))  # the API routes /v1/... as its own
         answer = await api.handle(method, inner, headers, body)
+        if isinstance(answer.body, Exposition):  # Prometheus text, sent as it is
+            return Response(str(answer.body), status=answer.status, headers=answer.headers)
         return _json(answer.body, answer.status, answer.headers)
 
     async def scheduled(self, controller: Any) -> None:
@@ -549,6 +559,7 @@ _RPC_METHODS = (
     "dispatch_json",
     "dispatch_batch",
     "stats",
+    "metrics",
     "limits",
     "set_limits",
     "job",
@@ -660,6 +671,19 @@ class D1QueueEntrypoint(WorkerEntrypoint):
         /v1/queues/{queue})."""
         service = self._service()
         return await (service.queues() if queue is None else service.queue_stats(str(queue)))
+
+    async def metrics(
+        self, window: Any = None, queue: Any = None, name: Any = None
+    ) -> dict[str, Any]:
+        """Job metrics per queue and name over a window ("1h", "24h", "7d";
+        default "1h"), optionally of one queue and one job name (GET
+        /v1/metrics): counts by outcome, p50/p95/p99 of wait and run, the
+        all-time totals and a series for charts."""
+        return await self._service().metrics(
+            "1h" if window is None else _py(window),
+            None if queue is None else _py(queue),
+            None if name is None else _py(name),
+        )
 
     async def limits(self, queue: str) -> dict[str, Any]:
         """A queue's flow limits and their use now (GET /v1/queues/{queue}/limits)."""

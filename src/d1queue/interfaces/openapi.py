@@ -32,6 +32,7 @@ from ..core.bounds import (
 )
 from ..core.flow import LIMIT_FIELDS
 from ..core.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
+from ..core.metrics import BUCKETS_S, OUTCOMES, WINDOWS
 from ..core.schedule import (
     CATCH_UP_POLICIES,
     DEFAULT_CATCH_UP,
@@ -545,6 +546,73 @@ SCHEDULE_OUT = {
     },
 }
 
+_NUM_OR_NULL = {"type": ["number", "null"]}
+_COUNTS = {
+    "type": "object",
+    "required": list(OUTCOMES),
+    "properties": {k: {"type": "integer", "minimum": 0} for k in OUTCOMES},
+}
+_TIMES = {
+    "type": "object",
+    "description": "Seconds; percentiles interpolated inside the histogram's fixed buckets "
+    f"(upper bounds {', '.join(f'{b:g}' for b in BUCKETS_S)} s and +Inf); null with "
+    "nothing observed.",
+    "required": ["count", "sum_s", "p50_s", "p95_s", "p99_s"],
+    "properties": {
+        "count": {"type": "integer", "minimum": 0},
+        "sum_s": {"type": "number"},
+        "p50_s": _NUM_OR_NULL,
+        "p95_s": _NUM_OR_NULL,
+        "p99_s": _NUM_OR_NULL,
+    },
+}
+_POINT = {
+    "type": "object",
+    "required": ["at", *OUTCOMES, "wait_p50_s", "wait_p95_s", "run_p50_s", "run_p95_s"],
+    "properties": {
+        "at": {"type": "integer", "description": "the step's start, epoch ms"},
+        **{k: {"type": "integer", "minimum": 0} for k in OUTCOMES},
+        **{k: _NUM_OR_NULL for k in ("wait_p50_s", "wait_p95_s", "run_p50_s", "run_p95_s")},
+    },
+}
+METRICS = {
+    "type": "object",
+    "description": "Job metrics per queue and job name over a window. As "
+    "Prometheus text (d1queue_jobs_total, d1queue_job_wait_seconds, "
+    "d1queue_job_run_seconds, d1queue_queue_jobs) when the Accept header asks "
+    "for text/plain or application/openmetrics-text.",
+    "required": ["window", "step_s", "from", "to", "metrics"],
+    "properties": {
+        "window": {"type": "string", "enum": list(WINDOWS)},
+        "step_s": {"type": "integer", "description": "the series' step"},
+        "from": {"type": "integer", "description": "the window's start, epoch ms"},
+        "to": {"type": "integer", "description": "the window's end, epoch ms"},
+        "metrics": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["queue", "name", "counts", "wait", "run", "total", "series"],
+                "properties": {
+                    "queue": {"type": "string"},
+                    "name": {"type": "string"},
+                    "counts": _COUNTS | {"description": "in the window"},
+                    "wait": _TIMES,
+                    "run": _TIMES,
+                    "total": _COUNTS | {"description": "all time"},
+                    "series": {"type": "array", "items": _POINT},
+                },
+            },
+        },
+    },
+}
+"""GET /v1/metrics's JSON answer (interfaces/service.py Service.metrics)."""
+
+_PROMETHEUS = {
+    "text/plain": {"schema": {"type": "string"}},
+    "application/openmetrics-text": {"schema": {"type": "string"}},
+}
+
+
 SPEC: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {
@@ -597,6 +665,7 @@ SPEC: dict[str, Any] = {
             "Retried": RETRIED,
             "ScheduleDeleted": SCHEDULE_DELETED,
             "Health": HEALTH,
+            "Metrics": METRICS,
         },
         "responses": {
             f"E{c}": _json(_ref("Error"), d)
@@ -665,6 +734,18 @@ PUSH_MANY = {
 OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/v1/openapi.json"): _op("This document", {"200": _json(OBJ, "OpenAPI 3.1")}),
     ("GET", "/v1/queues"): _op("Every queue with stats", _returns("Queues", "queues")),
+    ("GET", "/v1/metrics"): _op(
+        "Job metrics per queue and name: counts by outcome, wait and run percentiles, "
+        "all-time totals and a series; Prometheus text for Accept: text/plain or "
+        "application/openmetrics-text",
+        {
+            "200": {
+                "description": "metrics",
+                "content": {"application/json": {"schema": _ref("Metrics")}} | _PROMETHEUS,
+            }
+        },
+        400,
+    ),
     ("GET", "/v1/queues/{queue}"): _op("A queue's stats", STATS_OK, 400),
     ("POST", "/v1/queues/{queue}/pause"): _op(
         "Stop draining a queue (pushes still accepted)", STATS_OK, 400
@@ -769,6 +850,7 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/queues/{queue}/jobs/batch"): "dispatchBatch",
     ("DELETE", "/v1/queues/{queue}/jobs"): "clearQueue",
     ("GET", "/v1/queues"): "queues",
+    ("GET", "/v1/metrics"): "metrics",
     ("GET", "/v1/queues/{queue}"): "queueStats",
     ("POST", "/v1/queues/{queue}/pause"): "pauseQueue",
     ("POST", "/v1/queues/{queue}/resume"): "resumeQueue",

@@ -46,11 +46,13 @@ from ..core.errors import (
 )
 from ..core.flow import Limits, LimitsError
 from ..core.job import QueuedJob, new_id
+from ..core.metrics import OUTCOMES, WINDOWS, Figures, prometheus
 from ..core.outcomes import history_kept
 from ..core.registry import Registry, spec_for
 from ..core.schedule import DEFAULT_CATCH_UP, DEFAULT_TZ, ScheduleDef, ScheduleError
 from ..core.shards import merge_pages, shard_of_id
 from ..features.after_push import AfterPush
+from ..store import metrics as store_metrics
 from ..store.admin import QueueStats
 from ..store.aggregate import ShardedAdmin, ShardedSchedules
 from ..store.failed import FailedJob
@@ -190,6 +192,25 @@ def _int(obj: dict[str, Any], key: str, lo: int, hi: int, where: str = "") -> in
 
 def _stats(s: QueueStats) -> dict[str, Any]:
     return asdict(s)
+
+
+def _merge(into: Figures, other: Figures) -> None:
+    into.counts = [a + b for a, b in zip(into.counts, other.counts, strict=True)]
+    into.wait.add(other.wait.counts, other.wait.sum_s * 1000)
+    into.run.add(other.run.counts, other.run.sum_s * 1000)
+
+
+def _point(at: int, f: Figures) -> dict[str, Any]:
+    """One step of a chart: its counts and its p50/p95 wait and run."""
+    wait, run = f.wait.summary(), f.run.summary()
+    return {
+        "at": at,
+        **dict(zip(OUTCOMES, f.counts, strict=True)),
+        "wait_p50_s": wait["p50_s"],
+        "wait_p95_s": wait["p95_s"],
+        "run_p50_s": run["p50_s"],
+        "run_p95_s": run["p95_s"],
+    }
 
 
 def stored_payload(text: str) -> Any:
@@ -571,6 +592,84 @@ class Service:
     async def queue_stats(self, queue: str) -> dict[str, Any]:
         (stats,) = await self.admin.stats(check_stored_queue(queue))
         return _stats(stats)
+
+    # -- metrics (store/metrics.py) ------------------------------------------------
+
+    async def _metrics_window(
+        self, window: str, queue: str | None, name: str | None
+    ) -> store_metrics.Window:
+        """One window's figures over every shard, merged."""
+        if window not in WINDOWS:
+            raise ApiError(
+                400, "invalid_window", f"window must be one of {', '.join(WINDOWS)}, not {window!r}"
+            )
+        q = "" if queue is None else check_stored_queue(queue)
+        if name is not None and not is_stored_name(name):
+            raise ApiError(400, "invalid_name", name_refusal("name", name, STORED_NAME_RULE))
+        n = name or ""
+        now = self.queue.clock()
+        shards = await self.shards.each(lambda s: store_metrics.read(s.binding, now, window, q, n))
+        merged = shards[0]
+        for other in shards[1:]:
+            for mine, theirs in (
+                (merged.totals, other.totals),
+                (merged.figures, other.figures),
+            ):
+                for key, f in theirs.items():
+                    _merge(mine.setdefault(key, Figures()), f)
+            for key, points in other.series.items():
+                into = merged.series.setdefault(key, {})
+                for at, f in points.items():
+                    _merge(into.setdefault(at, Figures()), f)
+        return merged
+
+    async def metrics(
+        self, window: str = "1h", queue: str | None = None, name: str | None = None
+    ) -> dict[str, Any]:
+        """Per queue and job name: the window's counts by outcome, wait and
+        run (count, sum, p50/p95/p99 from the histogram buckets), the
+        all-time totals, and the window's series for charts (one point a
+        minute for 1h, an hour for 24h and 7d; steps with no job left out)."""
+        w = await self._metrics_window(window, queue, name)
+        out = []
+        for key in sorted(set(w.totals) | set(w.figures)):
+            f = w.figures.get(key, Figures())
+            total = w.totals.get(key, Figures())
+            points = w.series.get(key, {})
+            out.append(
+                {
+                    "queue": key[0],
+                    "name": key[1],
+                    "counts": dict(zip(OUTCOMES, f.counts, strict=True)),
+                    "wait": f.wait.summary(),
+                    "run": f.run.summary(),
+                    "total": dict(zip(OUTCOMES, total.counts, strict=True)),
+                    "series": [_point(at, points[at]) for at in sorted(points)],
+                }
+            )
+        return {
+            "window": window,
+            "step_s": w.step_ms // 1000,
+            "from": w.start_ms,
+            "to": w.end_ms,
+            "metrics": out,
+        }
+
+    async def metrics_text(self, *, openmetrics: bool = False) -> str:
+        """The all-time totals and the jobs per queue by state now, in the
+        Prometheus text exposition format (core/metrics.py prometheus)."""
+        w = await self._metrics_window("1h", None, None)
+        states = {
+            s.queue: {
+                "ready": s.ready,
+                "delayed": s.delayed,
+                "reserved": s.reserved,
+                "waiting": s.waiting,
+                "failed": s.failed,
+            }
+            for s in await self.admin.stats()
+        }
+        return prometheus(w.totals, states, openmetrics=openmetrics)
 
     async def set_paused(self, queue: str, paused: bool) -> dict[str, Any]:
         await self.admin.set_paused(check_queue(queue), paused)
