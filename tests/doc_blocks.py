@@ -34,23 +34,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ("README.md", "docs/*.md", "clients/ts/README.md", "examples/own-worker/README.md")
 """The pages whose every block is run by a test or marked (globs, from ROOT)."""
 
-PENDING: frozenset[tuple[str, str]] = frozenset(
-    {
-        # Install and run lines, whose authors give them their marks: (page, first line).
-        ("README.md", "make dist"),
-        ("README.md", "pip install /path/to/d1queue/dist/"),
-        ("clients/ts/README.md", "npm install --save-dev @d1queue/types"),
-        ("docs/library.md", "python3 -m venv .venv"),
-        ("docs/library.md", "[project]"),
-        ("docs/library.md", 'echo "D1QUEUE_TOKEN='),
-        ("examples/own-worker/README.md", "python3 -m venv .venv"),
-        ("examples/own-worker/README.md", "d1queue migrations copy"),
-    }
-)
-"""Blocks left unmarked for now, each named by its page and the start of its
-first line. An entry that names no unmarked block is itself a problem, so
-the list empties as the blocks get their marks."""
-
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 TESTED = re.compile(r"^\s*<!--\s*tested:\s*(?P<tests>.*?)\s*-->\s*$")
 TEST_ID = re.compile(r"^tests/[\w/]+\.py::test_\w+$")
@@ -241,14 +224,11 @@ def _calls_in_tests(root: Path) -> list[tuple[Path, str, str]]:
     return calls
 
 
-def problems(
-    root: Path = ROOT, docs: Iterable[str] = DOCS, pending: frozenset[tuple[str, str]] = PENDING
-) -> list[str]:
+def problems(root: Path = ROOT, docs: Iterable[str] = DOCS) -> list[str]:
     """Every block neither run by a test nor marked, and every marker or
     blocks_for call that does not hold."""
     found: list[str] = []
     marked: set[tuple[str, str]] = set()
-    left = set(pending)
     for doc in doc_paths(root, docs):
         for block in blocks(doc, root):
             for test in block.tested:
@@ -260,14 +240,8 @@ def problems(
                 if why:
                     found.append(f"{block.where()}: marked tested, but {why}")
             why = None if block.tested else _unmarked(block)
-            entry = next((p for p in pending if p[0] == doc and block.first.startswith(p[1])), None)
-            if why and entry:
-                left.discard(entry)
-            elif why:
+            if why:
                 found.append(f"{block.where()}: {why}")
-    found += [
-        f"PENDING names {entry}, which is no unmarked block: remove it" for entry in sorted(left)
-    ]
     walked = set(doc_paths(root, docs))
     for path, doc, test in _calls_in_tests(root):
         if doc in walked and (doc, test) not in marked:

@@ -61,8 +61,8 @@ a diagram
 """
 
 
-def walk(root: Path, pending: frozenset[tuple[str, str]] = frozenset()) -> list[str]:
-    return problems(root, ("docs/*.md",), pending)
+def walk(root: Path) -> list[str]:
+    return problems(root, ("docs/*.md",))
 
 
 def test_a_page_whose_blocks_are_run_sketched_or_text_passes(tmp_path: Path) -> None:
@@ -152,14 +152,3 @@ def test_a_read_no_block_answers_is_named(tmp_path: Path) -> None:
     ]
     with pytest.raises(AssertionError, match=r"no block of docs/a\.md is marked"):
         doc_blocks.blocks_for("docs/a.md", "tests/test_a.py::test_c", root)
-
-
-def test_a_pending_block_passes_until_it_is_marked(tmp_path: Path) -> None:
-    page = f"{FENCE}toml\n[project]\ndependencies = []\n{FENCE}\n"
-    root = tree(tmp_path, {"docs/a.md": page})
-    pending = frozenset({("docs/a.md", "[project]")})
-    assert walk(root, pending) == []
-    tree(root, {"docs/a.md": page.replace("[project]", "# sketch: yours\n[project]")})
-    assert walk(root, pending) == [
-        "PENDING names ('docs/a.md', '[project]'), which is no unmarked block: remove it"
-    ]

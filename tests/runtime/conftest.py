@@ -80,6 +80,9 @@ class Host:
     proc: subprocess.Popen[str]
     url: str = ""
     lines: list[str] = field(default_factory=list)
+    terminal: bool = False
+    """Started by a shell, in a process group of its own: stopped as Ctrl-C
+    in a terminal stops it (launch_host's `terminal`)."""
 
     def output(self) -> list[str]:
         """The host's stdout and stderr lines so far (the Worker's prints and logs too).
@@ -245,6 +248,9 @@ class Host:
         self.proc.wait()
 
     def stop(self) -> None:
+        if self.terminal:
+            self._interrupt()
+            return
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)  # the host disposes Miniflare and its temp state
             try:
@@ -252,6 +258,28 @@ class Host:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def _interrupt(self) -> None:
+        """Ctrl-C: SIGINT to the whole process group (the shell, the host it
+        started, the host's workerd); then wait until every one has ended,
+        and SIGKILL what is left after 20 s."""
+        group = self.proc.pid
+        try:
+            os.killpg(group, signal.SIGINT)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 20
+        try:
+            self.proc.wait(timeout=20)
+            while time.monotonic() < deadline:
+                os.killpg(group, 0)  # ProcessLookupError once the group is empty
+                time.sleep(0.1)
+            os.killpg(group, signal.SIGKILL)
+        except subprocess.TimeoutExpired:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
 
 ECHO_EVENT = "example.echo"
@@ -349,9 +377,12 @@ def launch_host(
     env: dict[str, str],
     own_group: bool = False,
     timeout: float = START_TIMEOUT_S,
+    terminal: bool = False,
 ) -> Host:
     """Run `cmd`, a host (or what becomes one, as `d1queue dev` does), and
-    wait up to `timeout` for its ready line."""
+    wait up to `timeout` for its ready line. With `terminal`, `cmd` is a
+    shell that starts the host: it runs in a process group of its own, and
+    Host.stop() stops the group as Ctrl-C does."""
     proc = subprocess.Popen(
         cmd,
         cwd=cwd,
@@ -361,9 +392,9 @@ def launch_host(
         text=True,
         bufsize=1,
         env=env,
-        start_new_session=own_group,
+        start_new_session=own_group or terminal,
     )
-    host = Host(proc)
+    host = Host(proc, terminal=terminal)
     ready = threading.Event()
 
     def pump() -> None:

@@ -332,6 +332,33 @@ def test_the_entrypoints_run_in_the_worker(
     assert [d["trigger"] for d in drains] == ["cron * * * * *"], drains
 
 
+def migrations_applied(
+    folder: Path, commands: str, python: Path, env: dict[str, str]
+) -> tuple[set[str], list[str]]:
+    """Run migration `commands` in bash in `folder` (a Worker's, its
+    wrangler.toml), with `python`'s folder (the `d1queue` command's) first on
+    the path and `env`; npx finds wrangler in this repository's node_modules.
+    Returns the tables of the one local D1 they leave in .wrangler/state and
+    the migrations applied to it, in order."""
+    (folder / "node_modules").symlink_to(ROOT / "node_modules")
+    run = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-e", "-s"], input=commands, cwd=folder,
+        capture_output=True, text=True, timeout=300, check=False,
+        env={"PATH": f"{python}:{NODE.parent}:/usr/bin:/bin", "HOME": str(folder),
+             "WRANGLER_SEND_METRICS": "false", "NO_COLOR": "1", **env},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    (database,) = [
+        p for p in (folder / ".wrangler" / "state").rglob("*.sqlite") if p.name != "metadata.sqlite"
+    ]
+    with sqlite3.connect(database) as db:
+        tables = {
+            name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        applied = [name for (name,) in db.execute("SELECT name FROM d1_migrations ORDER BY id")]
+    return tables, applied
+
+
 def test_the_library_guides_migrations_apply_as_written(tmp_path: Path) -> None:
     """docs/library.md's wrangler.toml, and its migration commands run in
     its folder: d1queue's migrations copied, then applied by wrangler to the
@@ -339,28 +366,13 @@ def test_the_library_guides_migrations_apply_as_written(tmp_path: Path) -> None:
     test = "tests/runtime/test_docs_runtime.py::test_the_library_guides_migrations_apply_as_written"
     config, commands = blocks_for("docs/library.md", test)
     (tmp_path / "wrangler.toml").write_text(config)
-    (tmp_path / "node_modules").symlink_to(ROOT / "node_modules")  # npx finds wrangler there
     python = Path(sys.executable).parent
-    run = subprocess.run(
-        ["bash", "--noprofile", "--norc", "-e", "-s"], input=commands, cwd=tmp_path,
-        capture_output=True, text=True, timeout=300, check=False,
-        env={"PATH": f"{python}:{NODE.parent}:/usr/bin:/bin", "HOME": str(tmp_path),
-             "PYTHONPATH": str(ROOT / "src"), "WRANGLER_SEND_METRICS": "false", "NO_COLOR": "1"},
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
+    tables, applied = migrations_applied(
+        tmp_path, commands, python, {"PYTHONPATH": str(ROOT / "src")}
+    )
     shipped = sorted(p.name for p in (ROOT / "migrations").glob("*.sql"))
     assert sorted(p.name for p in (tmp_path / "migrations").glob("*.sql")) == shipped
     assert sorted(p.name for p in (tmp_path / "db" / "mig").glob("*.sql")) == shipped
-    (database,) = [
-        p
-        for p in (tmp_path / ".wrangler" / "state").rglob("*.sqlite")
-        if p.name != "metadata.sqlite"
-    ]
-    with sqlite3.connect(database) as db:
-        tables = {
-            name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
-        applied = [name for (name,) in db.execute("SELECT name FROM d1_migrations ORDER BY id")]
     assert {"d1queue_jobs", "d1queue_failed_jobs", "d1queue_schedules"} <= tables
     assert applied == shipped
 
