@@ -51,6 +51,7 @@ async def fresh(db: Any, clock: Clock, **options: Any) -> D1Queue:
             ("DELETE FROM d1queue_deps", ()),
             ("DELETE FROM d1queue_batches", ()),
             ("DELETE FROM d1queue_batch_parts", ()),
+            ("DELETE FROM d1queue_metrics", ()),
         ]
     )
     return queue
@@ -1086,6 +1087,147 @@ async def case_a_chain_runs_in_order_and_a_failed_link_fails_the_rest(
     failed = {f.id: f.error for f in await queue.failed_jobs()}
     assert failed.keys() == {x, y, z}, failed
     assert (failed[y], failed[z]) == (f"dependency {x} failed", f"dependency {y} failed")
+
+
+
+# -- job metrics ------------------------------------------------------------------------
+
+
+async def metric_counts(queue: D1Queue) -> dict[str, tuple[int, int, int, int]]:
+    """The all-time totals per job name: (completed, retried, failed, cancelled)."""
+    found = await queue.binding.run(
+        "SELECT name, completed, retried, failed, cancelled FROM d1queue_metrics "
+        f"WHERE period = {sql.METRIC_TOTAL}"
+    )
+    return {
+        r["name"]: (r["completed"], r["retried"], r["failed"], r["cancelled"]) for r in found.rows
+    }
+
+
+async def case_changes_in_a_batch_is_the_row_count_of_the_statement_before(
+    db: Any, clock: Clock
+) -> None:
+    """What the metrics' acknowledgement guard (sql.METRICS_ACKED) stands on:
+    inside one db.batch, SQLite's changes() is the rows the last INSERT,
+    UPDATE or DELETE before it changed (a SELECT between leaves it), and
+    not the rows its triggers changed."""
+    queue = await fresh(db, clock)
+    keys = "SELECT 1 FROM d1queue_meta WHERE key LIKE 'contract_changes_%'"
+    seen = (
+        "INSERT INTO d1queue_meta (key, value, updated_at) "
+        "SELECT 'contract_changes_' || ?1, CAST(changes() AS TEXT), 0"
+    )
+    results = await queue.binding.batch(
+        [
+            (
+                "INSERT INTO d1queue_meta (key, value, updated_at) VALUES "
+                "('contract_changes_a', 'x', 0), ('contract_changes_b', 'x', 0), "
+                "('contract_changes_c', 'x', 0)",
+                (),
+            ),
+            (seen, ("after_insert",)),
+            (
+                "UPDATE d1queue_meta SET value = 'y' WHERE key IN "
+                "('contract_changes_a', 'contract_changes_b')",
+                (),
+            ),
+            (seen, ("after_update",)),
+            (keys, ()),
+            ("DELETE FROM d1queue_meta WHERE key = 'contract_changes_none'", ()),
+            (seen + " WHERE changes() = 0", ("after_nothing",)),
+        ]
+    )
+    assert [r.changes for r in results[:4]] == [3, 1, 2, 1]
+    found = await queue.binding.run(
+        "SELECT key, value FROM d1queue_meta WHERE key LIKE 'contract_changes_after%'"
+    )
+    got = {r["key"].removeprefix("contract_changes_"): r["value"] for r in found.rows}
+    assert got == {"after_insert": "3", "after_update": "2", "after_nothing": "0"}, got
+    await queue.binding.run("DELETE FROM d1queue_meta WHERE key LIKE 'contract_changes_%'")
+
+
+async def case_a_claim_batchs_acknowledgement_is_counted_once_even_resent(
+    db: Any, clock: Clock
+) -> None:
+    """A claim batch's completions acknowledged by one statement, with and
+    without history (COMPLETE_HELD_BATCH fires the schema's triggers for a
+    batch's jobs, DELETE_HELD_BATCH_PLAIN none), are counted once by the
+    guarded UPSERT after it; the same settle re-sent after a lost reply
+    counts nothing more."""
+    for keep in (False, True):
+        queue = await fresh(db, clock, metrics=True, keep_completed=keep)
+        at_d1s_time(clock)
+        replies = LostReplies(queue)
+        if keep:  # a batch's jobs: their acknowledgement fires the triggers
+            await queue.batch([queue.new_job("t", i) for i in range(3)])
+        else:
+            for i in range(3):
+                await queue.dispatch("t", i)
+        won, _ = await claim_round(queue, "default", 3)
+        assert len(won) == 3
+        before = dict(queue.binding.usage.by_name)
+        assert await queue.settle([Outcome(j, "complete") for j in won]) == [True] * 3
+        used = {k: v - before.get(k, 0) for k, v in queue.binding.usage.by_name.items()}
+        ack = "COMPLETE_HELD_BATCH" if keep else "DELETE_HELD_BATCH_PLAIN"
+        assert used.get(ack) == 1 and used.get("METRICS_ACKED") == 1, used
+        assert await metric_counts(queue) == {"t": (3, 0, 0, 0)}, keep
+        for i in range(3):
+            await queue.dispatch("t", i)
+        won, _ = await claim_round(queue, "default", 3)
+        replies.lose(1)
+        assert await queue.settle([Outcome(j, "complete") for j in won]) == [True] * 3
+        assert replies.lost == 1
+        assert await metric_counts(queue) == {"t": (6, 0, 0, 0)}, keep
+
+
+async def case_an_acknowledgement_that_falls_short_counts_none_of_its_jobs(
+    db: Any, clock: Clock
+) -> None:
+    """One job of a claim batch overran its lease and another worker took it:
+    the batch's acknowledgement changes 2 rows, not 3, and its guard counts
+    none of them (which jobs landed is not known to the statement); the
+    other worker's completion counts its one."""
+    queue = await fresh(db, clock, metrics=True)
+    for i in range(3):
+        await queue.dispatch("t", i)
+    won, _ = await claim_round(queue, "default", 3)
+    clock.advance(queue.reservation_s + 1)
+    other = D1Queue(db, clock=clock, metrics=True)
+    taken, _ = await claim_round(other, "default", 1)
+    assert len(taken) == 1
+    assert sorted(await queue.settle([Outcome(j, "complete") for j in won])) == [False, True, True]
+    assert await metric_counts(queue) == {}
+    assert await other.complete(taken[0]) is True
+    assert await metric_counts(queue) == {"t": (1, 0, 0, 0)}
+
+
+async def case_outcomes_settled_one_by_one_are_counted_once_even_resent(
+    db: Any, clock: Clock
+) -> None:
+    """A retry, a failure and a completion that each take their own
+    statements are counted by the UPSERT before them, from the jobs still
+    held under their token; the settle re-sent after a lost reply finds
+    them settled and counts nothing more, and a stale holder counts nothing."""
+    queue = await fresh(db, clock, metrics=True)
+    replies = LostReplies(queue)
+    for name in ("r", "f", "c"):
+        await queue.dispatch(name, None)
+    won = {j.name: j for j in (await claim_round(queue, "default", 3))[0]}
+    outcomes = [
+        Outcome(won["r"], "retry", delay_s=600, error="again"),
+        Outcome(won["f"], "fail", error="no"),
+    ]
+    replies.lose(1)
+    assert await queue.settle(outcomes) == [True, True]
+    assert replies.lost == 1
+    assert await queue.settle([Outcome(won["c"], "complete")]) == [True]
+    assert await metric_counts(queue) == {
+        "r": (0, 1, 0, 0),
+        "f": (0, 0, 1, 0),
+        "c": (1, 0, 0, 0),
+    }
+    assert await queue.settle([Outcome(won["c"], "complete")]) == [False], "stale"
+    assert (await metric_counts(queue))["c"] == (1, 0, 0, 0)
 
 
 CASES = {name: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}

@@ -1804,7 +1804,10 @@ METRICS_HELD = _metrics_insert(
 # only if that statement changed exactly as many rows (?3). SQLite's
 # changes() is the rows the connection's last INSERT, UPDATE or DELETE
 # changed (not counting rows its triggers changed), and D1 runs a batch's
-# statements in order on one connection in one transaction. A re-send finds
+# statements in order on one connection in one transaction (the contract's
+# case_changes_in_a_batch_is_the_row_count_of_the_statement_before holds it
+# on Miniflare's D1 as on SQLite; production D1 runs the same SQLite, but no
+# test here reaches it). A re-send finds
 # the jobs gone and changes none: nothing is counted twice. One that fell
 # short (a lease lost) counts nothing: which jobs landed is not known, and a
 # count must never exceed what happened. Reads nothing from a table; writes
