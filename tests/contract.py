@@ -1089,7 +1089,6 @@ async def case_a_chain_runs_in_order_and_a_failed_link_fails_the_rest(
     assert (failed[y], failed[z]) == (f"dependency {x} failed", f"dependency {y} failed")
 
 
-
 # -- job metrics ------------------------------------------------------------------------
 
 
