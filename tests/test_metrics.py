@@ -27,6 +27,7 @@ from d1queue.interfaces.testing import SqliteD1
 from d1queue.store import metrics, sql
 
 from .contract import Clock
+from .test_flow_prune import run_cron
 
 
 def registry(clock: Clock) -> Registry:
@@ -314,3 +315,151 @@ async def test_get_metrics_answers_json_or_prometheus_text_to_the_token_only(
     assert plain.headers["content-type"].startswith("text/plain; version=0.0.4")
     plain_families = {m.name: m for m in text_string_to_metric_families(str(plain.body))}
     assert plain_families["d1queue_jobs"].type == "counter"
+
+
+# -- the cron's rollup and prune ------------------------------------------------
+
+
+def put_row(db: SqliteD1, period: int, at: int, completed: int = 1, name: str = "ok") -> None:
+    db.query(
+        "INSERT INTO d1queue_metrics (queue, period, at, name, completed, w0, r0) "
+        "VALUES ('default', ?1, ?2, ?3, ?4, ?4, ?4)",
+        period,
+        at,
+        name,
+        completed,
+    )
+
+
+def series(db: SqliteD1, period: int) -> dict[int, int]:
+    rows = db.query(
+        "SELECT at, completed FROM d1queue_metrics WHERE period = ?1 ORDER BY at", period
+    )
+    return {r["at"]: r["completed"] for r in rows}
+
+
+def cursor(db: SqliteD1) -> int | None:
+    rows = db.query("SELECT value FROM d1queue_meta WHERE key = ?1", sql.METRICS_ROLLED_KEY)
+    return int(rows[0]["value"]) if rows else None
+
+
+HOUR = metrics.HOUR_MS
+MINUTE = metrics.MINUTE_MS
+
+
+def at_hour(clock: Clock) -> int:
+    """Move `clock` to 5 minutes past an hour; return that hour's start."""
+    start = clock() - clock() % HOUR + HOUR
+    clock.ms = start + 5 * MINUTE
+    return start
+
+
+async def test_the_cron_rolls_up_an_hour_a_run_and_prunes_in_its_read_batch(
+    db: SqliteD1, clock: Clock
+) -> None:
+    """Each run sums the next hour that has minutes into its hour row, and
+    deletes minute rows past 3 hours (of hours rolled) and hour rows past
+    30 days, in the batch that reads the due schedules: no query of its
+    own, the counts in the cron's report. An idle run writes nothing."""
+    reg = registry(clock)
+    queue = on(db, clock)
+    now_hour = at_hour(clock)
+    last, old = now_hour - HOUR, now_hour - 4 * HOUR
+    for m in range(60):
+        put_row(db, MINUTE, last + m * MINUTE)
+    for m in range(5):  # past 3 hours
+        put_row(db, MINUTE, old + m * MINUTE)
+    for d in (31, 32, 40):
+        put_row(db, HOUR, now_hour - d * 24 * HOUR)
+    put_row(db, HOUR, now_hour - 29 * 24 * HOUR)  # kept
+    run = await run_cron(queue, reg, Config(stats=False))
+    s = run.schedules
+    assert (s.rolled_metrics, s.pruned_metrics, s.queries) == (1, 5 + 3, 1), s
+    assert {"rolled_metrics": 1, "pruned_metrics": 8}.items() <= s.as_dict().items()
+    assert series(db, HOUR) == {now_hour - 29 * 24 * HOUR: 1, old: 5}
+    assert len(series(db, MINUTE)) == 60 and cursor(db) == old
+    # The next run: the next hour with minutes, skipping the empty ones.
+    s = (await run_cron(queue, reg, Config(stats=False))).schedules
+    assert (s.rolled_metrics, s.pruned_metrics, s.queries) == (1, 0, 1), s
+    assert series(db, HOUR)[last] == 60 and cursor(db) == last
+
+    # Then nothing is due: nothing written, the cursor stays.
+    def tables() -> list[Any]:
+        return [db.query(f"SELECT * FROM {t}") for t in ("d1queue_metrics", "d1queue_meta")]
+
+    before = tables()
+    s = (await run_cron(queue, reg, Config(stats=False))).schedules
+    assert (s.rolled_metrics, s.pruned_metrics, s.queries) == (0, 0, 1), s
+    assert tables() == before and cursor(db) == last
+    # Three hours on, the last hour's minutes go; its hour row stays.
+    clock.advance(3 * 3600)
+    s = (await run_cron(queue, reg, Config(stats=False))).schedules
+    assert s.pruned_metrics == 60 and series(db, MINUTE) == {}, s
+    assert series(db, HOUR)[last] == 60 and cursor(db) == last
+
+
+async def test_a_resent_rollup_counts_its_hour_once(db: SqliteD1, clock: Clock) -> None:
+    reg = registry(clock)
+    queue = on(db, clock)
+    last = at_hour(clock) - HOUR
+    for m in range(0, 60, 10):
+        put_row(db, MINUTE, last + m * MINUTE, completed=2)
+    db.lose_reply_when(sql.ROLL_METRICS)  # committed, reply lost: sent again
+    run = await run_cron(queue, reg, Config(stats=False))
+    assert run.schedules.resent, run.schedules
+    assert series(db, HOUR) == {last: 12} and cursor(db) == last
+    await run_cron(queue, reg, Config(stats=False))
+    assert series(db, HOUR) == {last: 12}
+
+
+async def test_a_cursor_behind_catches_up_an_hour_a_run_and_keeps_minutes_not_rolled(
+    db: SqliteD1, clock: Clock
+) -> None:
+    """The cron stopped for hours while drains went on: the minutes of the
+    hours not rolled up stay past 3 hours until their hour is rolled, one
+    hour a run, each counted once."""
+    reg = registry(clock)
+    queue = on(db, clock)
+    now_hour = at_hour(clock)
+    db.query(
+        "INSERT INTO d1queue_meta (key, value, updated_at) VALUES (?1, ?2, 0)",
+        sql.METRICS_ROLLED_KEY,
+        str(now_hour - 6 * HOUR),
+    )
+    hours = [now_hour - h * HOUR for h in (5, 4, 3, 2, 1)]
+    for i, hour in enumerate(hours):
+        for m in (0, 30):
+            put_row(db, MINUTE, hour + m * MINUTE, completed=i + 1)
+    rolled = []
+    for _ in range(len(hours) + 1):
+        s = (await run_cron(queue, reg, Config(stats=False))).schedules
+        assert s.queries == 1, s
+        rolled.append((s.rolled_metrics, s.pruned_metrics))
+    # Each run rolls the next hour with minutes, and prunes the minutes of the hours
+    # rolled that are past 3 hours: the 5th and 4th hours back, and the
+    # first minute of the 3rd (3 h 5 min ago).
+    assert rolled == [(1, 2), (1, 2), (1, 1), (1, 0), (1, 0), (0, 0)]
+    assert series(db, HOUR) == {hour: 2 * (i + 1) for i, hour in enumerate(hours)}
+    kept = [hours[2] + 30 * MINUTE] + [h + m * MINUTE for h in hours[3:] for m in (0, 30)]
+    assert sorted(series(db, MINUTE)) == kept
+
+
+async def test_the_prune_keeps_to_the_plans_bound_and_off_sends_nothing(
+    db: SqliteD1, clock: Clock
+) -> None:
+    from d1queue.core.config import PRUNE_METRICS
+
+    reg = registry(clock)
+    queue = on(db, clock)
+    now_hour = at_hour(clock)
+    for m in range(PRUNE_METRICS["free"] + 5):
+        put_row(db, HOUR, now_hour - 40 * 24 * HOUR + m * HOUR)
+    before = dict(queue.binding.usage.by_name)
+    s = (await run_cron(queue, reg, Config(stats=False, metrics=False))).schedules
+    used = {k for k, v in queue.binding.usage.by_name.items() if v != before.get(k)}
+    assert not used & {"ROLL_METRICS", "ROLL_METRICS_MARK", "PRUNE_METRICS"}, used
+    assert (s.rolled_metrics, s.pruned_metrics) == (0, 0)
+    s = (await run_cron(queue, reg, Config(stats=False))).schedules
+    assert s.pruned_metrics == PRUNE_METRICS["free"]
+    s = (await run_cron(queue, reg, Config(stats=False))).schedules
+    assert s.pruned_metrics == 5

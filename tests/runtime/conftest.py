@@ -200,7 +200,8 @@ class Host:
     def reset(self) -> None:
         """Empty d1queue's tables (cheaper than a new host per test): jobs,
         batches and edges, failures, queue state, flow-control rows and the
-        cron's place in them, the run counters and API-made schedules (one
+        cron's place in them, the run counters, the job metrics and the
+        rollup's cursor, and API-made schedules (one
         left by an earlier test would enqueue jobs into this one's cron
         runs).
         Waits first for the waitUntil work an earlier test left running (a
@@ -219,9 +220,10 @@ class Host:
                 await env.DB.prepare("DELETE FROM d1queue_queues").run()
                 await env.DB.prepare("DELETE FROM d1queue_flow").run()
                 await env.DB.prepare(
-                    "DELETE FROM d1queue_meta WHERE key = 'flow_prune'"
+                    "DELETE FROM d1queue_meta WHERE key IN ('flow_prune', 'metrics_rolled')"
                 ).run()
                 await env.DB.prepare("DELETE FROM d1queue_stats").run()
+                await env.DB.prepare("DELETE FROM d1queue_metrics").run()
                 await env.DB.prepare("DELETE FROM d1queue_schedules WHERE source = 'api'").run()
             """
         )

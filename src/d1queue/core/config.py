@@ -63,6 +63,14 @@ while the table holds more than this, one row saying where it stopped. At
 a per-minute cron that looks at 144,000 rows a day on free (more groups
 than its 100,000 rows written a day can make) and 1,440,000 on paid."""
 
+PRUNE_METRICS = {"free": 100, "paid": 1_000}
+"""Job-metrics rows past their retention (minute rows after 3 hours, hour
+rows after 30 days; core/metrics.py) one cron run deletes, of each shape,
+by plan, shared over the shards; more wait for the next run. A (queue,
+name) that runs jobs every minute leaves 60 minute rows an hour to prune,
+so 100 a run keeps up with 100 such pairs on free. The prune and the
+hourly rollup ride in the schedules' read batch: rows, never a query."""
+
 PRUNE_FAILED = {"free": 10, "paid": 1_000}
 """Failed jobs past D1QUEUE_KEEP_FAILED_S one cron run deletes, by plan,
 shared over the shards like due schedules; older ones wait for later runs.
@@ -341,6 +349,12 @@ class Config:
     def prune_flow(self) -> int:
         """Flow-control rows one cron run may look at over all shards."""
         return PRUNE_FLOW[self.plan]
+
+    @property
+    def prune_metrics(self) -> int:
+        """Job-metrics rows of each shape one cron run may prune over all
+        shards (0: metrics off, and the cron neither rolls up nor prunes)."""
+        return PRUNE_METRICS[self.plan] if self.metrics else 0
 
     @property
     def job_cap(self) -> int:

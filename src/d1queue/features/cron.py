@@ -16,8 +16,9 @@ their drain's share.
 Each shard's first schedules query also prunes failed jobs older than
 D1QUEUE_KEEP_FAILED_S, at most Config.prune_failed a run shared over the
 shards, completed history past D1QUEUE_KEEP_COMPLETED_S likewise, and the
-flow-control rows that hold nothing among the next Config.prune_flow:
-retention costs rows, never a query of the budget.
+flow-control rows that hold nothing among the next Config.prune_flow,
+and rolls up and prunes the job metrics (Config.prune_metrics): retention
+costs rows, never a query of the budget.
 
 With one shard this is exactly the cron of one database: its schedules,
 then a drain with the configured budgets.
@@ -76,6 +77,9 @@ async def cron(
     prune_before = now - config.keep_failed_s * 1000
     completed_limits = [max(1, p) for p in split(config.prune_completed, n)]
     flow_limits = [max(1, p) for p in split(config.prune_flow, n)]
+    metrics_limits = [
+        max(1, p) if config.prune_metrics else 0 for p in split(config.prune_metrics, n)
+    ]
     # Kept history past its retention; with none kept (0), whatever an
     # earlier setting kept is pruned as it comes.
     completed_before = now - config.keep_completed_s * 1000
@@ -95,6 +99,7 @@ async def cron(
             prune_completed_limit=completed_limits[turn],
             prune_batches_before=batches_before,
             prune_flow_limit=flow_limits[turn],
+            prune_metrics_limit=metrics_limits[turn],
         )
         if n == 1:
             runs.append(ShardRun(shard, schedules, await run_drain(queue, config)))

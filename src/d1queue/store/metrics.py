@@ -1,6 +1,7 @@
 """Job metrics kept in D1 (migrations/0012_metrics.sql): written inside the
 settle batch (settle.py places them), read by the API, the RPC and the
-Prometheus scrape, rolled up and pruned by the cron.
+Prometheus scrape, rolled up and pruned by the cron (in the batch reading
+its due schedules: `maintenance`).
 
 Writing costs no query of its own: the statements ride in the settle batch
 that goes to D1 anyway. Per round, one UPSERT before the statements that
@@ -123,40 +124,56 @@ async def read(
     return out
 
 
-def maintenance(now: int, rolled: int | None, budget: int) -> list[Statement]:
-    """The cron's statements (the batch of one run): roll up the hour after
-    the last one rolled (`rolled`, None: none yet, so the last finished
-    hour), if it ended ROLLUP_MARGIN_MS ago, and prune at most `budget`
-    minute rows past MINUTES_KEPT_MS and `budget` hour rows past HOURS_KEPT_MS
-    (minute rows only of hours already rolled up)."""
-    out: list[Statement] = []
+def maintenance(now: int, budget: int) -> list[Statement]:
+    """A cron run's rollup and prune, statements that ride in the batch
+    reading its due schedules (schedules.py; no query of their own): roll
+    up the hour after the last one rolled (the cursor, read by the SQL
+    itself) once it ended ROLLUP_MARGIN_MS ago, then prune at most
+    `budget` minute rows past MINUTES_KEPT_MS (only of hours already rolled
+    up) and `budget` hour rows past HOURS_KEPT_MS. In this order: ROLLED
+    and PRUNED index their results."""
     latest = now - ROLLUP_MARGIN_MS
     latest -= latest % HOUR_MS
     latest -= HOUR_MS  # the last hour that ended ROLLUP_MARGIN_MS ago
-    hour = latest if rolled is None else rolled + HOUR_MS
-    # After a long pause the minutes of older hours are gone or going:
-    # catch up from the oldest hour whose minutes are still kept.
-    hour = max(hour, latest - (MINUTES_KEPT_MS - 2 * HOUR_MS))
-    if hour <= latest:
-        out.append((sql.ROLL_METRICS, (hour,)))
-        out.append((sql.ROLL_METRICS_MARK, (hour, now)))
-        rolled = hour
+    oldest = now - HOURS_KEPT_MS
+    oldest -= oldest % HOUR_MS
+    out: list[Statement] = [
+        (sql.ROLL_METRICS, (latest, oldest)),
+        (sql.ROLL_METRICS_MARK, (latest, oldest, now)),
+    ]
     if budget > 0:
-        minute_cut = now - MINUTES_KEPT_MS
-        if rolled is not None:
-            minute_cut = min(minute_cut, rolled + HOUR_MS)
-        out.append((sql.PRUNE_METRICS, (MINUTE_MS, minute_cut, budget)))
+        out.append((sql.PRUNE_METRICS, (MINUTE_MS, now - MINUTES_KEPT_MS, budget)))
         out.append((sql.PRUNE_METRICS, (HOUR_MS, now - HOURS_KEPT_MS, budget)))
     return out
 
 
-async def maintain(binding: Binding, now: int, budget: int) -> int:
-    """One cron run's rollup and prune (`maintenance`): two round trips,
-    the cursor's read and the batch. Returns the rows pruned."""
-    found = await binding.run(sql.METRICS_ROLLED)
-    rolled = int(found.rows[0]["at"]) if found.rows else None
-    statements = maintenance(now, rolled, budget)
-    if not statements:
-        return 0
-    results = await binding.batch(statements)
-    return sum(r.changes for r in results[-2:]) if budget > 0 else 0
+ROLLED = 0
+"""The index, in `maintenance`'s statements, of the rollup (its changes:
+hour rows written)."""
+PRUNED = (2, 3)
+"""The indices of the prunes (their changes: rows deleted)."""
+
+
+@dataclass
+class Maintained:
+    """What one run's rollup and prune did (the cron's report)."""
+
+    rolled: int = 0
+    """Hour rows the rollup wrote (one per (queue, name) that ran jobs in
+    the hour rolled; 0 when no hour was due)."""
+    pruned: int = 0
+    """Minute and hour rows deleted past their retention."""
+
+
+def maintained(results: Sequence[Any]) -> Maintained:
+    """`maintenance`'s counts, from the results of its statements in order."""
+    return Maintained(
+        rolled=results[ROLLED].changes,
+        pruned=sum(results[i].changes for i in PRUNED if i < len(results)),
+    )
+
+
+async def maintain(binding: Binding, now: int, budget: int) -> Maintained:
+    """`maintenance` in a batch of its own (one round trip), for callers
+    outside the cron."""
+    return maintained(await binding.batch(maintenance(now, budget)))

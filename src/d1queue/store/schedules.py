@@ -12,7 +12,8 @@ drains) costs at most two D1 queries however many schedules exist:
    (rows read ~ due schedules) and the hash of the code-declared set last
    synced; the cron's bounded prunes ride in it (old failed jobs,
    D1QUEUE_KEEP_FAILED_S; completed history; flow-control rows that hold
-   nothing), so retention costs no round trip of its own;
+   nothing; the job metrics' hourly rollup and old rows), so retention
+   costs no round trip of its own;
 2. if anything is due or the declared set changed, one `db.batch` holding a
    single INSERT of every due slot's job, a single compare-and-set UPDATE
    advancing every due schedule, and (only when the hash differs) the sync.
@@ -67,7 +68,7 @@ from ..core.schedule import (  # the rules, also importable from this module
     zone_of,
 )
 from ..core.shards import mark_id
-from . import sql
+from . import metrics, sql
 from .binding import Result, Statement
 from .queue import D1Queue
 
@@ -155,6 +156,12 @@ class ScheduleReport:
     pruned_flow: int = 0
     """Flow-control rows (a group's fair tag and rate window) this run
     deleted, of those it looked at (config.PRUNE_FLOW): they held nothing."""
+    rolled_metrics: int = 0
+    """Hour rows of the job metrics this run's rollup wrote (one per queue
+    and job name that ran jobs in the hour it rolled; 0 between hours)."""
+    pruned_metrics: int = 0
+    """Minute and hour rows of the job metrics past their retention this
+    run deleted (at most config.PRUNE_METRICS of each)."""
     queries: int = 0
     rows_read: int = 0
     rows_written: int = 0
@@ -179,17 +186,18 @@ class _Prunes:
     completed_limit: int = 0
     batches_before: int | None = None
     flow_limit: int = 0
+    metrics_limit: int = 0
 
     def sent(self, now: int, registry: Registry) -> dict[str, _Prune]:
         """The prunes this run sends, by what they prune: "failed",
-        "completed", "flow" (each left out when its limit is 0)."""
+        "completed", "flow", "metrics" (each left out when its limit is 0)."""
         out = {}
         if self.failed_before is not None and self.failed_limit > 0:
             # In the batch every cron run sends anyway: no extra round trip.
             # A batch is one transaction, so a D1 error here fails the
             # schedules' read too; the DELETE is bounded to keep it short.
             cutoff = (max(0, self.failed_before), self.failed_limit)
-            out["failed"] = _Prune([(sql.PRUNE_OLDEST_FAILED, cutoff)], counted=0)
+            out["failed"] = _Prune([(sql.PRUNE_OLDEST_FAILED, cutoff)], counted=(0,))
         if self.completed_before is not None and self.completed_limit > 0:
             # History past its retention, bounded like the failures': the
             # edges of the jobs it deletes first, then the jobs, then the
@@ -204,7 +212,7 @@ class _Prunes:
                     (sql.PRUNE_BATCH_PARTS, batches),
                     (sql.PRUNE_BATCHES, batches),
                 ],
-                counted=1,
+                counted=(1,),
             )
         if self.flow_limit > 0:
             # Flow-control rows that hold nothing, among the next
@@ -217,8 +225,14 @@ class _Prunes:
                     (sql.FLOW_CURSOR, (now, self.flow_limit)),
                     (sql.PRUNE_FLOW, (now, code)),
                 ],
-                counted=2,
+                counted=(2,),
             )
+        if self.metrics_limit > 0:
+            # The job metrics' hourly rollup (its own count, "rolled") and
+            # their prune, bounded: store/metrics.py.
+            made = metrics.maintenance(now, self.metrics_limit)
+            out["rolled"] = _Prune(made[:2], counted=(metrics.ROLLED,))
+            out["metrics"] = _Prune(made[2:], counted=(0, 1))
         return out
 
 
@@ -229,7 +243,7 @@ class _Prune:
     delete what hangs on those rows)."""
 
     statements: list[Statement]
-    counted: int
+    counted: tuple[int, ...]
 
 
 def _pruned(sent: dict[str, _Prune], results: list[Result]) -> dict[str, int]:
@@ -238,7 +252,7 @@ def _pruned(sent: dict[str, _Prune], results: list[Result]) -> dict[str, int]:
     out = {}
     for kind, prune in sent.items():
         mine, results = results[: len(prune.statements)], results[len(prune.statements) :]
-        out[kind] = mine[prune.counted].changes
+        out[kind] = sum(mine[i].changes for i in prune.counted)
     return out
 
 
@@ -317,6 +331,7 @@ class Schedules:
         prune_completed_limit: int = 0,
         prune_batches_before: int | None = None,
         prune_flow_limit: int = 0,
+        prune_metrics_limit: int = 0,
     ) -> ScheduleReport:
         """Enqueue every due slot and sync code-declared schedules, in at most
         two D1 queries. With `prune_before` (epoch ms) and `prune_limit`, the
@@ -325,8 +340,11 @@ class Schedules:
         `prune_completed_limit`, up to that many completed jobs kept from
         before it (and the batches finished before it); with
         `prune_flow_limit`, the flow-control rows that hold nothing among
-        the next that many (sql.PRUNE_FLOW). Never raises for a D1 error (it
-        is in the report): the drain that follows must run all the same."""
+        the next that many (sql.PRUNE_FLOW); with `prune_metrics_limit`,
+        the job metrics' hourly rollup and up to that many of their minute
+        rows and of their hour rows past retention (store/metrics.py).
+        Never raises for a D1 error (it is in the report): the drain that
+        follows must run all the same."""
         now = self.queue.clock() if now is None else now
         usage = self.binding.usage
         base = (usage.queries, usage.rows_read, usage.rows_written)
@@ -338,6 +356,7 @@ class Schedules:
             prune_completed_limit,
             prune_batches_before,
             prune_flow_limit,
+            prune_metrics_limit,
         )
         try:
             await self._run(report, now, grace_ms, limit, prunes)
@@ -389,6 +408,8 @@ class Schedules:
         report.pruned_failed = counts.get("failed", 0)
         report.pruned_completed = counts.get("completed", 0)
         report.pruned_flow = counts.get("flow", 0)
+        report.rolled_metrics = counts.get("rolled", 0)
+        report.pruned_metrics = counts.get("metrics", 0)
         report.resent = any(r.resent for r in pruned)
         report.due, report.more = len(due.rows), len(due.rows) >= limit
         return (str(meta.rows[0]["value"]) if meta.rows else EMPTY_SET), due.rows

@@ -1851,14 +1851,28 @@ METRICS_SERIES = (
     "WHERE (?1 = '' OR q.name = ?1) AND (?2 = '' OR m.name = ?2)"
 )
 
-# The cron's rollup: the minute rows of one hour [?1, ?1 + 1 h), summed per
-# (queue, name) into that hour's row, once: the cursor in d1queue_meta
-# (METRICS_ROLLED_KEY) names the last hour rolled, and a run rolls the hour
-# after it only (ROLL_METRICS_MARK moves the cursor in the same batch), so
-# a re-send or an overlapping run finds the cursor moved and reads one row.
-# Reads the hour's minute rows (at most 60 per (queue, name)); writes one
-# row per (queue, name) that ran jobs in that hour.
+# The cron's rollup and prune ride in the batch that reads its due
+# schedules (schedules.py), so they cost no D1 query: none reads the
+# cursor first. The cursor in d1queue_meta (METRICS_ROLLED_KEY) names the
+# last hour rolled up; each statement reads it where it runs.
 METRICS_ROLLED_KEY = "metrics_rolled"
+_ROLL_CURSOR = (
+    f"(SELECT CAST(value AS INTEGER) FROM d1queue_meta WHERE key = '{METRICS_ROLLED_KEY}')"
+)
+# The hour a run rolls, a CTE h(at) after the queues' walk q: the hour of
+# the oldest minute row at or after the cursor's next hour (with no cursor
+# yet, or one older than ?2, the hour rows kept: from ?2), up to the last
+# hour that ended (?1, a margin past its end: a settle's minute is keyed
+# by the Worker's clock, which reaches D1 a moment later). Empty hours are
+# skipped; NULL when no minute row waits, and nothing is written. Reads one
+# row per queue (a seek of the key each) and the cursor's.
+_ROLL_FROM = f"MAX(COALESCE({_ROLL_CURSOR} + {METRIC_HOUR_MS}, ?2), ?2)"
+_ROLL_HOUR = (
+    f", h(at) AS (SELECT MIN(f) - MIN(f) % {METRIC_HOUR_MS} FROM (SELECT (SELECT at "
+    f"FROM d1queue_metrics WHERE queue = q.name AND period = {METRIC_MINUTE_MS} "
+    f"AND at >= {_ROLL_FROM} AND at < ?1 + {METRIC_HOUR_MS} ORDER BY at LIMIT 1) AS f "
+    "FROM q WHERE q.name IS NOT NULL)) "
+)
 _ROLL_SUMS = ", ".join(
     f"SUM({c})"
     for c in (
@@ -1872,34 +1886,45 @@ _ROLL_SUMS = ", ".join(
         *(f"r{i}" for i in _M_BUCKETS),
     )
 )
-_ROLL_DUE = (
-    f"COALESCE((SELECT CAST(value AS INTEGER) FROM d1queue_meta WHERE key = "
-    f"'{METRICS_ROLLED_KEY}'), -1) < ?1"
-)
+
+# The minute rows of one hour (_ROLL_HOUR), summed per (queue, name) into
+# that hour's row, once: ROLL_METRICS_MARK, after it in the same batch,
+# moves the cursor to that hour, so a re-send or an overlapping run rolls
+# the next hour that has minutes, if it is due, and never this one again
+# (and an hour row already there is left as it is). One hour a run: a
+# cursor behind by n hours with minutes catches up in n runs, and the
+# minutes of an hour not rolled yet are never pruned (PRUNE_METRICS).
+# ?1 the last hour due ?2 the oldest hour worth rolling. Reads the hour's
+# minute rows (at most 60 per (queue, name)) and _ROLL_HOUR's; writes one
+# row per (queue, name) that ran jobs in that hour. It starts with INSERT,
+# its WITH inside: its changes are what the cron reports.
 ROLL_METRICS = (
-    _walk_queues("d1queue_metrics")
-    + f"INSERT INTO d1queue_metrics ({METRICS_COLUMNS}) SELECT m.queue, {METRIC_HOUR_MS}, ?1, "
-    f"m.name, {_ROLL_SUMS} FROM q JOIN d1queue_metrics m ON m.queue = q.name "
-    f"AND m.period = {METRIC_MINUTE_MS} AND m.at >= ?1 AND m.at < ?1 + {METRIC_HOUR_MS} "
-    f"WHERE {_ROLL_DUE} GROUP BY m.queue, m.name "
+    f"INSERT INTO d1queue_metrics ({METRICS_COLUMNS}) "
+    + _walk_queues("d1queue_metrics")
+    + _ROLL_HOUR
+    + f"SELECT m.queue, {METRIC_HOUR_MS}, h.at, "
+    f"m.name, {_ROLL_SUMS} FROM h, q JOIN d1queue_metrics m ON m.queue = q.name "
+    f"AND m.period = {METRIC_MINUTE_MS} AND m.at >= h.at AND m.at < h.at + {METRIC_HOUR_MS} "
+    "WHERE h.at <= ?1 GROUP BY m.queue, m.name "
     "ON CONFLICT (queue, period, at, name) DO NOTHING"
 )
-# After ROLL_METRICS in its batch: the cursor moves to the hour rolled.
-# ?1 the hour (ms) ?2 now
+# After ROLL_METRICS in its batch: the cursor moves to the hour it rolled,
+# if one was due. ?1 ?2 as ROLL_METRICS ?3 now. Reads as _ROLL_HOUR;
+# writes the cursor's row at most once an hour, and never while no minute
+# row waits (an idle queue's cron writes nothing).
 ROLL_METRICS_MARK = (
     "INSERT INTO d1queue_meta (key, value, updated_at) "
-    f"VALUES ('{METRICS_ROLLED_KEY}', CAST(?1 AS TEXT), ?2) "
-    "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at "
-    "WHERE CAST(d1queue_meta.value AS INTEGER) < ?1"
-)
-# The cursor: the last hour rolled (NULL: none yet).
-METRICS_ROLLED = (
-    f"SELECT CAST(value AS INTEGER) AS at FROM d1queue_meta WHERE key = '{METRICS_ROLLED_KEY}'"
+    + _walk_queues("d1queue_metrics")
+    + _ROLL_HOUR
+    + f"SELECT '{METRICS_ROLLED_KEY}', CAST(h.at AS TEXT), ?3 FROM h WHERE h.at <= ?1 "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at"
 )
 
 # The cron's prune, bounded: at most ?3 series rows of period ?1 from
 # before ?2, oldest first within each queue (the queues walked by seeks,
-# each queue's rows of the period one range of the key). D1 has no
+# each queue's rows of the period one range of the key), and none of an
+# hour the rollup has not reached (past the cursor, read after
+# ROLL_METRICS_MARK moved it; with no cursor, ?2 alone). D1 has no
 # DELETE ... LIMIT: the bound is the subquery's. Reads the rows deleted
 # and a few per queue; writes the rows deleted. A re-send deletes the next
 # rows past the cutoff, if any: never a row younger than it.
@@ -1907,9 +1932,9 @@ PRUNE_METRICS = (
     "DELETE FROM d1queue_metrics WHERE (queue, period, at, name) IN ("
     + _walk_queues("d1queue_metrics")
     + "SELECT m.queue, m.period, m.at, m.name FROM q JOIN d1queue_metrics m "
-    "ON m.queue = q.name AND m.period = ?1 AND m.at < ?2 LIMIT ?3)"
+    f"ON m.queue = q.name AND m.period = ?1 AND m.at < ?2 "
+    f"AND m.at < COALESCE({_ROLL_CURSOR} + {METRIC_HOUR_MS}, ?2) LIMIT ?3)"
 )
-
 
 _VERBS = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "REPLACE")
 
