@@ -234,8 +234,9 @@ async def top_up(db: Any, design: str, n: int, queue: str = QUEUE) -> dict[str, 
 
 
 async def clear(db: Any) -> dict[str, Any]:
-    """Remove every job the bench made, in both designs' tables."""
-    tables = ("d1queue_jobs", "d1queue_failed_jobs", JOBS, FAILED)
+    """Remove every job the bench made, in both designs' tables, and the
+    job metrics' rows."""
+    tables = ("d1queue_jobs", "d1queue_failed_jobs", "d1queue_metrics", JOBS, FAILED)
     await Binding(db).batch([(f"DELETE FROM {t}", ()) for t in tables])
     return {"ok": True}
 
@@ -271,19 +272,22 @@ async def invocation(
     reuse_prepared: bool = False,
     queue: str = QUEUE,
     by_statement: bool = False,
+    metrics: bool = False,
 ) -> dict[str, Any]:
     """One drain invocation of `design` ("d1queue" or "seed") on `queue`,
     topped up to `backlog_n` jobs first (None: as it is), through an
     InstrumentedD1 waiting `latency_ms` per round trip (and reusing prepared
     statements if asked). Returns what the drain claimed, what its binding
     counted, and the rows by statement kind (and, if asked, by statement:
-    InstrumentedD1.by_statement)."""
+    InstrumentedD1.by_statement). d1queue counts its job metrics only with
+    `metrics` (D1QUEUE_METRICS; off in every figure that predates them, so
+    those stay comparable)."""
     if backlog_n is not None:
         await top_up(db, design, backlog_n, queue)
     target = InstrumentedD1(db, (latency_ms or 0) / 1000, reuse_prepared=reuse_prepared)
     t0 = time.perf_counter()
     if design == "d1queue":
-        q = D1Queue(target, reservation_s=RESERVATION_S)
+        q = D1Queue(target, reservation_s=RESERVATION_S, metrics=metrics)
         # Bounded by the query budget alone: a plan whose caps do not bind
         # and no job cap (the free plan's CPU bound is measured apart).
         config = Config(
@@ -335,14 +339,17 @@ async def invocation(
     return out
 
 
-async def job_life(db: Any, design: str, n: int, *, fail: bool = False) -> dict[str, Any]:
+async def job_life(
+    db: Any, design: str, n: int, *, fail: bool = False, metrics: bool = False
+) -> dict[str, Any]:
     """Push `n` jobs one by one (as callers do), then drain them: the rows
-    written by the pushes and by the drain (claim + ack, or claim + fail)."""
+    written by the pushes and by the drain (claim + ack, or claim + fail);
+    d1queue's job metrics counted only with `metrics`."""
     name = "bench.fail" if fail else "bench.noop"
     queue = "life-fail" if fail else "life"
     db = InstrumentedD1(db)
     if design == "d1queue":
-        q = D1Queue(db, reservation_s=RESERVATION_S)
+        q = D1Queue(db, reservation_s=RESERVATION_S, metrics=metrics)
         for i in range(n):
             await q.dispatch(name, {"i": i}, queue=queue)
         pushed = _usage(q.binding)
@@ -375,6 +382,7 @@ async def job_life(db: Any, design: str, n: int, *, fail: bool = False) -> dict[
         "rows_written": total["rows_written"],
         "push_queries": pushed["queries"],
         "drain_queries": total["queries"] - pushed["queries"],
+        "drain_statements": total["statements"] - pushed["statements"],
         "rows_by_kind": db.rows,
     }
 

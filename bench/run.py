@@ -118,6 +118,7 @@ def runtime_figures(plan: Plan) -> dict[str, Any]:
                 key = f"{design}/{'fail' if fail else 'complete'}"
                 log(f"job life {key}: {plan.life_jobs} pushes, then a drain")
                 out["life"][key] = call("job_life", design=design, n=plan.life_jobs, fail=fail)
+        out["metrics"] = metrics_costs(call, plan)
         out["delayed"] = delayed_backlog(call, plan)
         out["schedules"] = {}
         for total, due in plan.schedules:
@@ -134,6 +135,26 @@ def runtime_figures(plan: Plan) -> dict[str, Any]:
         return out
     finally:
         host.stop()
+
+
+def metrics_costs(call: Callable[..., Any], plan: Plan) -> dict[str, Any]:
+    """What the job metrics (D1QUEUE_METRICS) cost: the same invocation and
+    the same job lives with them off (as every other figure runs) and on."""
+    backlog = plan.backlogs[0]
+    budget = plan.latency_budget["d1queue"]
+    out: dict[str, Any] = {"backlog": backlog}
+    for on in (False, True):
+        key = "on" if on else "off"
+        log(f"job metrics {key}: an invocation of {budget} queries at {backlog:,}, job lives")
+        call("clear")
+        call("top_up", design="d1queue", n=backlog)
+        runs = {"invocation": call("invocation", design="d1queue", query_budget=budget, metrics=on)}
+        for fail in (False, True):
+            life = call("job_life", design="d1queue", n=plan.life_jobs, fail=fail, metrics=on)
+            runs["fail" if fail else "complete"] = life
+        out[key] = runs
+    call("clear")
+    return out
 
 
 def workflow_costs(call: Callable[..., Any], plan: Plan) -> dict[str, Any]:
@@ -476,6 +497,7 @@ def figures(
                 "select_rows_read": c["select_rows_read"],
             }
     retry = {d: _div(r["rows_written"], r["retried"]) for d, r in runtime["retry"].items()}
+    metrics = metrics_figures(runtime["metrics"])
     flow = flow_figures(runtime["flow"], per_backlog)
     schedules = runtime["schedules"]
     return {
@@ -486,6 +508,7 @@ def figures(
         "rows_written_per_retry": retry,
         "schedules": schedules,
         "life": life,
+        "metrics": metrics,
         "flow": flow,
         "workflows": runtime["workflows"],
         "push_to_start": {
@@ -500,6 +523,96 @@ def figures(
 
 
 # -- the table -------------------------------------------------------------------
+
+
+def metrics_figures(raw: dict[str, Any]) -> dict[str, Any]:
+    """Per job and per round, with the job metrics off and on, and what
+    they add (on - off: the same work, the same counts)."""
+    out: dict[str, Any] = {"backlog": raw["backlog"]}
+    for key in ("off", "on"):
+        inv = raw[key]["invocation"]
+        out[key] = {
+            "claimed": inv["claimed"],
+            "rounds": inv["rounds"],
+            "queries_per_round": _div(inv["queries"], inv["rounds"]),
+            "statements_per_round": _div(inv["statements"], inv["rounds"]),
+            "rows_written_per_job": _div(inv["rows_written"], inv["claimed"]),
+            "insert_rows_written_per_job": _div(
+                inv["rows_by_kind"].get("INSERT", {}).get("rows_written", 0), inv["claimed"]
+            ),
+            "life_rows_written_per_job": {
+                o: raw[key][o]["rows_written"] / raw[key][o]["jobs"] for o in ("complete", "fail")
+            },
+            "life_drain_queries": {o: raw[key][o]["drain_queries"] for o in ("complete", "fail")},
+        }
+    on, off = out["on"], out["off"]
+    out["added"] = {
+        "same_claims": on["claimed"] == off["claimed"] and on["rounds"] == off["rounds"],
+        "rows_written_per_job": on["rows_written_per_job"] - off["rows_written_per_job"],
+        "queries_per_round": on["queries_per_round"] - off["queries_per_round"],
+        "life_rows_written_per_job": {
+            o: on["life_rows_written_per_job"][o] - off["life_rows_written_per_job"][o]
+            for o in ("complete", "fail")
+        },
+        "life_drain_queries": {
+            o: on["life_drain_queries"][o] - off["life_drain_queries"][o]
+            for o in ("complete", "fail")
+        },
+    }
+    return out
+
+
+def metrics_rows(m: dict[str, Any]) -> list[Row]:
+    """The job metrics' lines of the table: what they add, on and off."""
+    on, off, added = m["on"], m["off"], m["added"]
+    backlog = _k(m["backlog"])
+    rows: list[Row] = []
+    per_job = added["rows_written_per_job"]
+    rows.append(
+        (
+            "rows written / claimed job by the job metrics, on (batch 25)",
+            backlog,
+            _num(per_job, 3),
+            "",
+            "",
+            f"≤ 0.1: {_met(per_job <= 0.1 and added['same_claims'])}",
+        )
+    )
+    rows.append(
+        (
+            "rows written / claimed job by the job metrics, off",
+            backlog,
+            _num(off["insert_rows_written_per_job"], 3),
+            "",
+            "",
+            f"0: {_met(off['insert_rows_written_per_job'] == 0)}",
+        )
+    )
+    extra = added["queries_per_round"]
+    rows.append(
+        (
+            "D1 queries / round, job metrics on | off",
+            backlog,
+            f"{_num(on['queries_per_round'], 3)} | {_num(off['queries_per_round'], 3)}",
+            "",
+            "",
+            f"0 extra: {_met(extra == 0)}",
+        )
+    )
+    life = added["life_rows_written_per_job"]
+    queries = added["life_drain_queries"]
+    rows.append(
+        (
+            "rows written / job life added by the job metrics (complete | fail)",
+            "any",
+            f"{_num(life['complete'], 3)} | {_num(life['fail'], 3)}",
+            "",
+            "",
+            f"≤ 0.1, 0 extra queries: "
+            f"{_met(max(life.values()) <= 0.1 and not any(queries.values()))}",
+        )
+    )
+    return rows
 
 
 def _num(x: float | None, digits: int = 2) -> str:
@@ -708,6 +821,7 @@ def table_rows(fig: dict[str, Any]) -> list[Row]:
                 "",
             )
         )
+    rows += metrics_rows(fig["metrics"])
     rows += flow_rows(fig["flow"], life["d1queue/complete"]["rows_written_per_job"])
     rows += workflow_rows(fig["workflows"])
     p = fig["push_to_start"]

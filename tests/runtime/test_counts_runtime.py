@@ -479,3 +479,46 @@ def test_statements_keep_their_names_inside_the_worker(clean_host: Host) -> None
         ["CLAIM", "CLAIM", "SELECT_CANDIDATES"],
         ["DELETE_HELD_BATCH_PLAIN"],
     ]
+
+
+def test_job_metrics_cost_a_tenth_of_a_row_a_job_and_no_query(bench: Host) -> None:
+    """The job metrics (D1QUEUE_METRICS), off as in every figure above, and
+    on: the same invocation claims the same jobs in the same rounds and
+    queries, and writes at most 0.1 more rows a job at the batch of 25 (a
+    totals row and a minute row a round); job lives likewise, completed
+    or failed. Off, no metrics row is written."""
+    runs = {}
+    for on in (False, True):
+        bench_host.call(bench, "clear")
+        bench_host.call(bench, "top_up", design="d1queue", n=1_000)
+        inv = bench_host.call(bench, "invocation", design="d1queue", query_budget=41, metrics=on)
+        lives = {
+            fail: bench_host.call(bench, "job_life", design="d1queue", n=100, fail=fail, metrics=on)
+            for fail in (False, True)
+        }
+        runs[on] = (inv, lives)
+    bench_host.call(bench, "clear")
+    (off, off_lives), (on, on_lives) = runs[False], runs[True]
+    assert (on["claimed"], on["rounds"], on["queries"]) == (
+        off["claimed"],
+        off["rounds"],
+        off["queries"],
+    )
+    assert off["rows_by_kind"].get("INSERT", {}).get("rows_written", 0) == 0
+    added = (on["rows_written"] - off["rows_written"]) / on["claimed"]
+    assert 0 < added <= 0.1, added
+    assert on["rows_by_kind"]["INSERT"]["rows_written"] == 2 * on["rounds"]
+    for fail in (False, True):
+        life_on, life_off = on_lives[fail], off_lives[fail]
+        assert life_on["drain_queries"] == life_off["drain_queries"]
+        added_life = (life_on["rows_written"] - life_off["rows_written"]) / life_on["jobs"]
+        assert 0 < added_life <= 0.1, (fail, added_life)
+    print(
+        f"\njob metrics: +{added:.3f} rows written / claimed job ({on['claimed']} jobs, "
+        f"{on['rounds']} rounds, {on['queries']} queries either way); job lives "
+        + ", ".join(
+            f"{'fail' if f else 'complete'} "
+            f"{off_lives[f]['rows_written'] / 100:.2f} -> {on_lives[f]['rows_written'] / 100:.2f}"
+            for f in (False, True)
+        )
+    )
