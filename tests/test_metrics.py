@@ -463,3 +463,19 @@ async def test_the_prune_keeps_to_the_plans_bound_and_off_sends_nothing(
     assert s.pruned_metrics == PRUNE_METRICS["free"]
     s = (await run_cron(queue, reg, Config(stats=False))).schedules
     assert s.pruned_metrics == 5
+
+
+async def test_a_clear_counts_its_jobs_as_cancelled_once_even_resent(
+    db: SqliteD1, clock: Clock
+) -> None:
+    queue = on(db, clock)
+    for _ in range(3):
+        await queue.dispatch("ok", queue="mail")
+    await queue.dispatch("again", queue="mail")
+    await queue.reserve_batch("mail", 1)  # a held job is cleared and counted too
+    db.lose_reply_when(sql.METRICS_CLEARED, times=1)
+    assert await queue.clear("mail") in (0, 4)  # the re-send deletes nothing
+    assert counts(db) == {("mail", "ok"): (0, 0, 0, 3), ("mail", "again"): (0, 0, 0, 1)}
+    assert await queue.clear("mail") == 0
+    assert await D1Queue(db, clock=clock).clear("mail") == 0
+    assert sum(c[3] for c in counts(db).values()) == 4

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..core.bounds import check_name, check_stored_name
 from ..core.flow import Limits
-from . import sql
+from . import metrics, sql
 from .failed import FailedJobs
 from .state import QueueState
 
@@ -16,10 +16,12 @@ async def clear(q: QueueState, queue: str) -> int:
     stay until pruned; its workflow jobs end as failed for their waiters
     and batches); returns how many."""
     check_stored_name("queue", queue)
-    # A workflow's jobs are marked ended first: a clear fails them for
-    # their waiters and batches, in the same transaction.
+    # Counted as cancelled first (store/metrics.py), from the rows the
+    # deletes then take. A workflow's jobs are marked ended first: a clear
+    # fails them for their waiters and batches, in the same transaction.
+    counted = [metrics.cleared(queue, q.clock())] if q.metrics else []
     *_, result = await q.binding.batch(
-        [*((e, (queue,)) for e in sql.END_CLEARED), (sql.CLEAR_QUEUE, (queue,))]
+        [*counted, *((e, (queue,)) for e in sql.END_CLEARED), (sql.CLEAR_QUEUE, (queue,))]
     )
     return result.changes
 

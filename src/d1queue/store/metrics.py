@@ -74,6 +74,12 @@ def cancelled(id: str, now: int) -> Statement:
     return (sql.METRICS_CANCELLED, (id, now - now % MINUTE_MS))
 
 
+def cleared(queue: str, now: int) -> Statement:
+    """The UPSERT counting a clear's jobs as cancelled, sent before its
+    deletes (sql.METRICS_CLEARED)."""
+    return (sql.METRICS_CLEARED, (queue, now - now % MINUTE_MS))
+
+
 @dataclass
 class Window:
     """What GET /v1/metrics reads: all-time totals, the window's figures per

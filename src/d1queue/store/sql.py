@@ -1829,6 +1829,19 @@ METRICS_CANCELLED = (
     "WHERE true ON CONFLICT (queue, period, at, name) DO UPDATE SET cancelled = cancelled + 1"
 )
 
+# A clear's count: every job CLEAR_QUEUE (after it in the same batch) then
+# deletes, counted as cancelled per job name, reserved ones too (their
+# settle then finds nothing and counts nothing). A re-send finds them gone
+# and counts only what it deletes itself. ?1 queue ?2 the minute (ms).
+# Reads the queue's live jobs (as the DELETE does); writes a row per job
+# name and shape.
+METRICS_CLEARED = (
+    "INSERT INTO d1queue_metrics (queue, period, at, name, cancelled) "
+    f"SELECT j.queue, p.period, p.at, j.name, COUNT(*) FROM d1queue_jobs j, {_M_SHAPES} AS p "
+    f"WHERE j.queue = ?1 AND {LIVE} GROUP BY j.queue, p.period, p.at, j.name "
+    "ON CONFLICT (queue, period, at, name) DO UPDATE SET cancelled = cancelled + excluded.cancelled"
+)
+
 # The all-time totals of every queue (or of ?1 alone; '' for all) and job
 # name (?2; '' for all): the queues walked by seeks, each queue's totals
 # one range of the key. Reads one row per (queue, name) and about one per
