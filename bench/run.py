@@ -591,9 +591,9 @@ def metrics_rows(m: dict[str, Any]) -> list[Row]:
     extra = added["queries_per_round"]
     rows.append(
         (
-            "D1 queries / round, job metrics on | off",
+            "D1 queries / round, job metrics on / off",
             backlog,
-            f"{_num(on['queries_per_round'], 3)} | {_num(off['queries_per_round'], 3)}",
+            f"{_num(on['queries_per_round'], 3)} / {_num(off['queries_per_round'], 3)}",
             "",
             "",
             f"0 extra: {_met(extra == 0)}",
@@ -603,9 +603,9 @@ def metrics_rows(m: dict[str, Any]) -> list[Row]:
     queries = added["life_drain_queries"]
     rows.append(
         (
-            "rows written / job life added by the job metrics (complete | fail)",
+            "rows written / job life added by the job metrics (complete / fail)",
             "any",
-            f"{_num(life['complete'], 3)} | {_num(life['fail'], 3)}",
+            f"{_num(life['complete'], 3)} / {_num(life['fail'], 3)}",
             "",
             "",
             f"≤ 0.1, 0 extra queries: "
