@@ -121,6 +121,34 @@ MAX_PARTITION = 255
 """Characters of a job's `partition`, the key that picks its shard when its
 queue is not pinned to one (shards.py)."""
 
+TRACEPARENT_RULE = "00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}"
+"""A push's W3C trace context (the `traceparent` header's value, version
+00): version, trace id, the producer's span id and flags, in lowercase hex;
+a trace id or span id of zeros alone is invalid too (TRACEPARENT_ZEROS). A
+job stores it as given (55 characters), so its runs join the producer's
+trace; anything else is refused, never stored half-read."""
+TRACEPARENT_PATTERN = re.compile(TRACEPARENT_RULE)
+TRACEPARENT_ZEROS = "its trace id and its parent id must not be all zeros"
+"""The part of the rule a pattern without look-aheads cannot say (the
+OpenAPI document states it in words)."""
+
+
+def check_traceparent(value: object, where: str = "traceparent") -> str | None:
+    """`value` if it is None (none given) or a valid TRACEPARENT_RULE trace
+    context; else ValueError saying what is wrong, naming `where`."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not TRACEPARENT_PATTERN.fullmatch(value):
+        shown = value[:64] if isinstance(value, str) else value
+        raise ValueError(
+            f"{where} must be a W3C trace context, 00-<32 hex trace id>-<16 hex parent id>-"
+            f"<2 hex flags> in lowercase, got {shown!r}"
+        )
+    if value[3:35] == "0" * 32 or value[36:52] == "0" * 16:
+        raise ValueError(f"{where}: {TRACEPARENT_ZEROS}, got {value!r}")
+    return value
+
+
 ID_RULE = NOT_ONLY_DOTS + NAME_ALPHABET + "{1,128}"
 """A job's id (or a failed job's, a batch's, a schedule's) in a path or a
 form: what d1queue makes, `[s<shard>-]<32 hex digits>` (shards.py), and what

@@ -42,6 +42,7 @@ claiming, and whatever D1 refused every time is reported as unsettled.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from collections import Counter
@@ -57,6 +58,7 @@ from ..core.costs import LEAST_ROUND, round_cost
 from ..core.flow import Flow
 from ..core.job import QueuedJob
 from ..core.limits import PLANS, Meter, Slots
+from ..core.log import event, get
 from ..core.outbound import Outbound
 from ..core.outcomes import (
     Mark,
@@ -69,6 +71,7 @@ from ..core.outcomes import (
     refused,
 )
 from ..core.registry import JobSpec, Registry
+from ..core.telemetry import PROCESS_EVENT, process_fields
 from ..store.queue import D1Queue
 from ..store.stats import RunCounts
 from ..store.stats import record as record_counts
@@ -196,6 +199,8 @@ async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcom
         return Outcome(job, "complete")
     return completed(job, value)
 
+
+log = get(__name__)
 
 SETTLE_MARGIN_S = 2.0
 """Time kept between a job's worst-case finish and the end of its lease or of
@@ -603,6 +608,7 @@ class Drain:
     async def run_job(self, job: QueuedJob) -> Outcome:
         """One claimed job's outcome (core/outcomes.py), its handler run in
         a slot. Never raises for anything the job did."""
+        job.started_at = self.queue.clock()
         spec = self.registry.get(job.name)
         decision = decided(job, spec, self.budget.most)
         if decision is not None:
@@ -635,7 +641,13 @@ class Drain:
         return outcome if ctx is None else refused(outcome, spec, ctx.refused)
 
     def record(self, outcomes: list[Outcome], marks: list[Mark]) -> None:
-        """Count settled outcomes into the report and the run's counters."""
+        """Count settled outcomes into the report and the run's counters,
+        and log each job's process line (core/telemetry.py)."""
+        if log.isEnabledFor(logging.INFO):
+            settled = self.queue.clock()
+            for outcome, mark in zip(outcomes, marks, strict=True):
+                fields = process_fields(outcome, mark, outcome.job.started_at, settled)
+                event(log, PROCESS_EVENT, **fields)
         report = self.report
         add = self.counts.add
         for outcome, mark in zip(outcomes, marks, strict=True):

@@ -19,6 +19,7 @@ from ..core.bounds import MAX_PAGE_BYTES, MAX_SAFE_INT, NAME_ALPHABET, check_sto
 from ..core.job import DEFAULT_MAX_ATTEMPTS
 from ..core.log import event, get
 from ..core.registry import Registry
+from ..core.telemetry import messaging
 from . import sql
 from .binding import Binding
 
@@ -45,6 +46,9 @@ class FailedJob:
     """The workflow batch it was a job of (None: none)."""
     after: str | None = None
     """The ids it waited for, as stored (a JSON array; None: none)."""
+    traceparent: str | None = None
+    """The trace context of the push that made it (None: none); a retry of
+    the failure keeps it."""
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> FailedJob:
@@ -196,8 +200,14 @@ class FailedJobs:
                 try:
                     done += bool(await self.retry(id))
                 except Exception as exc:  # reported in the count, logged here
+                    kind = type(exc).__name__
+                    fields = messaging("send", id=id, error_type=kind)
                     event(
-                        log, "d1queue.failed.retry_failed", logging.WARNING, id=id, error=str(exc)
+                        log,
+                        "d1queue.failed.retry_failed",
+                        logging.WARNING,
+                        error=str(exc),
+                        **fields,
                     )
             return done
         return sum(r.changes for r in results[0::2])
