@@ -260,13 +260,26 @@ async def test_a_batchs_callback_keeps_the_batch_pushs_trace(
     assert runs["t.echo"]["trace_id"] == TRACE
 
 
-async def test_a_job_without_a_trace_logs_none(
-    queue: D1Queue, reg: Registry, lines: io.StringIO
+async def test_which_runs_log_a_process_line_is_a_setting(
+    queue: D1Queue, reg: Registry, clock: Clock, lines: io.StringIO
 ) -> None:
-    await queue.dispatch("t.echo", {}, queue="q")
-    await drain(queue, reg)
-    (line,) = events(lines, "d1queue.process")
-    assert "trace_id" not in line and line["outcome"] == "completed"
+    """notable (the default): a failure or retry, or a traced job's run, but
+    not a plain completion; all: every run; off: none."""
+    for job_logs, expected in [
+        ("notable", ["retried"]),
+        ("all", ["completed", "retried"]),
+        ("off", []),
+    ]:
+        lines.truncate(0)
+        lines.seek(0)
+        await queue.dispatch("t.echo", {}, queue=job_logs)
+        await queue.dispatch("t.boom", {}, queue=job_logs)
+        await drain(queue, reg, queues=[job_logs], job_logs=job_logs)
+        found = events(lines, "d1queue.process")
+        assert sorted(e["outcome"] for e in found) == expected, job_logs
+        assert all("trace_id" not in e for e in found)
+        assert len(events(lines, "d1queue.drain")) == 0
+        clock.advance(3600)
 
 
 async def test_a_library_push_takes_the_option(queue: D1Queue, db: SqliteD1) -> None:

@@ -21,6 +21,7 @@ backend links the run to).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +31,14 @@ SYSTEM = "d1queue"
 
 PROCESS_EVENT = "d1queue.process"
 """One line per job run and settled (or found stale, or left unsettled)."""
+
+PROCESS_LOGGER = "d1queue.process"
+"""The logger of the process lines: a notable run's at INFO, any other's at
+DEBUG (`notable`), so its level says which runs log (Config.job_logs)."""
+
+JOB_LOG_LEVELS = {"notable": logging.NOTSET, "all": logging.DEBUG, "off": logging.WARNING}
+"""PROCESS_LOGGER's level for each D1QUEUE_JOB_LOGS: NOTSET follows the
+d1queue logger's (INFO: notable runs only)."""
 
 OUTCOMES = {"complete": "completed", "retry": "retried", "fail": "failed"}
 """A settled outcome's action as a process line names it (the drain's
@@ -64,6 +73,17 @@ def trace_fields(traceparent: str | None) -> dict[str, str]:
     if traceparent is None:
         return {}
     return {"trace_id": traceparent[3:35], "parent_span_id": traceparent[36:52]}
+
+
+def notable(outcome: Outcome, mark: Mark) -> bool:
+    """Whether a run's process line is logged at INFO: it did not simply
+    complete (a failure, a retry, a settle lost to another worker or to
+    D1), or its job carries a trace someone will look for."""
+    return (
+        outcome.action != "complete"
+        or (mark != "written" and mark != "resent")
+        or outcome.job.traceparent is not None
+    )
 
 
 def process_fields(

@@ -71,7 +71,13 @@ from ..core.outcomes import (
     refused,
 )
 from ..core.registry import JobSpec, Registry
-from ..core.telemetry import PROCESS_EVENT, process_fields
+from ..core.telemetry import (
+    JOB_LOG_LEVELS,
+    PROCESS_EVENT,
+    PROCESS_LOGGER,
+    notable,
+    process_fields,
+)
 from ..store.queue import D1Queue
 from ..store.stats import RunCounts
 from ..store.stats import record as record_counts
@@ -200,7 +206,7 @@ async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcom
     return completed(job, value)
 
 
-log = get(__name__)
+plog = get(PROCESS_LOGGER)
 
 SETTLE_MARGIN_S = 2.0
 """Time kept between a job's worst-case finish and the end of its lease or of
@@ -643,11 +649,16 @@ class Drain:
     def record(self, outcomes: list[Outcome], marks: list[Mark]) -> None:
         """Count settled outcomes into the report and the run's counters,
         and log each job's process line (core/telemetry.py)."""
-        if log.isEnabledFor(logging.INFO):
+        if plog.isEnabledFor(logging.INFO):
+            # A JSON line costs about what a job's share of the drain does
+            # (CPU per job, bench/cpu_same.py): a plain completion logs at
+            # DEBUG, which D1QUEUE_JOB_LOGS = "all" turns on.
             settled = self.queue.clock()
             for outcome, mark in zip(outcomes, marks, strict=True):
-                fields = process_fields(outcome, mark, outcome.job.started_at, settled)
-                event(log, PROCESS_EVENT, **fields)
+                level = logging.INFO if notable(outcome, mark) else logging.DEBUG
+                if level == logging.INFO or plog.isEnabledFor(level):
+                    fields = process_fields(outcome, mark, outcome.job.started_at, settled)
+                    event(plog, PROCESS_EVENT, level, **fields)
         report = self.report
         add = self.counts.add
         for outcome, mark in zip(outcomes, marks, strict=True):
@@ -725,6 +736,7 @@ async def drain(
     `settings` override `config`'s fields (`drain(q, reg, queues=["mail"],
     batch_size=10)`) and are validated as Config's are."""
     config = _configured(config, settings)
+    plog.setLevel(JOB_LOG_LEVELS[config.job_logs])
     queue = leased(queue, registry, config)
     state = Drain(
         queue,
