@@ -288,3 +288,16 @@ async def test_a_library_push_takes_the_option(queue: D1Queue, db: SqliteD1) -> 
     with pytest.raises(ValueError, match="traceparent"):
         await queue.dispatch("t.echo", {}, traceparent=BAD[2])
     assert traces(db) == {"t.echo": TP}
+
+
+async def test_a_failed_job_retried_from_the_failed_store_keeps_its_trace(
+    queue: D1Queue, reg: Registry, clock: Clock, db: SqliteD1
+) -> None:
+    id = await queue.dispatch("t.boom", {}, traceparent=TP, max_attempts=2)
+    for _ in range(2):
+        await drain(queue, reg)
+        clock.advance(3600)
+    (failed,) = db.query("SELECT id, traceparent FROM d1queue_failed_jobs")
+    assert (failed["id"], failed["traceparent"]) == (id, TP)
+    assert await queue.retry_failed(id)
+    assert traces(db) == {"t.boom": TP}

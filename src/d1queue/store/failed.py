@@ -46,9 +46,6 @@ class FailedJob:
     """The workflow batch it was a job of (None: none)."""
     after: str | None = None
     """The ids it waited for, as stored (a JSON array; None: none)."""
-    traceparent: str | None = None
-    """The trace context of the push that made it (None: none); a retry of
-    the failure keeps it."""
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> FailedJob:
@@ -56,6 +53,8 @@ class FailedJob:
         fields = dict(row)
         fields["group"] = fields.pop("grp", None)
         fields.pop("fits", None)  # a listing's (sql.bytes_bounded)
+        # A whole row's (SELECT *): kept for the job a retry makes, not shown.
+        fields.pop("traceparent", None)
         return cls(**fields)
 
     def __getitem__(self, key: str) -> Any:
