@@ -68,7 +68,7 @@ export interface Job<N extends string = string> {
   ignore_failed?: boolean;
   /**
    * the producer's W3C trace context (00-<trace id>-<parent id>-<flags>, lowercase hex; its trace id and its parent id must not be all zeros): the job, the jobs its runs push, its retries and a batch's callbacks keep it, and each run's d1queue.process log line carries its trace_id and parent_span_id. Without it, the request's traceparent header applies
-   * pattern `^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`
+   * pattern `^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$`
    */
   traceparent?: string | null;
 }
@@ -127,7 +127,7 @@ export interface JobByName<N extends string = string> {
   ignore_failed?: boolean;
   /**
    * the producer's W3C trace context (00-<trace id>-<parent id>-<flags>, lowercase hex; its trace id and its parent id must not be all zeros): the job, the jobs its runs push, its retries and a batch's callbacks keep it, and each run's d1queue.process log line carries its trace_id and parent_span_id. Without it, the request's traceparent header applies
-   * pattern `^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`
+   * pattern `^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$`
    */
   traceparent?: string | null;
   /**
@@ -403,7 +403,7 @@ export interface CallbackJob<N extends string = string> {
   unique_key?: string | null;
   /**
    * the producer's W3C trace context (00-<trace id>-<parent id>-<flags>, lowercase hex; its trace id and its parent id must not be all zeros): the job, the jobs its runs push, its retries and a batch's callbacks keep it, and each run's d1queue.process log line carries its trace_id and parent_span_id. Without it, the request's traceparent header applies
-   * pattern `^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`
+   * pattern `^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$`
    */
   traceparent?: string | null;
   /**

@@ -45,9 +45,10 @@ trace (a job's own `traceparent` field wins)."""
 
 
 def _trace(headers: Mapping[str, str]) -> str | None:
-    """A push request's traceparent header (None: none sent), checked by
-    the service."""
-    return headers.get(TRACE_HEADER, "").strip() or None
+    """A push request's traceparent header (None: none sent; an empty one
+    is sent, and refused), checked by the service."""
+    value = headers.get(TRACE_HEADER)
+    return None if value is None else value.strip()
 
 
 ApiReply = Reply

@@ -51,7 +51,15 @@ from ..features.wake import WAKE_BINDING, Waker, consume
 from ..store.queue import D1Queue
 from ..store.schedules import DUE_LIMITS, trigger_grace_ms
 from ..store.shardset import ShardQueue, ShardSet
-from .api import API_HEADERS, MAX_BODY_BYTES, NO_STORE, Api, json_object, misconfigured
+from .api import (
+    API_HEADERS,
+    MAX_BODY_BYTES,
+    NO_STORE,
+    TRACE_HEADER,
+    Api,
+    json_object,
+    misconfigured,
+)
 from .dashboard import Dashboard, is_dashboard_path
 from .openapi import document
 from .service import ApiError, Service
@@ -430,6 +438,9 @@ class D1QueueWorker:
         openapi = _openapi(self.registry, prefix)
         api = Api(service, token, _version(), openapi, guard, prefix=prefix)
         headers = {k: str(request.headers.get(k) or "") for k in API_HEADERS}
+        if request.headers.get(TRACE_HEADER) is None:
+            # Absent, not empty: an empty traceparent is a bad one (422).
+            del headers[TRACE_HEADER]
         body = b""
         # Without the token the answer is 401 whatever the body holds: it is
         # never read, so no one without the token makes the Worker read one.
