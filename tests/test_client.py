@@ -340,3 +340,16 @@ def test_every_error_code_has_its_status() -> None:
             ):
                 raised[node.args[1].value] = node.args[0].value
     assert raised and all(ERROR_STATUS.get(code) == status for code, status in raised.items())
+
+
+async def test_a_push_carries_its_traceparent_over_http_and_rpc(
+    client: Client, db: SqliteD1
+) -> None:
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    pushed = await client.push("mail", "t.echo", {}, traceparent=trace)
+    (row,) = db.query("SELECT traceparent FROM d1queue_jobs WHERE id = ?", pushed["id"])
+    assert row["traceparent"] == trace
+    with pytest.raises(ClientError) as caught:
+        await client.push("mail", "t.echo", {}, traceparent=trace.upper())
+    assert (caught.value.status, caught.value.code) == (422, "invalid")
+    assert db.query("SELECT COUNT(*) AS n FROM d1queue_jobs")[0]["n"] == 1

@@ -104,6 +104,7 @@ _ROW = {
     "waiting": 0,
     "batch": None,
     "dependents": 0,
+    "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 }
 
 
@@ -150,6 +151,7 @@ def test_row_to_job_fast_path_makes_what_the_general_path_makes(changes: dict[st
         {"payload": None},
         {"attempts": 1.0},
         {"unique_key": None, "last_error": None},
+        {"traceparent": None},
     ],
 )
 def test_a_row_read_by_position_makes_the_job_its_dict_makes(changes: dict[str, Any]) -> None:

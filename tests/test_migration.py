@@ -4,6 +4,7 @@ every unique lock, and the queue then runs them as it would have."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -226,7 +227,7 @@ async def test_0010_keeps_every_row_and_finds_each_by_id_and_key(tmp_path: Path)
     db.apply_migrations(up_to(tmp_path, "0009_flow_control.sql"))
     before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
     failed = db.query("SELECT * FROM d1queue_failed_jobs")
-    assert db.apply_migrations(MIGRATIONS)[0] == "0010_workflows.sql"
+    assert db.apply_migrations(up_to(tmp_path, "0010_workflows.sql")) == ["0010_workflows.sql"]
     after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
     assert after.keys() == before.keys() and len(after) == 300
     for id, old in before.items():
@@ -241,6 +242,7 @@ async def test_0010_keeps_every_row_and_finds_each_by_id_and_key(tmp_path: Path)
     assert [
         {k: r[k] for k in failed[0]} for r in db.query("SELECT * FROM d1queue_failed_jobs")
     ] == failed
+    db.apply_migrations(MIGRATIONS)  # the driver reads the latest schema
     queue = D1Queue(db, clock=Clock(NOW))
     for id in list(before)[:20]:
         found = await queue.job(id)
@@ -248,3 +250,44 @@ async def test_0010_keeps_every_row_and_finds_each_by_id_and_key(tmp_path: Path)
     keyed = next(r for r in before.values() if r["unique_key"] is not None)
     job = QueuedJob.new("t", 1, queue=keyed["queue"], unique_key=keyed["unique_key"])
     assert await queue.push(job) == keyed["id"], "the key is still held"
+
+
+async def test_0011_keeps_every_row_and_a_batch_made_before_still_fires(tmp_path: Path) -> None:
+    """Trace context adds a nullable column to jobs and failures and
+    re-creates the trigger that enqueues callbacks: every row is kept as it
+    was with no trace, and a batch pushed before (its callback a row of
+    seven values) still enqueues its callback, with no trace."""
+    db = populated_v2(tmp_path)
+    db.apply_migrations(up_to(tmp_path, "0010_workflows.sql"))
+    old = D1Queue(db, clock=Clock(NOW))
+    batch_id, (member,) = await old.batch(
+        [QueuedJob.new("t", 1, queue="wf")], on_finish=QueuedJob.new("cb", 2, queue="wf")
+    )
+    # A callback row as 0010's push wrote it: seven values, no trace.
+    db.query(
+        "UPDATE d1queue_batch_parts SET on_finish = json_remove(on_finish, '$[7]') WHERE id = ?",
+        batch_id,
+    )
+    (spec,) = db.query("SELECT on_finish FROM d1queue_batch_parts WHERE id = ?", batch_id)
+    assert len(json.loads(spec["on_finish"])) == 7
+    before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    failed = db.query("SELECT * FROM d1queue_failed_jobs")
+    assert db.apply_migrations(up_to(tmp_path, "0011_trace_context.sql")) == [
+        "0011_trace_context.sql"
+    ]
+    after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    assert after.keys() == before.keys()
+    for id, row in before.items():
+        assert after[id] == row | {"traceparent": None}, id
+    assert db.query("SELECT * FROM d1queue_failed_jobs") == [
+        row | {"traceparent": None} for row in failed
+    ]
+    queue = D1Queue(db, clock=Clock(NOW))
+    (job,) = await queue.reserve_batch("wf", 1)
+    assert job.id == member and job.traceparent is None
+    await queue.complete(job)
+    (callback,) = db.query(
+        "SELECT id, traceparent FROM d1queue_jobs WHERE id = ?", f"{batch_id}:on_finish"
+    )
+    assert callback["traceparent"] is None
+

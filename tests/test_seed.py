@@ -46,6 +46,7 @@ def test_the_driver_ships_its_own_migrations() -> None:
         "0008_dashboard_signouts.sql",
         "0009_flow_control.sql",
         "0010_workflows.sql",
+        "0011_trace_context.sql",
         "0012_metrics.sql",
     ]
     fresh = SqliteD1()

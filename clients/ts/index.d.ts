@@ -66,6 +66,11 @@ export interface Job<N extends string = string> {
    * default false
    */
   ignore_failed?: boolean;
+  /**
+   * the producer's W3C trace context (00-<trace id>-<parent id>-<flags>, lowercase hex; its trace id and its parent id must not be all zeros): the job, the jobs its runs push, its retries and a batch's callbacks keep it, and each run's d1queue.process log line carries its trace_id and parent_span_id. Without it, the request's traceparent header applies
+   * pattern `^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$`
+   */
+  traceparent?: string | null;
 }
 
 export interface JobByName<N extends string = string> {
@@ -120,6 +125,11 @@ export interface JobByName<N extends string = string> {
    * default false
    */
   ignore_failed?: boolean;
+  /**
+   * the producer's W3C trace context (00-<trace id>-<parent id>-<flags>, lowercase hex; its trace id and its parent id must not be all zeros): the job, the jobs its runs push, its retries and a batch's callbacks keep it, and each run's d1queue.process log line carries its trace_id and parent_span_id. Without it, the request's traceparent header applies
+   * pattern `^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$`
+   */
+  traceparent?: string | null;
   /**
    * the queue to push to; without it, the queue the job is registered with ('default' if it declares none)
    * pattern `^(?!\.+$)[A-Za-z0-9._:-]{1,64}$`
@@ -364,7 +374,7 @@ export interface PushedBatch {
 }
 
 /**
- * a batch's callback: a job by name, with the fields a callback keeps (max_attempts, name, payload, priority, queue, unique_key; any other is 422). Its id is `<batch>:<on_success|on_failure|on_finish>`; its handler's context carries the batch
+ * a batch's callback: a job by name, with the fields a callback keeps (max_attempts, name, payload, priority, queue, traceparent, unique_key; any other is 422). Its id is `<batch>:<on_success|on_failure|on_finish>`; its handler's context carries the batch
  */
 export interface CallbackJob<N extends string = string> {
   /**
@@ -391,6 +401,11 @@ export interface CallbackJob<N extends string = string> {
    * minLength 1; maxLength 255
    */
   unique_key?: string | null;
+  /**
+   * the producer's W3C trace context (00-<trace id>-<parent id>-<flags>, lowercase hex; its trace id and its parent id must not be all zeros): the job, the jobs its runs push, its retries and a batch's callbacks keep it, and each run's d1queue.process log line carries its trace_id and parent_span_id. Without it, the request's traceparent header applies
+   * pattern `^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$`
+   */
+  traceparent?: string | null;
   /**
    * the queue to push to; without it, the queue the job is registered with ('default' if it declares none)
    * pattern `^(?!\.+$)[A-Za-z0-9._:-]{1,64}$`

@@ -68,7 +68,8 @@ def test_the_echo_jobs_log_line_carries_its_id_and_no_payload(clean_host: Host) 
     job_id = reply.json()["id"]
     clean_host.scheduled()
     wait_reports(clean_host, since, 1)  # printed after the run's lines
-    (logged,) = [line for line in clean_host.output()[since:] if job_id in line]
+    lines = clean_host.output()[since:]
+    (logged,) = [line for line in lines if job_id in line and '"event":"example.echo"' in line]
     assert json.loads(logged) == {
         "event": "example.echo",
         "id": job_id,
@@ -77,6 +78,46 @@ def test_the_echo_jobs_log_line_carries_its_id_and_no_payload(clean_host: Host) 
         "level": "info",
     }
     assert not [line for line in clean_host.output() if marker in line], "the payload was logged"
+
+
+def test_a_traceparent_pushed_over_http_reaches_the_runs_process_line(clean_host: Host) -> None:
+    """The W3C traceparent header of a push is stored with its job; the
+    run's d1queue.process line carries its trace id, the producer's span id
+    and OpenTelemetry's messaging names, and the push's line names it too."""
+    trace, span = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    since = len(clean_host.output())
+    reply = clean_host.post(
+        "/v1/queues/traced/jobs",
+        json={"name": "example.echo", "payload": {}},
+        headers={"authorization": f"Bearer {TOKEN}", "traceparent": f"00-{trace}-{span}-01"},
+    )
+    assert reply.status == 201, reply.text
+    job_id = reply.json()["id"]
+    bad = clean_host.post(
+        "/v1/queues/traced/jobs",
+        json={"name": "example.echo"},
+        headers={"authorization": f"Bearer {TOKEN}", "traceparent": f"00-{trace}-{span}"},
+    )
+    assert (bad.status, bad.json()["error"]["code"]) == (422, "invalid"), bad.text
+    clean_host.scheduled()
+    (report,) = wait_reports(clean_host, since, 1)
+    assert report["messaging.system"] == "d1queue"
+    assert report["messaging.batch.message_count"] == 1
+    found = [json.loads(line) for line in clean_host.output()[since:] if line.startswith("{")]
+    (pushed,) = [x for x in found if x["event"] == "d1queue.push"]
+    assert (pushed["messaging.operation.type"], pushed["trace_id"]) == ("send", trace)
+    (line,) = [x for x in found if x["event"] == "d1queue.process"]
+    assert line == line | {
+        "messaging.system": "d1queue",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": "traced",
+        "messaging.message.id": job_id,
+        "name": "example.echo",
+        "outcome": "completed",
+        "trace_id": trace,
+        "parent_span_id": span,
+    }
+    assert isinstance(line["wait_ms"], int) and isinstance(line["run_ms"], int)
 
 
 def test_a_job_whose_worker_died_is_recovered_by_a_later_run(clean_host: Host) -> None:

@@ -121,6 +121,33 @@ MAX_PARTITION = 255
 """Characters of a job's `partition`, the key that picks its shard when its
 queue is not pinned to one (shards.py)."""
 
+TRACEPARENT_RULE = "00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}"
+"""A push's W3C trace context (the `traceparent` header's value, version
+00): version, trace id, the producer's span id and flags, in lowercase hex,
+neither id all zeros (TRACEPARENT_ZEROS). A job stores it as given (55
+characters), so its runs join the producer's trace; anything else is
+refused, never stored half-read."""
+TRACEPARENT_PATTERN = re.compile(TRACEPARENT_RULE)
+TRACEPARENT_ZEROS = "its trace id and its parent id must not be all zeros"
+_TRACEPARENT_SHAPE = re.compile(TRACEPARENT_RULE.replace("(?!0{32})", "").replace("(?!0{16})", ""))
+
+
+def check_traceparent(value: object, where: str = "traceparent") -> str | None:
+    """`value` if it is None (none given) or a valid TRACEPARENT_RULE trace
+    context; else ValueError saying what is wrong, naming `where`."""
+    if value is None:
+        return None
+    if isinstance(value, str) and TRACEPARENT_PATTERN.fullmatch(value):
+        return value
+    if isinstance(value, str) and _TRACEPARENT_SHAPE.fullmatch(value):
+        raise ValueError(f"{where}: {TRACEPARENT_ZEROS}, got {value!r}")
+    shown = value[:64] if isinstance(value, str) else value
+    raise ValueError(
+        f"{where} must be a W3C trace context, 00-<32 hex trace id>-<16 hex parent id>-"
+        f"<2 hex flags> in lowercase, got {shown!r}"
+    )
+
+
 ID_RULE = NOT_ONLY_DOTS + NAME_ALPHABET + "{1,128}"
 """A job's id (or a failed job's, a batch's, a schedule's) in a path or a
 form: what d1queue makes, `[s<shard>-]<32 hex digits>` (shards.py), and what

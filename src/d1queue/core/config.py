@@ -179,6 +179,13 @@ class Config:
     max_jobs: int | None = None
     """D1QUEUE_MAX_JOBS: jobs one run may claim, the bound on its CPU time.
     Default by plan (MAX_JOBS)."""
+    job_logs: Literal["notable", "all", "off"] = "notable"
+    """D1QUEUE_JOB_LOGS: which runs log their own `d1queue.process` line
+    (core/telemetry.py). "notable": a run that failed, retried, was found
+    taken by another worker or left unsettled, and any run of a job pushed
+    with a traceparent; "all": every run (a JSON line a job costs CPU: about
+    as much again as the job's own share of a drain, docs/performance.md);
+    "off": none. The drain's summary line counts every run either way."""
     wake: Literal["off", "queues"] = "off"
     """D1QUEUE_WAKE: "queues" sends a Cloudflare Queues message after each
     push (binding WAKE, see docs/operations.md, "Wake-ups"), whose consumer drains the
@@ -269,6 +276,10 @@ class Config:
                 "D1QUEUE_RESERVATION_S must be > 0",
             ),
             (self.wake in ("off", "queues"), "D1QUEUE_WAKE must be 'off' or 'queues'"),
+            (
+                self.job_logs in ("notable", "all", "off"),
+                "D1QUEUE_JOB_LOGS must be 'notable', 'all' or 'off'",
+            ),
             (1 <= self.wake_per_jobs <= 100_000, "D1QUEUE_WAKE_PER_JOBS must be 1..100000"),
             # sendBatch takes at most 100 messages (Queues limits).
             (1 <= self.wake_max <= 100, "D1QUEUE_WAKE_MAX must be 1..100"),

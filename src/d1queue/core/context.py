@@ -178,7 +178,10 @@ class DrainContext(JobContext):
         if self._queue is None:
             # The drain's queue, its D1 calls counted into this job's budget.
             source = self._queue_source
-            self._queue = source.derive(binding=source.binding.metered(self.meter))
+            # ... and carrying its trace: what it pushes joins its producer's.
+            self._queue = source.derive(
+                binding=source.binding.metered(self.meter), traceparent=self.job.traceparent
+            )
         return self._queue
 
     @queue.setter

@@ -23,6 +23,7 @@ from .bounds import (
     PRIORITY_RANGE,
     check_group,
     check_name,
+    check_traceparent,
     value_depth,
 )
 from .errors import TooManyEdges
@@ -48,6 +49,7 @@ class PushOptions(TypedDict, total=False):
     debounce_s: float | None
     after: Sequence[str] | None
     ignore_failed: bool
+    traceparent: str | None
 
 
 PUSH_OPTIONS = frozenset(PushOptions.__annotations__)
@@ -156,6 +158,13 @@ class QueuedJob:
     dependents: bool = field(default=False, compare=False, repr=False)
     """As read: some job waits for this one (one may start to while it
     runs: its settle finds out then)."""
+    traceparent: str | None = field(default=None, compare=False, repr=False)
+    """The W3C trace context of the push that made it (None: none given):
+    its runs' log lines carry its trace id, and the jobs a run pushes
+    inherit it (core/telemetry.py)."""
+    started_at: int = field(default=0, compare=False, repr=False)
+    """When a drain started this attempt (epoch ms; 0: not run here): its
+    process line's wait and run times are measured from it."""
 
     @classmethod
     def new(
@@ -214,6 +223,7 @@ class QueuedJob:
             debounce_s=debounce_s or 0,
             after=check_after(after, ignore_failed),
             ignore_failed=ignore_failed,
+            traceparent=options.get("traceparent"),
         )
         if job.after is not None and job.debounce_s:
             raise ValueError("debounce_s and after cannot be combined")
@@ -248,6 +258,7 @@ class QueuedJob:
             )
         if self.group is not None:
             check_group(self.group)
+        check_traceparent(self.traceparent)
 
     def payload_json(self) -> str:
         """The payload as stored: compact JSON; NaN and Infinity are refused

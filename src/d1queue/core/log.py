@@ -31,9 +31,10 @@ def get(name: str) -> logging.Logger:
     return logging.getLogger(name if name.startswith(ROOT) else f"{ROOT}.{name}")
 
 
-def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields: Any) -> None:
+def event(logger: logging.Logger, name: str, level: int = logging.INFO, /, **fields: Any) -> None:
     """Log event `name` with `fields` (JSON-able; others are written as
-    their str()). Costs nothing past a level check when the level is off."""
+    their str(); positional-only parameters, so a field may be called
+    `name`). Costs nothing past a level check when the level is off."""
     if logger.isEnabledFor(level):
         logger.log(level, name, extra={_FIELDS: fields})
 

@@ -31,6 +31,10 @@ class Outcome:
     result: str | None = None
     """A completion's return value as JSON text (None: nothing returned),
     kept with the job while its queue keeps history."""
+    error_type: str | None = None
+    """What failed, as the log's `error.type` names it (core/telemetry.py):
+    the class of the exception a handler raised, or a d1queue code for a job
+    failed without running; None for a completion."""
 
 
 Mark = Literal["written", "resent", "stale", "unsettled"]
@@ -58,7 +62,12 @@ def exhausted_outcome(job: QueuedJob) -> Outcome:
     """Failing a job claimed with its attempts already spent, or one whose
     dependency failed (its row says which)."""
     if job.doomed:
-        return Outcome(job, "fail", error=job.last_error or "a dependency failed")
+        return Outcome(
+            job,
+            "fail",
+            error=job.last_error or "a dependency failed",
+            error_type="dependency_failed",
+        )
     return Outcome(
         job,
         "fail",
@@ -67,6 +76,7 @@ def exhausted_outcome(job: QueuedJob) -> Outcome:
             f"{job.max_attempts} after its lease lapsed on the last attempt "
             f"(the worker died or overran); last error: {job.last_error or 'none'}"
         ),
+        error_type="attempts_exhausted",
     )
 
 
@@ -82,13 +92,19 @@ def decided(job: QueuedJob, spec: JobSpec | None, most: int | None = None) -> Ou
             error=f"job {job.name!r} declares {spec.subrequests} subrequests per attempt, "
             f"but a drain on this configuration can give a job at most {most} "
             "(D1QUEUE_PLAN, D1QUEUE_QUERY_BUDGET)",
+            error_type="subrequests_declared",
         )
     if job.exhausted or job.doomed:
         return exhausted_outcome(job)
     if job.payload_error:
-        return Outcome(job, "fail", error=job.payload_error)
+        return Outcome(job, "fail", error=job.payload_error, error_type="payload_undecodable")
     if spec is None:
-        return Outcome(job, "fail", error=f"no handler is registered for job name {job.name!r}")
+        return Outcome(
+            job,
+            "fail",
+            error=f"no handler is registered for job name {job.name!r}",
+            error_type="no_handler",
+        )
     return None
 
 
@@ -97,12 +113,17 @@ def raised(job: QueuedJob, spec: JobSpec, exc: Exception) -> Outcome:
     any other error retries it (after Retry's delay, else the backoff),
     unless that was its last attempt."""
     if isinstance(exc, Fail):
-        return Outcome(job, "fail", error=error_text(f"failed by the handler: {exc}"))
+        return Outcome(
+            job, "fail", error=error_text(f"failed by the handler: {exc}"), error_type="Fail"
+        )
+    kind = type(exc).__name__
     if isinstance(exc, Retry):
-        return retry_or_fail_outcome(job, spec, error_text(f"retry requested: {exc}"), exc.delay_s)
+        text = error_text(f"retry requested: {exc}")
+        return retry_or_fail_outcome(job, spec, text, exc.delay_s, error_type=kind)
     if isinstance(exc, TimeoutError):
-        return retry_or_fail_outcome(job, spec, f"timed out after {spec.timeout_s:g}s")
-    return retry_or_fail_outcome(job, spec, describe(exc))
+        text = f"timed out after {spec.timeout_s:g}s"
+        return retry_or_fail_outcome(job, spec, text, error_type=kind)
+    return retry_or_fail_outcome(job, spec, describe(exc), error_type=kind)
 
 
 def completed(job: QueuedJob, value: Any) -> Outcome:
@@ -113,30 +134,44 @@ def completed(job: QueuedJob, value: Any) -> Outcome:
     if value is None:
         return Outcome(job, "complete")
     if value_depth(value) > MAX_JSON_DEPTH:
-        return Outcome(job, "fail", error=f"result nests deeper than {MAX_JSON_DEPTH} levels")
+        return Outcome(
+            job,
+            "fail",
+            error=f"result nests deeper than {MAX_JSON_DEPTH} levels",
+            error_type="result_invalid",
+        )
     try:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
-        return Outcome(job, "fail", error=error_text(f"result is not JSON: {exc}"))
+        return Outcome(
+            job, "fail", error=error_text(f"result is not JSON: {exc}"), error_type="result_invalid"
+        )
     size = len(text.encode())
     if size > MAX_RESULT_BYTES:
         return Outcome(
             job,
             "fail",
             error=f"result is {size} bytes as JSON; the limit is {MAX_RESULT_BYTES} (64 KiB)",
+            error_type="result_invalid",
         )
     return Outcome(job, "complete", result=text)
 
 
 def retry_or_fail_outcome(
-    job: QueuedJob, spec: JobSpec | None, error: str, delay_s: float | None = None
+    job: QueuedJob,
+    spec: JobSpec | None,
+    error: str,
+    delay_s: float | None = None,
+    error_type: str | None = None,
 ) -> Outcome:
-    """Run again after the backoff (or `delay_s`), unless that was the last attempt."""
+    """Run again after the backoff (or `delay_s`), unless that was the last
+    attempt. `error_type`: what failed (Outcome.error_type)."""
     if job.attempts >= job.max_attempts:
-        return Outcome(job, "fail", error=f"{error} (attempt {job.attempts} of {job.max_attempts})")
+        error = f"{error} (attempt {job.attempts} of {job.max_attempts})"
+        return Outcome(job, "fail", error=error, error_type=error_type)
     backoff = spec.backoff if spec is not None else Backoff()
     delay = backoff.delay_s(job.attempts) if delay_s is None else delay_s
-    return Outcome(job, "retry", delay_s=delay, error=error)
+    return Outcome(job, "retry", delay_s=delay, error=error, error_type=error_type)
 
 
 def refused(outcome: Outcome, spec: JobSpec | None, refusal: BaseException | None) -> Outcome:
@@ -144,7 +179,8 @@ def refused(outcome: Outcome, spec: JobSpec | None, refusal: BaseException | Non
     (`refusal`) and returned: its work is not whole, and the attempt must
     not count as done, so it is retried (or failed on its last attempt)."""
     if refusal is not None and outcome.action == "complete":
-        return retry_or_fail_outcome(outcome.job, spec, describe(refusal))
+        kind = type(refusal).__name__
+        return retry_or_fail_outcome(outcome.job, spec, describe(refusal), error_type=kind)
     return outcome
 
 

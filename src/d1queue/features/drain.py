@@ -42,6 +42,7 @@ claiming, and whatever D1 refused every time is reported as unsettled.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from collections import Counter
@@ -57,6 +58,7 @@ from ..core.costs import LEAST_ROUND, round_cost
 from ..core.flow import Flow
 from ..core.job import QueuedJob
 from ..core.limits import PLANS, Meter, Slots
+from ..core.log import event, get
 from ..core.outbound import Outbound
 from ..core.outcomes import (
     Mark,
@@ -69,6 +71,13 @@ from ..core.outcomes import (
     refused,
 )
 from ..core.registry import JobSpec, Registry
+from ..core.telemetry import (
+    JOB_LOG_LEVELS,
+    PROCESS_EVENT,
+    PROCESS_LOGGER,
+    notable,
+    process_fields,
+)
 from ..store.queue import D1Queue
 from ..store.stats import RunCounts
 from ..store.stats import record as record_counts
@@ -196,6 +205,8 @@ async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcom
         return Outcome(job, "complete")
     return completed(job, value)
 
+
+plog = get(PROCESS_LOGGER)
 
 SETTLE_MARGIN_S = 2.0
 """Time kept between a job's worst-case finish and the end of its lease or of
@@ -616,6 +627,7 @@ class Drain:
     async def run_job(self, job: QueuedJob) -> Outcome:
         """One claimed job's outcome (core/outcomes.py), its handler run in
         a slot. Never raises for anything the job did."""
+        job.started_at = self.queue.clock()
         spec = self.registry.get(job.name)
         clock = self.queue.clock
         job.started_ms = clock()  # its wait ends (core/metrics.py)
@@ -652,7 +664,18 @@ class Drain:
         return outcome if ctx is None else refused(outcome, spec, ctx.refused)
 
     def record(self, outcomes: list[Outcome], marks: list[Mark]) -> None:
-        """Count settled outcomes into the report and the run's counters."""
+        """Count settled outcomes into the report and the run's counters,
+        and log each job's process line (core/telemetry.py)."""
+        if plog.isEnabledFor(logging.INFO):
+            # A JSON line costs about what a job's share of the drain does
+            # (CPU per job, bench/cpu_same.py): a plain completion logs at
+            # DEBUG, which D1QUEUE_JOB_LOGS = "all" turns on.
+            settled = self.queue.clock()
+            for outcome, mark in zip(outcomes, marks, strict=True):
+                level = logging.INFO if notable(outcome, mark) else logging.DEBUG
+                if level == logging.INFO or plog.isEnabledFor(level):
+                    fields = process_fields(outcome, mark, outcome.job.started_at, settled)
+                    event(plog, PROCESS_EVENT, level, **fields)
         report = self.report
         add = self.counts.add
         for outcome, mark in zip(outcomes, marks, strict=True):
@@ -730,6 +753,7 @@ async def drain(
     `settings` override `config`'s fields (`drain(q, reg, queues=["mail"],
     batch_size=10)`) and are validated as Config's are."""
     config = _configured(config, settings)
+    plog.setLevel(JOB_LOG_LEVELS[config.job_logs])
     queue = leased(queue, registry, config)
     budget = Budget.of(config, queue.reservation_s, window_s)
     if queue.metrics:

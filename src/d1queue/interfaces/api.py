@@ -40,6 +40,18 @@ MAX_BODY_BYTES = 1024 * 1024
 """A request body, batch included: 100 jobs of ~10 KB, or fewer larger ones."""
 
 
+TRACE_HEADER = "traceparent"
+"""The W3C Trace Context header a push reads: its jobs join the producer's
+trace (a job's own `traceparent` field wins)."""
+
+
+def _trace(headers: Mapping[str, str]) -> str | None:
+    """A push request's traceparent header (None: none sent; an empty one
+    is sent, and refused), checked by the service."""
+    value = headers.get(TRACE_HEADER)
+    return None if value is None else value.strip()
+
+
 ApiReply = Reply
 """What the API answers: `body` a JSON value, None for none (204, HEAD)."""
 
@@ -47,9 +59,10 @@ Endpoint = Callable[..., Awaitable[tuple[int, Any]]]
 """What a route runs: `(api, *path_args, query=..., body=..., headers=...)`
 to `(status, body)`; `query` holds the route's own parameters, parsed."""
 
-API_HEADERS = ("authorization", "accept", CLIENT_HEADER)
+API_HEADERS = ("authorization", "accept", CLIENT_HEADER, TRACE_HEADER)
 """The request headers the API reads: the token, what the client accepts
-(GET / sends a browser to the dashboard), the client's address (the guard).
+(GET / sends a browser to the dashboard), the client's address (the guard),
+the producer's W3C trace context (a push's jobs keep it).
 The Worker glue hands the API these and no other."""
 
 INDEX = {
@@ -209,30 +222,38 @@ class Api:
     async def _openapi(self, **_: Any) -> tuple[int, Any]:
         return 200, self.openapi
 
-    async def _dispatch(self, queue: str, *, body: bytes, **_: Any) -> tuple[int, Any]:
-        result = await self.service.dispatch(queue, json_object(body))
+    async def _dispatch(
+        self, queue: str, *, body: bytes, headers: Mapping[str, str], **_: Any
+    ) -> tuple[int, Any]:
+        result = await self.service.dispatch(queue, json_object(body), _trace(headers))
         return (200 if result["deduplicated"] else 201), result
 
-    async def _dispatch_job(self, *, body: bytes, **_: Any) -> tuple[int, Any]:
-        result = await self.service.dispatch_job(json_object(body))
+    async def _dispatch_job(
+        self, *, body: bytes, headers: Mapping[str, str], **_: Any
+    ) -> tuple[int, Any]:
+        result = await self.service.dispatch_job(json_object(body), _trace(headers))
         return (200 if result["deduplicated"] else 201), result
 
-    async def _dispatch_batch(self, queue: str, *, body: bytes, **_: Any) -> tuple[int, Any]:
+    async def _dispatch_batch(
+        self, queue: str, *, body: bytes, headers: Mapping[str, str], **_: Any
+    ) -> tuple[int, Any]:
         obj = json_object(body)
         if set(obj) - {"jobs"}:
             raise ApiError(422, "invalid", 'the body is {"jobs": [...]} and nothing else')
-        return 201, await self.service.dispatch_batch(queue, obj.get("jobs"))
+        return 201, await self.service.dispatch_batch(queue, obj.get("jobs"), _trace(headers))
 
-    async def _batch(self, *, body: bytes, **_: Any) -> tuple[int, Any]:
-        return 201, await self.service.batch(json_object(body))
+    async def _batch(self, *, body: bytes, headers: Mapping[str, str], **_: Any) -> tuple[int, Any]:
+        return 201, await self.service.batch(json_object(body), _trace(headers))
 
-    async def _add_to_batch(self, id: str, *, body: bytes, **_: Any) -> tuple[int, Any]:
+    async def _add_to_batch(
+        self, id: str, *, body: bytes, headers: Mapping[str, str], **_: Any
+    ) -> tuple[int, Any]:
         obj = json_object(body)
         unknown = sorted(set(obj) - {"jobs"})
         if unknown:
             message = f'unknown field(s): {", ".join(unknown)} (the body is {{"jobs": [...]}})'
             raise ApiError(422, "invalid", message)
-        return 201, await self.service.add_to_batch(id, obj.get("jobs"))
+        return 201, await self.service.add_to_batch(id, obj.get("jobs"), _trace(headers))
 
     async def _completed(self, queue: str, *, query: dict[str, Any], **_: Any) -> tuple[int, Any]:
         return 200, await self.service.completed(queue, query["limit"], query["cursor"])
@@ -270,6 +291,13 @@ class Api:
 
     async def _schedules(self, *, query: dict[str, Any], **_: Any) -> tuple[int, Any]:
         return 200, await self.service.schedules(query["limit"], query["cursor"])
+
+
+TRACED = frozenset(
+    {Api._dispatch, Api._dispatch_job, Api._dispatch_batch, Api._batch, Api._add_to_batch}
+)
+"""The push routes: they read the traceparent header (TRACE_HEADER), as the
+OpenAPI document says."""
 
 
 def _on_path(call: Callable[[Service, str], Awaitable[Any]]) -> Endpoint:

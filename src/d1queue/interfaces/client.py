@@ -106,7 +106,8 @@ class Client:
     ) -> dict[str, Any]:
         """Push one job: `options` are the job's other fields (delay_s,
         max_attempts, priority, unique_key, group, debounce_s, partition,
-        after, ignore_failed). `after`: 1 to 100 ids of jobs on the same
+        after, ignore_failed, traceparent: the producer's W3C trace context,
+        whose trace the job's runs log). `after`: 1 to 100 ids of jobs on the same
         shard it waits for (422 unknown_dependency for one that is not
         there, too_many_dependents for one that 100 jobs wait for already).
         `queue` None: the job's registered queue (or `queue=` among

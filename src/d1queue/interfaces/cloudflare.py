@@ -36,6 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pyodide import ffi
 from workers import Response, WorkerEntrypoint, fetch
 
+from ..core import telemetry
 from ..core.config import Config, ConfigError, mount_prefix, resolve_prefix
 from ..core.guard import AUTH_LIMITER_BINDING, CLIENT_HEADER, Guard
 from ..core.limits import PLANS, Meter
@@ -54,6 +55,7 @@ from .api import (
     API_HEADERS,
     MAX_BODY_BYTES,
     NO_STORE,
+    TRACE_HEADER,
     Api,
     Exposition,
     json_object,
@@ -385,7 +387,10 @@ class D1QueueWorker:
     ) -> Any:
         """Drain one shard and log its report as one JSON line."""
         report = await self._run_drain(queue, config, window_s=window_s)
-        event(log, "d1queue.drain", trigger=why, shard=queue.shard, **report.as_dict())
+        done = report.as_dict()
+        event(
+            log, "d1queue.drain", trigger=why, shard=queue.shard, **done, **telemetry.drained(done)
+        )
         return report
 
     async def _run_drain(
@@ -437,6 +442,9 @@ class D1QueueWorker:
         openapi = _openapi(self.registry, prefix)
         api = Api(service, token, _version(), openapi, guard, prefix=prefix)
         headers = {k: str(request.headers.get(k) or "") for k in API_HEADERS}
+        if request.headers.get(TRACE_HEADER) is None:
+            # Absent, not empty: an empty traceparent is a bad one (422).
+            del headers[TRACE_HEADER]
         body = b""
         # Without the token the answer is 401 whatever the body holds: it is
         # never read, so no one without the token makes the Worker read one.
@@ -480,13 +488,15 @@ class D1QueueWorker:
             run_drain=run_drain,
         )
         for run in runs:  # one line per shard: its drain, and its schedules before it
+            done = run.drained.as_dict()
             event(
                 log,
                 "d1queue.drain",
                 trigger=f"cron {trigger}",
                 shard=run.shard,
-                **run.drained.as_dict(),
+                **done,
                 schedules=run.schedules.as_dict(),
+                **telemetry.drained(done),
             )
 
     async def queue(self, batch: Any) -> None:
@@ -510,12 +520,14 @@ class D1QueueWorker:
             run_drain=run_drain,
             waker=self.waker(config),
         )
+        done = drained.as_dict() if drained is not None else {}
         event(
             log,
             "d1queue.drain",
             trigger=f"queue {batch.queue}",
-            **(drained.as_dict() if drained is not None else {}),
+            **done,
             wake=report.as_dict(),
+            **telemetry.drained(done),
         )
         for m in messages:
             if report.retry:

@@ -29,6 +29,8 @@ from ..core.bounds import (
     NAME_RULE,
     PERIOD_RANGE,
     PRIORITY_RANGE,
+    TRACEPARENT_RULE,
+    TRACEPARENT_ZEROS,
 )
 from ..core.flow import LIMIT_FIELDS
 from ..core.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
@@ -41,7 +43,7 @@ from ..core.schedule import (
     MAX_CRON,
     TZ_RULE,
 )
-from .api import INDEX, MAX_BODY_BYTES, ROUTES
+from .api import INDEX, MAX_BODY_BYTES, ROUTES, TRACE_HEADER, TRACED
 from .router import Route
 from .service import (
     BATCH_JOBS_RULE,
@@ -127,6 +129,14 @@ ID_PARAM = {
 }
 JOB_ID = {"type": "string", "pattern": f"^{ID_RULE}$"}
 
+TRACEPARENT_SCHEMA = {
+    "type": ["string", "null"],
+    "pattern": f"^{TRACEPARENT_RULE}$",
+    "description": "the producer's W3C trace context (00-<trace id>-<parent id>-<flags>, "
+    f"lowercase hex; {TRACEPARENT_ZEROS}): the job, the jobs its runs push, its retries "
+    "and a batch's callbacks keep it, and each run's d1queue.process log line carries its "
+    "trace_id and parent_span_id. Without it, the request's traceparent header applies",
+}
 JOB_IN: dict[str, Any] = {
     "type": "object",
     "required": ["name"],
@@ -208,6 +218,7 @@ JOB_IN: dict[str, Any] = {
             "default": False,
             "description": "with after: run even if a job it waits for fails or is cancelled",
         },
+        "traceparent": TRACEPARENT_SCHEMA,
     },
 }
 STATS = {
@@ -887,6 +898,18 @@ INDEX_SCHEMA = {
 }
 
 
+TRACE_PARAM = {
+    "name": TRACE_HEADER,
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "pattern": f"^{TRACEPARENT_RULE}$"},
+    "description": "the producer's W3C trace context: the pushed jobs (and the jobs their "
+    "runs push, their retries and callbacks) keep it, and each run's d1queue.process log "
+    "line carries its trace_id and parent_span_id. A job's own traceparent field wins; "
+    f"{TRACEPARENT_ZEROS} (else 422 invalid, nothing written)",
+}
+
+
 def _paths(routes: tuple[Route, ...]) -> dict[str, Any]:
     """The document's paths: one operation per route, its path parameters
     from the template, its query parameters from the route. A route with no
@@ -934,6 +957,8 @@ def _paths(routes: tuple[Route, ...]) -> dict[str, Any]:
         op |= OPERATIONS[(route.method, route.path)]
         if "id" in route.path_params:  # an id not of ID_RULE's shape: 400 invalid_id
             op["responses"] = {"400": {"$ref": "#/components/responses/E400"}} | op["responses"]
+        if route.handler in TRACED:
+            op["parameters"] = [TRACE_PARAM]
         if route.query:
             op["parameters"] = [
                 {"name": q.name, "in": "query", "required": q.required, "schema": q.schema()}

@@ -29,6 +29,7 @@ from ..core.bounds import (
     STORED_ID_PATTERN,
     STORED_ID_RULE,
     STORED_NAME_RULE,
+    check_traceparent,
     is_name,
     is_stored_name,
     json_depth,
@@ -46,11 +47,13 @@ from ..core.errors import (
 )
 from ..core.flow import Limits, LimitsError
 from ..core.job import QueuedJob, new_id
+from ..core.log import event, get
 from ..core.metrics import OUTCOMES, WINDOWS, Figures, prometheus
 from ..core.outcomes import history_kept
 from ..core.registry import Registry, spec_for
 from ..core.schedule import DEFAULT_CATCH_UP, DEFAULT_TZ, ScheduleDef, ScheduleError
 from ..core.shards import merge_pages, shard_of_id
+from ..core.telemetry import messaging, trace_fields
 from ..features.after_push import AfterPush
 from ..store import metrics as store_metrics
 from ..store.admin import QueueStats
@@ -60,6 +63,8 @@ from ..store.push import push_many_noting_paused, push_noting_paused
 from ..store.queue import D1Queue
 from ..store.shardset import ShardSet
 from ..store.workflows import COMPLETED_CURSOR_RULE, JobView, Workflows, stored
+
+log = get(__name__)
 
 SCHEDULE_FIELDS = {"id", "cron", "name", "payload", "queue", "tz", "catch_up"}
 """A schedule's fields in POST /v1/schedules (and the RPC argument)."""
@@ -78,6 +83,7 @@ JOB_FIELDS = {
     "debounce_s",
     "after",
     "ignore_failed",
+    "traceparent",
 }
 """A job's fields in a push whose queue is in the path (or the RPC argument)."""
 JOB_FIELDS_WITH_QUEUE = JOB_FIELDS | {"queue"}
@@ -88,7 +94,15 @@ CALLBACKS = ("on_success", "on_failure", "on_finish")
 """A batch's callback jobs, by the field naming each in POST /v1/batches."""
 BATCH_FIELDS = {"jobs", *CALLBACKS}
 """The fields of POST /v1/batches (and of the RPC `batch` argument)."""
-CALLBACK_FIELDS = {"name", "payload", "queue", "max_attempts", "priority", "unique_key"}
+CALLBACK_FIELDS = {
+    "name",
+    "payload",
+    "queue",
+    "max_attempts",
+    "priority",
+    "unique_key",
+    "traceparent",
+}
 """What a batch's callback job keeps: the trigger that enqueues it inserts
 these and nothing else (store/push.py _callback_row), so any other field a
 job may take is refused in a callback rather than dropped unsaid."""
@@ -345,10 +359,13 @@ class Service:
 
     # -- pushing ----------------------------------------------------------------
 
-    def parse_job(self, queue: str | None, obj: Any, where: str = "") -> QueuedJob:
+    def parse_job(
+        self, queue: str | None, obj: Any, where: str = "", traceparent: str | None = None
+    ) -> QueuedJob:
         """A validated job from a request's JSON object (ApiError otherwise).
         `queue` None: the push named no queue in its path, the object may
-        (`queue`), and without it the job's registered queue applies."""
+        (`queue`), and without it the job's registered queue applies.
+        `traceparent`: the request's (checked), for a job naming none."""
         if not isinstance(obj, dict):
             raise invalid(f"{where}a job must be a JSON object")
         if value_depth(obj) > MAX_JSON_DEPTH:  # RPC arguments are not parsed by api.py
@@ -387,6 +404,7 @@ class Service:
                 debounce_s=obj.get("debounce_s"),
                 after=obj.get("after"),
                 ignore_failed=obj.get("ignore_failed", False),
+                traceparent=obj.get("traceparent", traceparent),
                 at_ms=self.queue.clock(),
             )
             size = len(job.payload_json().encode())
@@ -450,14 +468,20 @@ class Service:
             "warnings": warnings,
         }
 
-    async def dispatch(self, queue: str, obj: Any) -> dict[str, Any]:
-        """Push one job to `queue` (the path's queue overrides the registered one)."""
-        return await self._dispatch(self.parse_job(check_queue(queue), obj))
+    async def dispatch(
+        self, queue: str, obj: Any, traceparent: str | None = None
+    ) -> dict[str, Any]:
+        """Push one job to `queue` (the path's queue overrides the registered
+        one). `traceparent` (every push's): the request's W3C trace context,
+        which a job naming none of its own (`traceparent`) joins."""
+        trace = check_trace(traceparent)
+        return await self._dispatch(self.parse_job(check_queue(queue), obj, "", trace))
 
-    async def dispatch_job(self, obj: Any) -> dict[str, Any]:
+    async def dispatch_job(self, obj: Any, traceparent: str | None = None) -> dict[str, Any]:
         """Push one job by name alone: to the object's `queue` if it has one,
         else to the job's registered queue."""
-        return await self._dispatch(self.parse_job(None, obj))
+        trace = check_trace(traceparent)
+        return await self._dispatch(self.parse_job(None, obj, "", trace))
 
     async def _dispatch(self, job: QueuedJob) -> dict[str, Any]:
         shard = shard_of_id(job.id)
@@ -466,6 +490,7 @@ class Service:
         except REFUSED_AFTER as exc:
             raise refused_after(exc) from None
         await self._pushed(job.queue, shard)
+        sent([job], job_id)
         out = {
             "id": job_id,
             "queue": job.queue,
@@ -477,17 +502,21 @@ class Service:
             out["debounced"] = job.debounced
         return out
 
-    async def dispatch_batch(self, queue: str, jobs: Any) -> dict[str, Any]:
+    async def dispatch_batch(
+        self, queue: str, jobs: Any, traceparent: str | None = None
+    ) -> dict[str, Any]:
         check_queue(queue)
+        trace = check_trace(traceparent)
         if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_BATCH:
             raise invalid(f"jobs must be an array of 1 to {MAX_BATCH} jobs")
-        parsed = [self.parse_job(queue, j, f"jobs[{i}]: ") for i, j in enumerate(jobs)]
+        parsed = [self.parse_job(queue, j, f"jobs[{i}]: ", trace) for i, j in enumerate(jobs)]
         shard = _one_shard(parsed)
         try:
             results, paused = await push_many_noting_paused(self.shards.queue(shard), parsed)
         except REFUSED_AFTER as exc:
             raise refused_after(exc) from None
         await self._pushed(queue, shard)
+        sent(parsed)
         out: dict[str, Any] = {
             "ids": [i for i, _ in results],
             "deduplicated": [d for _, d in results],
@@ -499,18 +528,18 @@ class Service:
 
     # -- workflow batches ---------------------------------------------------------
 
-    def _batch_jobs(self, jobs: Any) -> list[QueuedJob]:
+    def _batch_jobs(self, jobs: Any, traceparent: str | None = None) -> list[QueuedJob]:
         """A batch's (or an addition's) jobs, each of POST /v1/jobs' shape."""
         if not isinstance(jobs, list) or not BATCH_JOBS[0] <= len(jobs) <= BATCH_JOBS[1]:
             raise invalid(BATCH_JOBS_RULE)
-        return [self.parse_job(None, j, f"jobs[{i}]: ") for i, j in enumerate(jobs)]
+        return [self.parse_job(None, j, f"jobs[{i}]: ", traceparent) for i, j in enumerate(jobs)]
 
-    def _callback(self, kind: str, obj: Any) -> QueuedJob | None:
+    def _callback(self, kind: str, obj: Any, traceparent: str | None = None) -> QueuedJob | None:
         """A batch's callback job (None: none): a job, with only the fields a
         callback keeps (CALLBACK_FIELDS)."""
         if obj is None:
             return None
-        job = self.parse_job(None, obj, f"{kind}: ")
+        job = self.parse_job(None, obj, f"{kind}: ", traceparent)
         dropped = sorted(set(obj) - CALLBACK_FIELDS)
         if dropped:
             raise invalid(
@@ -519,10 +548,12 @@ class Service:
             )
         return job
 
-    async def batch(self, obj: Any) -> dict[str, Any]:
+    async def batch(self, obj: Any, traceparent: str | None = None) -> dict[str, Any]:
         """Push a workflow batch: {jobs, on_success?, on_failure?,
         on_finish?}, every job and callback checked before anything is
-        written, all of them in one transaction on one shard."""
+        written, all of them in one transaction on one shard. A callback
+        naming no traceparent joins the request's, else its first job's."""
+        trace = check_trace(traceparent)
         if not isinstance(obj, dict):
             raise invalid("a batch must be a JSON object")
         if value_depth(obj) > MAX_JSON_DEPTH:  # RPC arguments are not parsed by api.py
@@ -532,8 +563,9 @@ class Service:
             raise invalid(
                 f"unknown field(s): {', '.join(unknown)} (a batch is jobs, {', '.join(CALLBACKS)})"
             )
-        parsed = self._batch_jobs(obj.get("jobs"))
-        callbacks = {kind: self._callback(kind, obj.get(kind)) for kind in CALLBACKS}
+        parsed = self._batch_jobs(obj.get("jobs"), trace)
+        trace = trace or next((j.traceparent for j in parsed if j.traceparent), None)
+        callbacks = {kind: self._callback(kind, obj.get(kind), trace) for kind in CALLBACKS}
         shard = _one_shard(parsed)
         try:
             batch_id, ids = await self.shards.queue(shard).batch(
@@ -548,6 +580,7 @@ class Service:
             raise ApiError(409, "conflict", str(exc)) from None
         for queue in dict.fromkeys(j.queue for j in parsed):
             await self._pushed(queue, shard)
+        sent(parsed)
         return {"batch": batch_id, "ids": ids}
 
     async def batch_state(self, id: str) -> dict[str, Any]:
@@ -559,11 +592,13 @@ class Service:
             raise ApiError(404, "not_found", f"no batch {id!r} (never made, or pruned)")
         return state.as_dict(ids=True)
 
-    async def add_to_batch(self, id: str, jobs: Any) -> dict[str, Any]:
+    async def add_to_batch(
+        self, id: str, jobs: Any, traceparent: str | None = None
+    ) -> dict[str, Any]:
         """Add jobs to a running batch (409 batch_not_running, nothing written,
         for one that finished or does not exist)."""
         id = check_id(id)
-        parsed = self._batch_jobs(jobs)
+        parsed = self._batch_jobs(jobs, check_trace(traceparent))
         shard = _one_shard(parsed)
         queue = self.shards.for_id(id)
         if queue is None:
@@ -582,6 +617,7 @@ class Service:
             raise refused_after(exc) from None
         for name in dict.fromkeys(j.queue for j in parsed):
             await self._pushed(name, shard)
+        sent(parsed)
         return {"ids": ids}
 
     # -- queues -----------------------------------------------------------------
@@ -896,6 +932,28 @@ class Service:
         if row is None:
             raise ApiError(404, "not_found", f"no schedule {id!r}")
         return row.as_dict(self.registry)
+
+
+def check_trace(traceparent: str | None) -> str | None:
+    """A request's traceparent (the HTTP header's), checked: 422 invalid,
+    before anything is written, for one that is not a W3C trace context."""
+    try:
+        return check_traceparent(traceparent, "the traceparent header")
+    except ValueError as exc:
+        raise invalid(str(exc)) from None
+
+
+def sent(jobs: list[QueuedJob], id: str | None = None) -> None:
+    """Log a push that was written (`d1queue.push`, operation "send"): its
+    queue, its job's id (`id`, one job) or its count, and its trace."""
+    queues = {j.queue for j in jobs}
+    first = jobs[0]
+    queue = first.queue if len(queues) == 1 else None
+    fields = messaging("send", queue, id, None if id is not None else len(jobs))
+    if id is not None:
+        fields["name"] = first.name
+    fields.update(trace_fields(first.traceparent))
+    event(log, "d1queue.push", **fields)
 
 
 def _one_shard(jobs: list[QueuedJob]) -> int:

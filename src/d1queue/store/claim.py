@@ -32,6 +32,7 @@ from ..core.flow import Flow
 from ..core.job import QueuedJob, now_ms
 from ..core.log import event, get
 from ..core.outcomes import Mark, Outcome, exhausted_outcome
+from ..core.telemetry import messaging
 from . import sql
 from .admission import Admission
 from .binding import Result, Statement
@@ -344,7 +345,15 @@ async def _landed(
                 ]
             )
         except Exception as exc:  # unknown: the lease frees them later
-            event(log, "d1queue.claim.unchecked", logging.WARNING, jobs=len(unsure), error=str(exc))
+            fields = messaging("receive", count=len(unsure), error_type=type(exc).__name__)
+            event(
+                log,
+                "d1queue.claim.unchecked",
+                logging.WARNING,
+                jobs=len(unsure),
+                error=str(exc),
+                **fields,
+            )
             return won
         for i, res in zip(unsure, found, strict=True):
             won[i] = bool(res.rows)
@@ -366,7 +375,15 @@ async def _unclaim(q: QueueState, jobs: Sequence[QueuedJob], until: int) -> None
             ]
         )
     except Exception as exc:
-        event(log, "d1queue.claim.not_undone", logging.WARNING, jobs=len(jobs), error=str(exc))
+        fields = messaging("receive", count=len(jobs), error_type=type(exc).__name__)
+        event(
+            log,
+            "d1queue.claim.not_undone",
+            logging.WARNING,
+            jobs=len(jobs),
+            error=str(exc),
+            **fields,
+        )
 
 
 async def claim_round(q: QueueState, queue: str, n: int) -> tuple[list[QueuedJob], int]:

@@ -19,6 +19,7 @@ from ..core.bounds import MAX_PAGE_BYTES, MAX_SAFE_INT, NAME_ALPHABET, check_sto
 from ..core.job import DEFAULT_MAX_ATTEMPTS
 from ..core.log import event, get
 from ..core.registry import Registry
+from ..core.telemetry import messaging
 from . import sql
 from .binding import Binding
 
@@ -52,6 +53,8 @@ class FailedJob:
         fields = dict(row)
         fields["group"] = fields.pop("grp", None)
         fields.pop("fits", None)  # a listing's (sql.bytes_bounded)
+        # A whole row's (SELECT *): kept for the job a retry makes, not shown.
+        fields.pop("traceparent", None)
         return cls(**fields)
 
     def __getitem__(self, key: str) -> Any:
@@ -196,8 +199,14 @@ class FailedJobs:
                 try:
                     done += bool(await self.retry(id))
                 except Exception as exc:  # reported in the count, logged here
+                    kind = type(exc).__name__
+                    fields = messaging("send", id=id, error_type=kind)
                     event(
-                        log, "d1queue.failed.retry_failed", logging.WARNING, id=id, error=str(exc)
+                        log,
+                        "d1queue.failed.retry_failed",
+                        logging.WARNING,
+                        error=str(exc),
+                        **fields,
                     )
             return done
         return sum(r.changes for r in results[0::2])

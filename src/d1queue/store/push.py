@@ -40,7 +40,9 @@ def new_job(
 ) -> QueuedJob:
     """The job `dispatch` pushes, made now: JobSpec.new of `name`'s spec
     (registry.spec_for), which applies its declared defaults and checks it."""
-    return spec_for(q.registry, name).new(payload, at_ms=q.clock(), **overrides)
+    job = spec_for(q.registry, name).new(payload, at_ms=q.clock(), **overrides)
+    joined(q, (job,))
+    return job
 
 
 async def dispatch(
@@ -60,8 +62,21 @@ async def dispatch(
 
 def _routed(q: QueueState, jobs: Sequence[QueuedJob], shard: int | None = None) -> QueueState:
     """The queue `jobs` go to: the shard set's choice (shardset.ShardSet.route),
-    or `q` when it is the only database."""
+    or `q` when it is the only database. Jobs given no trace context join
+    `q`'s (`joined`)."""
+    joined(q, jobs)
     return q if q.shards is None else q.shards.route(q, jobs, shard=shard)
+
+
+def joined(q: QueueState, jobs: Iterable[QueuedJob]) -> None:
+    """Give each of `jobs` with no traceparent `q`'s (QueueState.traceparent,
+    set on a handler's ctx.queue): the jobs a run pushes (follow-ups,
+    dependents, batches and their callbacks) keep its producer's trace."""
+    trace = q.traceparent
+    if trace is not None:
+        for job in jobs:
+            if job.traceparent is None:
+                job.traceparent = trace
 
 
 def stamp(q: QueueState, job: QueuedJob) -> QueuedJob:
@@ -155,6 +170,8 @@ async def push_batch(
     batch_id = mark_id(new_id(q.clock()), target.shard)
     for job in jobs:
         job.batch = batch_id
+    callbacks = list(callbacks)
+    joined(q, [cb for _, cb in callbacks if cb is not None])
     specs = [None if cb is None else _callback_row(cb, f"{batch_id}:{k}") for k, cb in callbacks]
     ids = json.dumps([j.id for j in jobs])
     made = [
@@ -240,9 +257,8 @@ def _job_statements(q: QueueState, job: QueuedJob) -> list[Statement]:
         return _waiter_statements(job)
     if job.group is not None or job.debounce_s:
         return _flow_statements(q, job)
-    if job.batch is not None:
-        insert = sql.insert_jobs(1, unique=job.unique_key is not None, batch=True)
-        return [(insert, (*_insert_params(job), job.batch))]
+    if job.batch is not None or job.traceparent is not None:
+        return _packed([job], set())
     return [(sql.INSERT_JOB, _insert_params(job))]
 
 
@@ -251,7 +267,7 @@ def _waiter_statements(job: QueuedJob) -> list[Statement]:
     counts them), its edges, the marks on the jobs it waits for and,
     with a group, its queue's."""
     after = json.dumps(job.after)
-    waiter = (job.group, after, int(job.ignore_failed), job.batch, MAX_DEPENDENTS)
+    waiter = (job.group, after, int(job.ignore_failed), job.batch, MAX_DEPENDENTS, job.traceparent)
     out: list[Statement] = [
         (sql.INSERT_WAITER, (*_insert_params(job), *waiter)),
         (sql.INSERT_EDGES, (job.id, after)),
@@ -267,7 +283,13 @@ def _flow_statements(q: QueueState, job: QueuedJob) -> list[Statement]:
     """The statements pushing a grouped or debounced job (stamped): its
     INSERT_FLOW_JOB, then for a group its tag and its queue's mark, for
     a debounce the update of the job holding its key."""
-    flow = (job.group, _group_step(q, job.queue), int(bool(job.debounce_s)), job.batch)
+    flow = (
+        job.group,
+        _group_step(q, job.queue),
+        int(bool(job.debounce_s)),
+        job.batch,
+        job.traceparent,
+    )
     out: list[Statement] = [(sql.INSERT_FLOW_JOB, (*_insert_params(job), *flow))]
     if job.group is not None:
         out += [(sql.BUMP_TAG, (job.id,)), (sql.MARK_GROUPED, (job.queue, job.created_at))]
@@ -289,25 +311,35 @@ def _group_step(q: QueueState, queue: str) -> int:
 def _packed(rows: Sequence[QueuedJob], single: set[int]) -> list[Statement]:
     """The INSERTs of the plain jobs of `rows` (not in `single`), packed as
     many to a statement as D1's bound-parameter limit allows: apart by
-    whether they have a unique key and whether they are a batch's."""
+    whether they have a unique key, whether they are a batch's and whether
+    they carry a trace context (untraced rows pack as if traces did not
+    exist)."""
     out: list[Statement] = []
     for batch in (False, True):
-        step = sql.BATCH_ROWS_PER_STATEMENT if batch else sql.INSERT_ROWS_PER_STATEMENT
-        for unique in (False, True):
-            group = [
-                j
-                for j in rows
-                if id(j) not in single
-                and (j.unique_key is not None) == unique
-                and (j.batch is not None) == batch
-            ]
-            for i in range(0, len(group), step):
-                chunk = group[i : i + step]
-                params = [
-                    v for j in chunk for v in (*_insert_params(j), *((j.batch,) if batch else ()))
+        for traced in (False, True):
+            step = sql.rows_per_insert(batch=batch, traced=traced)
+            for unique in (False, True):
+                group = [
+                    j
+                    for j in rows
+                    if id(j) not in single
+                    and (j.unique_key is not None) == unique
+                    and (j.batch is not None) == batch
+                    and (j.traceparent is not None) == traced
                 ]
-                out.append((sql.insert_jobs(len(chunk), unique=unique, batch=batch), params))
+                for i in range(0, len(group), step):
+                    chunk = group[i : i + step]
+                    params = [v for j in chunk for v in _packed_params(j, batch, traced)]
+                    insert = sql.insert_jobs(len(chunk), unique=unique, batch=batch, traced=traced)
+                    out.append((insert, params))
     return out
+
+
+def _packed_params(job: QueuedJob, batch: bool, traced: bool) -> tuple[Any, ...]:
+    """One row's values in insert_jobs: the ten, then its batch and its
+    traceparent where its statement has them."""
+    extra = ((job.batch,) if batch else ()) + ((job.traceparent,) if traced else ())
+    return (*_insert_params(job), *extra)
 
 
 async def _insert(
@@ -451,7 +483,7 @@ def _callback_row(job: QueuedJob, id: str) -> str:
     priority, unique_key]), its id fixed by the batch and its kind."""
     job.validate()
     row = [id, job.queue, job.name, job.payload_json(), job.max_attempts, job.priority]
-    return json.dumps([*row, job.unique_key])
+    return json.dumps([*row, job.unique_key, job.traceparent])
 
 
 def _recount(batch_id: str, jobs: Sequence[QueuedJob]) -> list[Statement]:

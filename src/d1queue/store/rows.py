@@ -34,6 +34,7 @@ JOB_COLUMN_NAMES = (
     "waiting",
     "batch",
     "dependents",
+    "traceparent",
 )
 """The columns of a d1queue_jobs row as a QueuedJob is read from it, in the
 order `values_to_job` unpacks them: sql.JOB_COLUMNS selects them in this
@@ -95,6 +96,7 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         waiting,
         batch,
         dependents,
+        traceparent,
     ) = values
     if type(text) is not str or len(text) > MAX_JSON_DEPTH:
         return _row_to_job(dict(zip(JOB_COLUMN_NAMES, values, strict=True)))
@@ -146,6 +148,8 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         "batch": batch,
         "waiting": waiting or 0,
         "dependents": bool(dependents),
+        "traceparent": traceparent,
+        "started_at": 0,
     }
     return job
 
@@ -199,4 +203,5 @@ def _row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         batch=row.get("batch"),
         waiting=int(row.get("waiting") or 0),
         dependents=bool(row.get("dependents")),
+        traceparent=row.get("traceparent"),
     )

@@ -29,6 +29,7 @@ from ..core.job import QueuedJob
 from ..core.limits import SubrequestLimitExceeded
 from ..core.log import event, get
 from ..core.outcomes import Mark, Outcome, history_kept
+from ..core.telemetry import messaging
 from . import metrics, sql
 from .binding import Result, Statement
 from .state import BatchKey, QueueState, batch_key
@@ -237,6 +238,9 @@ async def _settle_alone(q: QueueState, outcome: Outcome, now: int, first: Except
                     action=outcome.action,
                     error=str(exc),
                     first_error=str(first),
+                    **messaging(
+                        "settle", outcome.job.queue, outcome.job.id, error_type=type(exc).__name__
+                    ),
                 )
                 break
             await asyncio.sleep(0.05 * 4**attempt)

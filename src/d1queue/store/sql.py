@@ -167,7 +167,8 @@ def _held(q: int, at: int, id: int, token: int) -> str:
 _BAND = "CASE WHEN {at} > {created} THEN " + str(DELAYED_BAND) + " ELSE {priority} END"
 
 # ?1 id ?2 queue ?3 name ?4 payload ?5 attempts ?6 max_attempts ?7 priority
-# ?8 available_at ?9 created_at ?10 unique_key
+# ?8 available_at ?9 created_at ?10 unique_key (a job pushed with a trace
+# context goes through insert_jobs(traced=True), its eleventh value)
 # `ON CONFLICT DO NOTHING`: a unique_key already held by a queued job makes
 # this insert nothing (changes == 0) instead of failing the request.
 _INSERT_INTO = (
@@ -232,8 +233,8 @@ COUNT_DUE_CAPPED = (
 # A grouped or debounced job's push: INSERT_JOB's ten values, ?11 its group
 # (NULL: none), ?12 the step between a group's tags in ms (1; the even
 # spacing of a group rate declared in code, unless the queue's stored limits
-# give one), ?13 whether it is debounced and ?14 its workflow batch (NULL:
-# none). Due when pushed, a grouped job
+# give one), ?13 whether it is debounced, ?14 its workflow batch (NULL:
+# none) and ?15 its traceparent (NULL: none). Due when pushed, a grouped job
 # goes to its priority's grouped band keyed by its fair tag: the later of
 # the band's head (the tag claims have reached; now, with the band empty)
 # and its group's last tag plus the step. A group's burst gets tags a step
@@ -253,11 +254,12 @@ _STORED_STEP = (
 )
 INSERT_FLOW_JOB = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
-    "available_at, created_at, unique_key, band, grp, debounce, batch) VALUES (?1, ?2, ?3, ?4, "
+    "available_at, created_at, unique_key, band, grp, debounce, batch, traceparent) VALUES (?1, "
+    "?2, ?3, ?4, "
     "?5, ?6, ?7, CASE WHEN ?8 > ?9 OR ?11 IS NULL THEN ?8 ELSE max(COALESCE("
     f"{_HEAD_TAG}, ?9), COALESCE({_LAST_TAG}, 0) + COALESCE({_STORED_STEP}, ?12)) END, ?9, ?10, "
     f"CASE WHEN ?8 > ?9 THEN {DELAYED_BAND} WHEN ?11 IS NULL THEN ?7 ELSE ?7 + {GROUP_SHIFT} END, "
-    "?11, ?13, ?14) ON CONFLICT DO NOTHING"
+    "?11, ?13, ?14, ?15) ON CONFLICT DO NOTHING"
 )
 
 # After INSERT_FLOW_JOB, in its batch: the group's last tag becomes the
@@ -785,9 +787,9 @@ RETRY_FREEING = RETRY.replace(
 # id) keeps one failure record, the latest.
 # ?1 error ?2 failed_at ?3 id ?4 reservation ?5 queue ?6 lease end
 FAIL_RECORD = (
-    f"INSERT OR REPLACE INTO d1queue_failed_jobs ({FAILED_COLUMNS}) "
+    f"INSERT OR REPLACE INTO d1queue_failed_jobs ({FAILED_COLUMNS}, traceparent) "
     "SELECT id, queue, name, payload, ?1, attempts, max_attempts, priority, created_at, ?2, grp, "
-    "batch, after "
+    "batch, after, traceparent "
     "FROM d1queue_jobs WHERE " + _held(5, 6, 3, 4)
 )
 
@@ -858,10 +860,10 @@ SELECT_JOB = _by_id(f"SELECT {JOB_COLUMNS} FROM d1queue_jobs", "id = ?1") + " LI
 # gave it. ?1 now ?2 id ?3 allowances (JSON) ?4 the default allowance
 RETRY_FAILED_INSERT = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
-    "available_at, created_at, unique_key, last_error, band, grp) "
+    "available_at, created_at, unique_key, last_error, band, grp, traceparent) "
     "SELECT id, queue, name, payload, attempts, "
     "attempts + COALESCE(json_extract(?3, '$.\"' || name || '\"'), ?4), "
-    "priority, ?1, ?1, NULL, error, priority, grp "
+    "priority, ?1, ?1, NULL, error, priority, grp, traceparent "
     "FROM d1queue_failed_jobs WHERE id = ?2"
 )
 RETRY_FAILED_DELETE = "DELETE FROM d1queue_failed_jobs WHERE id = ?1"
@@ -877,22 +879,36 @@ BATCH_ROWS_PER_STATEMENT = 100 // (JOB_PARAMS + 1)
 """Rows of jobs that join a batch (an eleventh value each): nine."""
 
 
+def rows_per_insert(*, batch: bool, traced: bool) -> int:
+    """Rows of `insert_jobs` per statement, within D1's 100 bound parameters:
+    ten values a row, one more for a batch's jobs and one more for jobs
+    carrying a trace context (so untraced rows pack as before: ten, nine)."""
+    return 100 // (JOB_PARAMS + batch + traced)
+
+
 @_named
-def insert_jobs(n: int, *, unique: bool, batch: bool = False) -> str:
-    """A multi-row INSERT_JOB for `n` (<= INSERT_ROWS_PER_STATEMENT) jobs.
+def insert_jobs(n: int, *, unique: bool, batch: bool = False, traced: bool = False) -> str:
+    """A multi-row INSERT_JOB for `n` (<= rows_per_insert) jobs.
     `unique`: the rows carry unique keys and a held key skips its row;
     otherwise any conflict (a reused id) fails the statement and its batch,
-    so a batch is stored whole or not at all. `batch`: each row has an
-    eleventh value, the workflow batch it joins (n <= BATCH_ROWS_PER_STATEMENT)."""
-    most = BATCH_ROWS_PER_STATEMENT if batch else INSERT_ROWS_PER_STATEMENT
+    so a batch is stored whole or not at all. `batch`: each row has one more
+    value, the workflow batch it joins; `traced`: one more after it, the
+    push's W3C traceparent."""
+    most = rows_per_insert(batch=batch, traced=traced)
     if not 1 <= n <= most:
         raise ValueError(f"1..{most} rows per statement, not {n}")
-    if not batch:
+    if not batch and not traced:
         rows = ", ".join(_job_values(JOB_PARAMS * k) for k in range(n))
         return _INSERT_INTO + rows + (" ON CONFLICT DO NOTHING" if unique else "")
-    width = JOB_PARAMS + 1
-    rows = ", ".join(_job_values(width * k)[:-1] + f", ?{width * k + width})" for k in range(n))
-    into = _INSERT_INTO.replace("band) VALUES", "band, batch) VALUES")
+    extras = [c for c, on in (("batch", batch), ("traceparent", traced)) if on]
+    width = JOB_PARAMS + len(extras)
+    rows = ", ".join(
+        _job_values(width * k)[:-1]
+        + "".join(f", ?{width * k + JOB_PARAMS + i + 1}" for i in range(len(extras)))
+        + ")"
+        for k in range(n)
+    )
+    into = _INSERT_INTO.replace("band) VALUES", f"band, {', '.join(extras)}) VALUES")
     return into + rows + (" ON CONFLICT DO NOTHING" if unique else "")
 
 
@@ -1450,7 +1466,8 @@ _FAILED_IDS = "(SELECT id FROM d1queue_failed_jobs WHERE id IN (SELECT value FRO
 # The push of a job that waits for others: INSERT_JOB's ten values, then
 # ?11 its group (NULL: none) ?12 `after` (a JSON array of distinct ids)
 # ?13 ignore_failed (0/1) ?14 its batch (NULL: none) ?15 the most jobs one
-# job may be waited for by (bounds.MAX_DEPENDENTS). The same statement
+# job may be waited for by (bounds.MAX_DEPENDENTS) ?16 its traceparent
+# (NULL: none). The same statement
 # checks and counts its dependencies, in the push's transaction:
 # - waiting: those still live (queued, waiting, running or retrying); a
 #   completion since has moved on and counted already, one to come will
@@ -1501,9 +1518,9 @@ _FULL_DEP = (
 _RUN_BAND = f"CASE WHEN ?11 IS NULL THEN ?7 ELSE ?7 + {GROUP_SHIFT} END"
 INSERT_WAITER = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
-    "available_at, created_at, unique_key, grp, after, ignore_failed, batch, last_error, "
-    "waiting, band) "
-    "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+    "available_at, created_at, unique_key, grp, after, ignore_failed, batch, traceparent, "
+    "last_error, waiting, band) "
+    "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?16, "
     "CASE WHEN s.doomed THEN 'dependency ' || s.failed || ' failed' END, "
     "CASE WHEN s.known < json_array_length(?12) OR s.at_cap IS NOT NULL THEN NULL "
     "WHEN s.doomed THEN -1 ELSE s.live END, "

@@ -87,6 +87,10 @@ class QueueState:
         """The flow places held per queue with a concurrency limit, as the
         last read of them found (sql.OCCUPIED_SLOTS): which a round may
         give its claims. Shared with this queue's metered twins."""
+        self.traceparent: str | None = None
+        """The W3C trace context the jobs pushed through this queue join when
+        they name none: a handler's ctx.queue carries its job's (the drain
+        sets it), so what a run pushes stays in the producer's trace."""
         self.batches: dict[BatchKey, int] = {}
         """Jobs won per claim batch and queue, by (token, queue, lease end),
         until a settle first carries any of them: one carrying all of them

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..core.log import event, get
+from ..core.telemetry import messaging
 from . import sql
 from .binding import Binding, Result, Statement
 
@@ -74,7 +75,9 @@ async def ended_apart(
         try:
             ended = await binding.batch(statements)
         except Exception as exc:
-            event(log, "d1queue.settle.unended", logging.WARNING, error=str(exc))
+            kind = type(exc).__name__
+            fields = messaging("settle", error_type=kind)
+            event(log, "d1queue.settle.unended", logging.WARNING, error=str(exc), **fields)
             continue
         out[at] = replace(out[at], changes=out[at].changes + ended[-1].changes)
     return out
