@@ -291,3 +291,25 @@ async def test_0011_keeps_every_row_and_a_batch_made_before_still_fires(tmp_path
     )
     assert callback["traceparent"] is None
 
+
+async def test_0012_on_a_0011_schema_counts_the_jobs_it_finds_traced(tmp_path: Path) -> None:
+    """Job metrics add a table and move nothing: on a 0011 schema whose
+    jobs carry traces, every row is kept as it was, and a job pushed
+    before then runs, keeps its trace and is counted."""
+    db = populated_v2(tmp_path)
+    db.apply_migrations(up_to(tmp_path, "0011_trace_context.sql"))
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    old = D1Queue(db, clock=Clock(NOW))
+    job_id = await old.push(QueuedJob.new("m", 1, queue="metered", traceparent=trace))
+    before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    assert db.apply_migrations(MIGRATIONS) == ["0012_metrics.sql"]
+    assert {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")} == before
+    assert db.query("SELECT * FROM d1queue_metrics") == []
+    queue = D1Queue(db, clock=Clock(NOW), metrics=True)
+    (job,) = await queue.reserve_batch("metered", 1)
+    assert (job.id, job.traceparent) == (job_id, trace)
+    await queue.complete(job)
+    (total,) = db.query(
+        f"SELECT queue, name, completed FROM d1queue_metrics WHERE period = {sql.METRIC_TOTAL}"
+    )
+    assert total == {"queue": "metered", "name": "m", "completed": 1}

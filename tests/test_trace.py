@@ -301,3 +301,31 @@ async def test_a_failed_job_retried_from_the_failed_store_keeps_its_trace(
     assert (failed["id"], failed["traceparent"]) == (id, TP)
     assert await queue.retry_failed(id)
     assert traces(db) == {"t.boom": TP}
+
+
+async def test_a_process_line_and_the_metrics_count_the_same_wait_and_run(
+    db: SqliteD1, clock: Clock, lines: io.StringIO
+) -> None:
+    """One start and one end are measured per job: the wait and run its
+    process line shows are the ones its metrics add up."""
+    queue = D1Queue(db, clock=clock, metrics=True)
+    reg = Registry()
+
+    @reg.job("t.slow")
+    async def slow(payload: Any) -> None:
+        clock.advance(payload)  # the handler "runs" this many seconds
+
+    for seconds in (0.25, 3, 40):
+        await queue.dispatch("t.slow", seconds, traceparent=TP)
+    clock.advance(2)
+    await drain(queue, reg, job_logs="all")
+    found = events(lines, "d1queue.process")
+    assert sorted(e["run_ms"] for e in found) == [250, 3000, 40_000]
+    # Handlers run in turn: each waits for the ones before it too.
+    assert sorted(e["wait_ms"] for e in found) == [2000, 2250, 5250]
+    (row,) = db.query(
+        f"SELECT * FROM d1queue_metrics WHERE period = {sql.METRIC_TOTAL} AND name = 't.slow'"
+    )
+    assert row["completed"] == 3
+    assert row["run_ms"] == sum(e["run_ms"] for e in found)
+    assert row["wait_ms"] == sum(e["wait_ms"] for e in found)

@@ -135,11 +135,6 @@ class QueuedJob:
     """The place it holds under its group's concurrency limit, while held;
     -1 for a job this worker claimed under one, whose number the claim's
     SQL chose (what matters to its retry or undo is that it holds one)."""
-    started_ms: int = field(default=0, compare=False, repr=False)
-    """When its handler started this attempt (epoch ms, the queue's clock;
-    0: not run here), for the wait it is counted with (core/metrics.py)."""
-    ran_ms: float = field(default=0.0, compare=False, repr=False)
-    """How long its handler ran this attempt, in ms."""
     band: int | None = field(default=None, compare=False, repr=False)
     """The band of the key the row was read at (sql.DELAYED_BAND,
     sql.LOCKED_BAND or the priority): with queue, available_at and id, where
@@ -163,8 +158,20 @@ class QueuedJob:
     its runs' log lines carry its trace id, and the jobs a run pushes
     inherit it (core/telemetry.py)."""
     started_at: int = field(default=0, compare=False, repr=False)
-    """When a drain started this attempt (epoch ms; 0: not run here): its
-    process line's wait and run times are measured from it."""
+    """When a drain started this attempt's handler (epoch ms, the queue's
+    clock; after any wait for a handler slot; 0: not run here). The one
+    measurement its process line's wait (due -> started) and its metrics'
+    wait are both taken from (core/telemetry.py, core/metrics.py)."""
+    ended_at: int = field(default=0, compare=False, repr=False)
+    """When its handler returned or raised (epoch ms; 0: no handler ran, as
+    for a job failed without running): its run is ended_at - started_at,
+    on its process line and in its metrics alike (`QueuedJob.run_ms`)."""
+
+    @property
+    def run_ms(self) -> int:
+        """How long its handler ran this attempt, in ms (0: none ran here;
+        a clock that ran backwards counts as 0)."""
+        return max(0, self.ended_at - self.started_at) if self.ended_at else 0
 
     @classmethod
     def new(

@@ -86,14 +86,14 @@ def notable(outcome: Outcome, mark: Mark) -> bool:
     )
 
 
-def process_fields(
-    outcome: Outcome, mark: Mark, started_ms: int, settled_ms: int
-) -> dict[str, Any]:
+def process_fields(outcome: Outcome, mark: Mark) -> dict[str, Any]:
     """The fields of one job's process line: who (queue, name, id, attempt),
     how it ended (`outcome`: completed, retried, failed; or `stale` when
     another worker held the job by its settle, `unsettled` when D1 refused
     the settle), `wait_ms` (due → started; a grouped job's due time is its
-    fair turn), `run_ms` (started → settled), `error.type` and the trace."""
+    fair turn), `run_ms` (its handler's run), `error.type` and the trace:
+    the job's one measured start and end (QueuedJob.started_at, ended_at),
+    which its metrics count too (store/metrics.py)."""
     job = outcome.job
     written = mark == "written" or mark == "resent"
     fields = messaging(
@@ -105,8 +105,8 @@ def process_fields(
     fields["name"] = job.name
     fields["attempt"] = job.attempts
     fields["outcome"] = OUTCOMES[outcome.action] if written else mark
-    fields["wait_ms"] = max(0, started_ms - job.available_at)
-    fields["run_ms"] = max(0, settled_ms - started_ms)
+    fields["wait_ms"] = max(0, job.started_at - job.available_at)
+    fields["run_ms"] = job.run_ms
     if job.traceparent is not None:
         fields.update(trace_fields(job.traceparent))
     return fields

@@ -627,10 +627,10 @@ class Drain:
     async def run_job(self, job: QueuedJob) -> Outcome:
         """One claimed job's outcome (core/outcomes.py), its handler run in
         a slot. Never raises for anything the job did."""
-        job.started_at = self.queue.clock()
         spec = self.registry.get(job.name)
         clock = self.queue.clock
-        job.started_ms = clock()  # its wait ends (core/metrics.py)
+        # Its wait ends: the one start its process line and metrics share.
+        job.started_at = clock()
         decision = decided(job, spec, self.budget.most)
         if decision is not None:
             return decision
@@ -655,12 +655,12 @@ class Drain:
         slots = self.slots
         if not slots.take_now():
             await slots.take()
-            job.started_ms = clock()  # it waited for a handler slot
+            job.started_at = clock()  # it waited for a handler slot
         try:
             outcome = await _call(job, spec, ctx)
         finally:
             slots.give()
-            job.ran_ms = clock() - job.started_ms
+            job.ended_at = clock()
         return outcome if ctx is None else refused(outcome, spec, ctx.refused)
 
     def record(self, outcomes: list[Outcome], marks: list[Mark]) -> None:
@@ -670,11 +670,10 @@ class Drain:
             # A JSON line costs about what a job's share of the drain does
             # (CPU per job, bench/cpu_same.py): a plain completion logs at
             # DEBUG, which D1QUEUE_JOB_LOGS = "all" turns on.
-            settled = self.queue.clock()
             for outcome, mark in zip(outcomes, marks, strict=True):
                 level = logging.INFO if notable(outcome, mark) else logging.DEBUG
                 if level == logging.INFO or plog.isEnabledFor(level):
-                    fields = process_fields(outcome, mark, outcome.job.started_at, settled)
+                    fields = process_fields(outcome, mark)
                     event(plog, PROCESS_EVENT, level, **fields)
         report = self.report
         add = self.counts.add

@@ -37,8 +37,8 @@ from .binding import Binding, Statement
 
 def _entry(outcome: Outcome, now: int) -> list[Any]:
     job = outcome.job
-    started = job.started_ms or now
-    kind, wb, wait, rb, run = observation(outcome.action, job.available_at, started, job.ran_ms)
+    started = job.started_at or now
+    kind, wb, wait, rb, run = observation(outcome.action, job.available_at, started, job.run_ms)
     return [
         job.queue,
         job.name,

@@ -140,8 +140,6 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         "debounced": False,
         "slot": slot,
         "gslot": gslot,
-        "started_ms": 0,
-        "ran_ms": 0.0,
         "band": band,
         "after": _after(after) if after else None,
         "ignore_failed": False,
@@ -150,6 +148,7 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         "dependents": bool(dependents),
         "traceparent": traceparent,
         "started_at": 0,
+        "ended_at": 0,
     }
     return job
 
