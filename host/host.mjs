@@ -15,7 +15,8 @@
 //   limits.mjs     Cloudflare's per-invocation limits
 //   faults.mjs     D1 faults injected on purpose
 //   boot.mjs       the upload, Pyodide, Miniflare and the bindings (bindings.mjs,
-//                  lanes.mjs), migrations, the Worker loaded (worker.mjs)
+//                  lanes.mjs), migrations, the Worker loaded (worker.mjs) or
+//                  restored from a memory snapshot (snapshot.mjs)
 //   server.mjs     the HTTP server and its routes; hooks.mjs the /__test/ routes
 //   cron.mjs       --crons
 //
@@ -60,7 +61,7 @@ const { QueueSendFaults } = await import('./queues.mjs');
 const { Pending } = await import('./worker.mjs');
 const { boot } = await import('./boot.mjs');
 const host = { settings, limits, faults, queueFaults: new QueueSendFaults(), pending: new Pending(), life };
-const { config, crons, lanes, release, pyodide, bundleDir, queueBindings, worker } = await boot(host);
+const { config, crons, lanes, release, pyodide, bundleDir, queueBindings, worker, start } = await boot(host);
 
 const { createServer } = await import('./server.mjs');
 const { testHooks } = await import('./hooks.mjs');
@@ -90,7 +91,7 @@ function readyLine() {
   const queues = queueBindings.size
     ? `; Queues (Miniflare): ${[...queueBindings.keys()].join(', ')} -> ${consumers}${lanes.count > 1 ? ` in ${lanes.count} consumer lanes` : ''}`
     : '';
-  return `d1queue host: ready in ${((Date.now() - started) / 1000).toFixed(1)}s (Python ${python} on Pyodide ${pyodide.version}, ` +
+  return `d1queue host: ready in ${((Date.now() - started) / 1000).toFixed(1)}s, ${start.note} (Python ${python} on Pyodide ${pyodide.version}, ` +
     `selected by ${release.flag}; upload: ${bundleDir}; D1 state: ${life.stateDir}${settings.rawDb ? ', raw D1 binding' : ''}; ` +
     `${limits.describe()}${faults.active ? `; ${faults.describe()}` : ''}${queues})\n`;
 }
