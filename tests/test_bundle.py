@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import ast
 import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
 from tools import bundle
 
 from .conftest import ROOT
@@ -106,3 +108,60 @@ def test_the_check_fails_without_a_module_src_imports(tmp_path: Path) -> None:
     problems = bundle.check(worker, tmp_path / "out")
     assert any("the Worker's own module jobs is not in" in p for p in problems)
     assert any(p.startswith("croniter (imported by entry.py) is in neither") for p in problems)
+
+
+def small_worker(root: Path) -> Path:
+    """A Worker folder with a module root and a vendored python_modules/."""
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "entry.py").write_text("x = 1\n")
+    (root / "python_modules" / "pkg").mkdir(parents=True)
+    (root / "python_modules" / "pkg" / "__init__.py").write_text("")
+    (root / "wrangler.toml").write_text('main = "src/entry.py"\n')
+    return root
+
+
+def test_the_upload_inputs_change_with_the_files_an_upload_is_built_from(tmp_path: Path) -> None:
+    root = small_worker(tmp_path / "w")
+    first = bundle.upload_inputs(root)
+    (root / "src" / "__pycache__").mkdir()
+    (root / "src" / "__pycache__" / "entry.cpython-314.pyc").write_bytes(b"\0")
+    (root / ".wrangler" / "bundle").mkdir(parents=True)
+    (root / ".wrangler" / "bundle" / "entry.py").write_text("old\n")
+    assert bundle.upload_inputs(root) == first, "caches and outputs are no inputs"
+    seen = {first}
+    for path, text in (
+        (root / "src" / "entry.py", "x = 2\n"),
+        (root / "src" / "new.py", ""),
+        (root / "python_modules" / "pkg" / "__init__.py", "y = 1\n"),
+        (root / "wrangler.toml", 'main = "src/entry.py"\nname = "w"\n'),
+    ):
+        path.write_text(text)
+        now = bundle.upload_inputs(root)
+        assert now not in seen, path
+        seen.add(now)
+    (root / "wrangler.toml").write_text('main = "src/entry.py"\n[build]\ncommand = "make"\n')
+    assert bundle.upload_inputs(root) is None, "a custom build's inputs are its own"
+
+
+def test_reuse_keeps_an_upload_built_from_the_same_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = small_worker(tmp_path / "w")
+    outdir = tmp_path / "out"
+    runs: list[list[str]] = []
+
+    def wrangler(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        runs.append(cmd)
+        outdir.mkdir()
+        (outdir / "entry.py").write_text((root / "src" / "entry.py").read_text())
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(bundle.subprocess, "run", wrangler)
+    assert bundle.dry_run(root, outdir, reuse=True)
+    assert not bundle.dry_run(root, outdir, reuse=True)
+    assert len(runs) == 1
+    (root / "src" / "entry.py").write_text("x = 2\n")
+    assert bundle.dry_run(root, outdir, reuse=True)
+    assert (outdir / "entry.py").read_text() == "x = 2\n"
+    assert bundle.dry_run(root, outdir), "without reuse, wrangler always runs"
+    assert len(runs) == 3
