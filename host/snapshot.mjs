@@ -180,8 +180,12 @@ function resolve(ref, modules) {
 }
 
 function what(obj) {
-  const name = obj?.constructor?.name ?? typeof obj;
-  const keys = Object.keys(obj).slice(0, 6).join(', ');
+  let name = typeof obj;
+  let keys = '';
+  try {
+    name = obj.constructor?.name ?? name;
+    keys = Object.keys(obj).slice(0, 6).join(', ');
+  } catch {} // a revoked proxy, say: its type is all there is to say
   return `a JS ${name}${keys ? ` {${keys}}` : ''}`;
 }
 
@@ -326,9 +330,10 @@ export class SnapshotCache {
     this.prune();
   }
 
-  /** Delete the snapshot under `key` (it could not be used). */
+  /** Delete the snapshot under `key` (it could not be used); one that cannot
+   * be deleted (another user's file) is left, and fails again next time. */
   discard(key) {
-    fs.rmSync(this.file(key), { force: true });
+    try { fs.rmSync(this.file(key), { force: true }); } catch {}
   }
 
   /** Keep the newest `keep` snapshots; drop temporary files a killed host left. */
