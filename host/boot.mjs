@@ -71,11 +71,13 @@ class PythonRelease {
 }
 
 /** The upload, as `make deploy` would upload it: built into --root's
- * .wrangler/bundle by tools/bundle.py (which reuses an up-to-date one). */
+ * .wrangler/bundle by tools/bundle.py (which reuses an up-to-date one), run
+ * by D1QUEUE_HOST_PYTHON when set (`d1queue dev`'s own Python: the upload
+ * vendors the d1queue installed there), else the repository's venv. */
 function buildBundle(root) {
   const outdir = path.join(root, '.wrangler', 'bundle');
   const venvPython = path.join(REPO, '.venv', 'bin', 'python');
-  const python = fs.existsSync(venvPython) ? venvPython : 'python3';
+  const python = process.env.D1QUEUE_HOST_PYTHON || (fs.existsSync(venvPython) ? venvPython : 'python3');
   const args = [path.join(REPO, 'tools', 'bundle.py'), '--root', root, '--reuse', '--outdir', outdir];
   return new Promise((resolve, reject) => {
     execFile(python, args, { maxBuffer: 1 << 24 }, (error, stdout, stderr) => {
@@ -149,7 +151,7 @@ async function startPyodide({ snapshots, key, modules, options, envReady }) {
  * queueFaults, pending, life (lifecycle.mjs)}; every failure ends the process
  * through life.fail, with Miniflare disposed of. Resolves to
  * {config, crons, lanes, release, pyodide, bundleDir, queueBindings, worker,
- * start}, `start` saying how Python started: {warm, note} (snapshot.mjs).
+ * prefix, start}, `start` saying how Python started: {warm, note} (snapshot.mjs).
  */
 export async function boot(host) {
   const { settings, limits, life } = host;
@@ -230,6 +232,9 @@ export async function boot(host) {
 
   let { pyodide, snapshot } = started;
   let worker, why; // why: a snapshot there is not used
+  // Where d1queue is mounted in a Worker of one's own (its D1QUEUE_PREFIX;
+  // the Worker itself checks the var), for the links the host prints.
+  const prefix = String(env.D1QUEUE_PREFIX ?? '').trim().replace(/\/+$/, '');
   const load = (restored) => {
     current = pyodide;
     python.check(pyodide.version);
@@ -271,7 +276,7 @@ export async function boot(host) {
   }
   workerLoaded(worker);
   return {
-    config, crons, lanes, release: python.release, pyodide, bundleDir, queueBindings: bindings.queues, worker,
+    config, crons, lanes, release: python.release, pyodide, bundleDir, queueBindings: bindings.queues, worker, prefix,
     start: { warm: Boolean(snapshot), note: snapshot ? `warm (snapshot ${key.slice(0, 12)})` : `cold (${why})` },
   };
 }

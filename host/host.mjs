@@ -67,7 +67,7 @@ const { QueueSendFaults } = await import('./queues.mjs');
 const { Pending } = await import('./worker.mjs');
 const { boot } = await import('./boot.mjs');
 const host = { settings, limits, faults, queueFaults: new QueueSendFaults(), pending: new Pending(), life };
-const { config, crons, lanes, release, pyodide, bundleDir, queueBindings, worker, start } = await boot(host);
+const { config, crons, lanes, release, pyodide, bundleDir, queueBindings, worker, prefix, start } = await boot(host);
 
 const { createServer } = await import('./server.mjs');
 const { testHooks } = await import('./hooks.mjs');
@@ -112,10 +112,12 @@ server.listen(settings.port, '127.0.0.1', () => {
 });
 
 // Where a person goes next: the API (its token is the D1QUEUE_TOKEN var, in
-// .dev.vars for `make dev`), the dashboard, and where the cron's report shows.
-function startupLines(url) {
+// .dev.vars for `make dev`), the dashboard, and where the cron's report shows;
+// d1queue's links under its D1QUEUE_PREFIX, the listening line without it.
+function startupLines(origin) {
+  const url = `${origin}${prefix}`;
   const exprs = crons.map((c) => c.expr);
-  const now = exprs.length ? `; run one now: curl '${url}/__scheduled?cron=${exprs[0].replaceAll(' ', '+')}'` : '';
+  const now = exprs.length ? `; run one now: curl '${origin}/__scheduled?cron=${exprs[0].replaceAll(' ', '+')}'` : '';
   const cron = settings.crons
     ? `  cron:      ${exprs.join(', ') || 'none'}; each run's report prints here (a d1queue.drain line)${now}\n`
     : '';

@@ -317,20 +317,22 @@ async def test_a_push_says_when_its_queue_is_paused_or_not_drained(
     job = {"name": "t.echo"}
     r = await client("POST", "/v1/queues/mail/jobs", job)
     assert r.status == 201
-    assert (r.body["paused"], r.body["drained"], r.body["warnings"]) == (False, True, [])
+    assert (r.body["paused"], r.body["runs_here"], r.body["warnings"]) == (False, True, [])
+    assert r.body["drained"] is True  # the older name, kept beside runs_here
     r = await client("POST", "/v1/queues/other/jobs", job)
-    assert r.status == 201 and (r.body["paused"], r.body["drained"]) == (False, False)
+    assert r.status == 201 and (r.body["paused"], r.body["runs_here"]) == (False, False)
+    assert r.body["drained"] is False
     (warning,) = r.body["warnings"]
     assert "'other' is not drained" in warning and "D1QUEUE_QUEUES is 'mail'" in warning
     assert (await client("POST", "/v1/queues/mail/pause")).status == 200
     r = await client("POST", "/v1/queues/mail/jobs/batch", {"jobs": [job, job]})
-    assert r.status == 201 and (r.body["paused"], r.body["drained"]) == (True, True)
+    assert r.status == 201 and (r.body["paused"], r.body["runs_here"]) == (True, True)
     assert r.body["warnings"] == [
         "queue 'mail' is paused: its jobs wait until it is resumed (POST /v1/queues/mail/resume)"
     ]
     # "the rest": a list ending in * drains every queue.
     rest = Service(queue, reg, config=Config(queues=("mail", "*")))
-    assert (await rest.dispatch("other", job))["drained"] is True
+    assert (await rest.dispatch("other", job))["runs_here"] is True
     assert client.counts() == (5, 0, 1), "the answers are reads: every push was stored"
 
 

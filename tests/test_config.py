@@ -7,6 +7,7 @@ import tomllib
 import pytest
 
 from d1queue import Config, ConfigError
+from d1queue.core.config import mount_prefix, resolve_prefix
 
 from .conftest import ROOT
 
@@ -102,3 +103,24 @@ def test_which_queues_a_configuration_drains(
 def test_a_queue_list_typo_is_an_error(raw: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Config.from_vars({"D1QUEUE_QUEUES": raw})
+
+
+def test_the_prefix_is_a_var_the_code_may_repeat_but_not_contradict() -> None:
+    """D1QUEUE_PREFIX mounts d1queue under a path; a `prefix=` in the code
+    agreeing with it is fine, a different one is the operator's mistake,
+    said in words (the routes and the printed links would disagree)."""
+    assert Config.from_vars({"D1QUEUE_PREFIX": "/queue/"}).prefix == "/queue"
+    assert Config.from_vars({}).prefix == ""
+    with pytest.raises(ConfigError, match="D1QUEUE_PREFIX"):
+        Config.from_vars({"D1QUEUE_PREFIX": "queue"})
+    assert resolve_prefix(None, None) == ("", None)
+    assert resolve_prefix(None, "/queue") == ("/queue", None)
+    assert resolve_prefix("/queue", None) == ("/queue", None)
+    assert resolve_prefix("/queue/", " /queue ") == ("/queue", None)
+    mounted, problem = resolve_prefix("/queue", "/jobs")
+    assert mounted == "/queue" and problem is not None
+    assert "prefix='/queue'" in problem and "D1QUEUE_PREFIX is '/jobs'" in problem
+    mounted, problem = resolve_prefix(None, "/a/../b")
+    assert mounted == "" and problem is not None and "D1QUEUE_PREFIX" in problem
+    with pytest.raises(ValueError, match="a d1queue prefix is a path"):
+        mount_prefix("/a?b")

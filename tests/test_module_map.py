@@ -8,18 +8,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .doc_blocks import blocks_for
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
 SECTION = "## Where the code is"
 ENTRY = re.compile(r"^(?P<indent> *)(?P<name>[\w.]+(?:/[\w.]+)*(?:\.py|/))(?:\s+(?P<what>\S.*))?$")
 """A line of the map: a module (`queue.py`) or a folder (`store/`), indented
 two spaces a level under its folder, then what it holds."""
-
-
-def map_block(text: str) -> list[str]:
-    """The lines of the first code block after the map's heading."""
-    after = text.split(SECTION, 1)[1]
-    return after.split("```\n", 2)[1].splitlines()
 
 
 def mapped(lines: list[str]) -> dict[str, tuple[int, str]]:
@@ -50,10 +46,11 @@ def is_init(path: Path) -> bool:
     return path.name == "__init__.py" and path.is_file()
 
 
-def problems(root: Path, doc_text: str, package: str = "src/d1queue") -> list[str]:
-    """What is wrong with the map of `package` (a folder under `root`)."""
+def problems(root: Path, block: str, package: str = "src/d1queue") -> list[str]:
+    """What is wrong with the map of `package` (a folder under `root`): the
+    map's block, its text."""
     doc = DOC.relative_to(ROOT)
-    entries = mapped(map_block(doc_text))
+    entries = mapped(block.splitlines())
     have = {package + "/"} | {
         str(p.relative_to(root)) + ("/" if p.is_dir() else "")
         for p in (root / package).rglob("*")
@@ -84,7 +81,11 @@ def problems(root: Path, doc_text: str, package: str = "src/d1queue") -> list[st
 
 
 def test_the_module_map_names_every_module_and_no_other() -> None:
-    found = problems(ROOT, DOC.read_text())
+    (block,) = blocks_for(
+        "docs/architecture.md",
+        "tests/test_module_map.py::test_the_module_map_names_every_module_and_no_other",
+    )
+    found = problems(ROOT, block)
     assert not found, "\n".join(found)
 
 
@@ -93,21 +94,19 @@ def test_a_module_left_out_is_named_with_where_its_line_goes(tmp_path: Path) -> 
     (pkg / "store").mkdir(parents=True)
     for name in ("__init__.py", "store/__init__.py", "store/queue.py", "store/claim.py", "cli.py"):
         (pkg / name).write_text("")
-    doc = (
-        f"# x\n\n{SECTION}\n\n```\n"
+    block = (
         "src/pkg/           the package\n"
         "  cli.py           the command line,\n"
         "                   wrapped onto a second line\n"
         "  store/           the store\n"
         "    queue.py       the driver\n"
         "    settle.py      settling\n"
-        "```\n"
     )
-    assert problems(tmp_path, doc, "src/pkg") == [
+    assert problems(tmp_path, block, "src/pkg") == [
         f"src/pkg/store/claim.py is missing from docs/architecture.md's module map ({SECTION!r}): "
         "add the line '    claim.py' followed by one line on what it holds, "
         "under the line of its folder, 'src/pkg/store/'",
         "docs/architecture.md's module map names src/pkg/store/settle.py, which does not exist: "
         "remove its line, or rename it to where the module went",
     ]
-    assert mapped(map_block(doc))["src/pkg/cli.py"] == (2, "the command line,")
+    assert mapped(block.splitlines())["src/pkg/cli.py"] == (2, "the command line,")

@@ -5,6 +5,8 @@ and a check of what `wrangler deploy` would upload.
     python tools/bundle.py                        # vendor into python_modules/ (make bundle)
     python tools/bundle.py --outdir DIR --check   # then `wrangler deploy --dry-run --outdir DIR`
                                                   # and check DIR (make check-wrangler)
+    python tools/bundle.py --outdir DIR --check --show   # and print wrangler's list of
+                                                         # it (make deploy-dry-run)
     python tools/bundle.py --reuse --outdir DIR   # each step only if its inputs changed (the host)
 
 Since compatibility date 2026-04-21 (enable_python_external_sdk) the runtime no
@@ -20,6 +22,13 @@ SDK first; `dev` includes it, so the pins live in one place), then the
 library's `[project].dependencies`. A Worker folder without a pyproject.toml
 (host/fixtures) gets the repository's `worker` group alone.
 
+A requirement on d1queue by name (no URL) is met by the d1queue installed in
+the Python running this, copied as it is installed (`d1queue dev` runs this
+with its own Python): no index has d1queue, and the host serves the version
+the user runs. Its own requirements (cronsim, tzdata) still come from the
+index. A wheel's data files (`d1queue dev`'s host, share/) and console
+scripts (bin/) are never vendored: nothing a Worker imports.
+
 Stdlib only, so Node (host/host.mjs) can run it with any Python >= 3.11.
 """
 
@@ -28,13 +37,17 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tomllib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +95,91 @@ def requirements(root: Path) -> list[str]:
     return list(dict.fromkeys(reqs))
 
 
+OWN = "d1queue"
+"""The distribution a requirement on which is met by the installed one."""
+_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(@)?")
+
+
+def _name(requirement: str) -> tuple[str, bool]:
+    """(a requirement's normalized name, whether it names a URL)."""
+    found = _REQUIREMENT.match(requirement)
+    if not found:
+        return "", False
+    return re.sub(r"[-_.]+", "-", found.group(1)).lower(), found.group(2) is not None
+
+
+@dataclass(frozen=True)
+class Installed:
+    """d1queue as installed in the Python running this."""
+
+    version: str
+    package: Path
+    """Its import package's folder."""
+    metadata: str
+    requires: tuple[str, ...]
+    """Its own requirements (those of extras left out), for pip to fetch."""
+
+    def files(self) -> list[Path]:
+        return [
+            p
+            for p in sorted(self.package.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.relative_to(self.package).parts
+        ]
+
+    def stamp(self) -> dict[str, str]:
+        """What --reuse compares: a reinstalled or edited d1queue is vendored again."""
+        h = hashlib.sha256()
+        for path in self.files():
+            h.update(path.relative_to(self.package).as_posix().encode() + b"\0")
+            h.update(path.read_bytes())
+        return {"version": self.version, "package": str(self.package), "sha256": h.hexdigest()}
+
+    def copy_into(self, target: Path) -> None:
+        for path in self.files():
+            dest = target / OWN / path.relative_to(self.package)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest)
+        info = target / f"{OWN}-{self.version}.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(self.metadata)
+
+
+def installed() -> Installed | None:
+    """d1queue as the running Python has it installed, if it does."""
+    try:
+        dist = importlib.metadata.distribution(OWN)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    spec = importlib.util.find_spec(OWN)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    requires = [r for r in dist.requires or [] if "extra" not in r.partition(";")[2]]
+    return Installed(
+        version=dist.version,
+        package=Path(next(iter(spec.submodule_search_locations))).resolve(),
+        metadata=dist.read_text("METADATA") or "",
+        requires=tuple(requires),
+    )
+
+
+def from_index(reqs: list[str], own: Installed | None) -> tuple[list[str], Installed | None]:
+    """The requirements pip fetches, and the installed d1queue to copy beside
+    them when `reqs` name d1queue without a URL (its own requirements then
+    take its place in the list)."""
+    if own is None:
+        return reqs, None
+    out: list[str] = []
+    used = False
+    for req in reqs:
+        name, url = _name(req)
+        if name == OWN and not url:
+            out.extend(own.requires)
+            used = True
+        else:
+            out.append(req)
+    return list(dict.fromkeys(out)), own if used else None
+
+
 def pyodide_python() -> str:
     """The Python version (X.Y) of the npm Pyodide the host runs: the one the
     project's compatibility flags select (host/flags.mjs checks that)."""
@@ -95,12 +193,17 @@ def pyodide_python() -> str:
     return ".".join(str(full).split(".")[:2])
 
 
-def vendor(root: Path, reqs: list[str], python: str, *, reuse: bool = False) -> bool:
-    """Install `reqs` into root/python_modules for `python`; False if `reuse`
-    found it already installed from the same list."""
+def vendor(
+    root: Path, reqs: list[str], python: str, *, reuse: bool = False, own: Installed | None = None
+) -> bool:
+    """Install `reqs` into root/python_modules for `python`, and `own` (the
+    installed d1queue) beside them; False if `reuse` found it already
+    installed from the same list."""
     target = root / VENDOR
     stamp = root / ".wrangler" / "python_modules.json"
-    wanted = {"requirements": reqs, "python": python}
+    wanted: dict[str, Any] = {"requirements": reqs, "python": python}
+    if own is not None:
+        wanted[OWN] = own.stamp()
     if reuse and (target / "pyvenv.cfg").exists() and stamp.exists():
         try:
             if json.loads(stamp.read_text()) == wanted:
@@ -121,7 +224,12 @@ def vendor(root: Path, reqs: list[str], python: str, *, reuse: bool = False) -> 
             f"pip could not vendor {reqs} for Python {python} (pure-Python wheels only):\n"
             + (done.stderr or done.stdout).strip()
         )
-    shutil.rmtree(tmp / "bin", ignore_errors=True)  # console scripts: nothing a Worker imports
+    # pip --target puts a wheel's scripts in bin/ and its data files in share/
+    # (d1queue's own: `d1queue dev`'s host): nothing a Worker imports.
+    shutil.rmtree(tmp / "bin", ignore_errors=True)
+    shutil.rmtree(tmp / "share", ignore_errors=True)
+    if own is not None:
+        own.copy_into(tmp)
     (tmp / "pyvenv.cfg").write_text("")
     old = root / f".{VENDOR}.old-{os.getpid()}"
     if target.exists():
@@ -179,14 +287,15 @@ INPUTS_STAMP = ".upload-inputs"
 host copies no such file into the Worker's file system."""
 
 
-def dry_run(root: Path, outdir: Path, *, reuse: bool = False) -> bool:
+def dry_run(root: Path, outdir: Path, *, reuse: bool = False) -> str | None:
     """`wrangler deploy --dry-run --outdir outdir`: the files the upload holds.
-    With `reuse`, an outdir built from the same inputs (upload_inputs) is
-    kept: False."""
+    Returns wrangler's report (its modules and their sizes, the total, the
+    bindings). With `reuse`, an outdir built from the same inputs
+    (upload_inputs) is kept: None."""
     inputs = upload_inputs(root) if reuse else None
     stamp = outdir / INPUTS_STAMP
     if inputs is not None and stamp.is_file() and stamp.read_text() == inputs:
-        return False
+        return None
     shutil.rmtree(outdir, ignore_errors=True)
     wrangler = REPO / "node_modules" / ".bin" / "wrangler"
     cmd = [str(wrangler), "deploy", "--dry-run", "--outdir", str(outdir)]
@@ -197,7 +306,7 @@ def dry_run(root: Path, outdir: Path, *, reuse: bool = False) -> bool:
         raise BundleError(f"{' '.join(cmd)} failed:\n{(done.stdout + done.stderr).strip()}")
     if inputs is not None:
         stamp.write_text(inputs)
-    return True
+    return (done.stdout + done.stderr).strip()
 
 
 def module_root(root: Path) -> tuple[Path, str]:
@@ -300,22 +409,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check", action="store_true", help="then check DIR has everything src/ imports"
     )
+    parser.add_argument(
+        "--show", action="store_true", help="print wrangler's report: the modules, sizes, bindings"
+    )
     args = parser.parse_args(argv)
-    if args.check and not args.outdir:
-        parser.error("--check needs --outdir")
+    if (args.check or args.show) and not args.outdir:
+        parser.error("--check and --show need --outdir")
     root = args.root.resolve()
     try:
-        reqs = requirements(root)
+        reqs, own = from_index(requirements(root), installed())
         python = args.python or pyodide_python()
-        fresh = vendor(root, reqs, python, reuse=args.reuse)
+        fresh = vendor(root, reqs, python, reuse=args.reuse, own=own)
         done = "vendored" if fresh else "kept"
-        print(f"bundle: {done} {' '.join(reqs)} for Python {python} in {root / VENDOR}")
+        mine = f" and {OWN} {own.version} as installed ({own.package})" if own else ""
+        print(f"bundle: {done} {' '.join(reqs)}{mine} for Python {python} in {root / VENDOR}")
         if args.outdir:
             outdir = args.outdir.resolve()
-            if dry_run(root, outdir, reuse=args.reuse):
-                print(f"bundle: wrangler deploy --dry-run wrote the upload to {outdir}")
-            else:
+            # The report needs wrangler's run: --show rebuilds what --reuse would keep.
+            shown = dry_run(root, outdir, reuse=args.reuse and not args.show)
+            if shown is None:
                 print(f"bundle: kept the upload in {outdir}: built from the same files")
+            else:
+                if args.show:
+                    print(shown)
+                print(f"bundle: wrangler deploy --dry-run wrote the upload to {outdir}")
             if args.check:
                 problems = check(root, outdir)
                 for problem in problems:

@@ -237,6 +237,8 @@ def _doc(schema: dict[str, Any]) -> str:
         limits.append(f"default {_literal(schema['default'])}")
     if limits:
         parts.append("; ".join(limits))
+    if schema.get("deprecated"):
+        parts.append("@deprecated")  # editors strike the old name through; it still type-checks
     return "\n".join(parts)
 
 

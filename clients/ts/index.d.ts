@@ -331,7 +331,12 @@ export interface Pushed {
   /** the queue is paused: its jobs wait until it is resumed */
   paused: boolean;
   /**
-   * this Worker's D1QUEUE_QUEUES drains the queue; false: no drain of this Worker will run the job
+   * this Worker's D1QUEUE_QUEUES names the queue, so a drain of this Worker runs the job; false: none of this Worker's drains will
+   */
+  runs_here: boolean;
+  /**
+   * the older name of runs_here, the same value
+   * @deprecated
    */
   drained: boolean;
   /** why the job may not run soon, in words (empty: no reason) */
@@ -346,7 +351,12 @@ export interface PushedBatch {
   /** the queue is paused: its jobs wait until it is resumed */
   paused: boolean;
   /**
-   * this Worker's D1QUEUE_QUEUES drains the queue; false: no drain of this Worker will run the job
+   * this Worker's D1QUEUE_QUEUES names the queue, so a drain of this Worker runs the job; false: none of this Worker's drains will
+   */
+  runs_here: boolean;
+  /**
+   * the older name of runs_here, the same value
+   * @deprecated
    */
   drained: boolean;
   /** why the job may not run soon, in words (empty: no reason) */

@@ -80,6 +80,9 @@ class Host:
     proc: subprocess.Popen[str]
     url: str = ""
     lines: list[str] = field(default_factory=list)
+    terminal: bool = False
+    """Started by a shell, in a process group of its own: stopped as Ctrl-C
+    in a terminal stops it (launch_host's `terminal`)."""
 
     def output(self) -> list[str]:
         """The host's stdout and stderr lines so far (the Worker's prints and logs too).
@@ -245,6 +248,9 @@ class Host:
         self.proc.wait()
 
     def stop(self) -> None:
+        if self.terminal:
+            self._interrupt()
+            return
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)  # the host disposes Miniflare and its temp state
             try:
@@ -252,6 +258,28 @@ class Host:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def _interrupt(self) -> None:
+        """Ctrl-C: SIGINT to the whole process group (the shell, the host it
+        started, the host's workerd); then wait until every one has ended,
+        and SIGKILL what is left after 20 s."""
+        group = self.proc.pid
+        try:
+            os.killpg(group, signal.SIGINT)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 20
+        try:
+            self.proc.wait(timeout=20)
+            while time.monotonic() < deadline:
+                os.killpg(group, 0)  # ProcessLookupError once the group is empty
+                time.sleep(0.1)
+            os.killpg(group, signal.SIGKILL)
+        except subprocess.TimeoutExpired:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
 
 ECHO_EVENT = "example.echo"
@@ -338,18 +366,35 @@ def start_host(
         str(bundle),
         *args,
     ]
+    env = {**os.environ, "NO_COLOR": "1", "WRANGLER_SEND_METRICS": "false"}
+    return launch_host(cmd, cwd=ROOT, env=env, own_group=own_group)
+
+
+def launch_host(
+    cmd: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    own_group: bool = False,
+    timeout: float = START_TIMEOUT_S,
+    terminal: bool = False,
+) -> Host:
+    """Run `cmd`, a host (or what becomes one, as `d1queue dev` does), and
+    wait up to `timeout` for its ready line. With `terminal`, `cmd` is a
+    shell that starts the host: it runs in a process group of its own, and
+    Host.stop() stops the group as Ctrl-C does."""
     proc = subprocess.Popen(
         cmd,
-        cwd=ROOT,
+        cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         bufsize=1,
-        env={**os.environ, "NO_COLOR": "1", "WRANGLER_SEND_METRICS": "false"},
-        start_new_session=own_group,
+        env=env,
+        start_new_session=own_group or terminal,
     )
-    host = Host(proc)
+    host = Host(proc, terminal=terminal)
     ready = threading.Event()
 
     def pump() -> None:
@@ -364,11 +409,11 @@ def start_host(
         ready.set()  # EOF: the host exited
 
     threading.Thread(target=pump, name="d1queue-host-output", daemon=True).start()
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + timeout
     while not ready.wait(0.1):
         if time.monotonic() > deadline:
             host.stop()
-            raise host._fail(f"host not ready after {START_TIMEOUT_S:.0f}s: {' '.join(cmd)}")
+            raise host._fail(f"host not ready after {timeout:.0f}s: {' '.join(cmd)}")
     if not host.url:
         proc.wait()
         raise host._fail(f"host exited with {proc.returncode} before it was ready: {' '.join(cmd)}")
@@ -405,18 +450,29 @@ def clean_raw_host(raw_host: Host) -> Host:
     return raw_host
 
 
+_wheels: list[Path] = []
+
+
+def built_wheel() -> Path:
+    """This repository's wheel, as `pip wheel --no-deps` builds it, once per session."""
+    if not _wheels:
+        tmp = Path(tempfile.mkdtemp(prefix="d1queue-wheel-"))
+        atexit.register(shutil.rmtree, tmp, True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+             "-w", str(tmp), str(ROOT)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        (wheel,) = tmp.glob("d1queue-*.whl")
+        _wheels.append(wheel)
+    return _wheels[0]
+
+
 def example_worker(name: str, tmp: Path) -> tuple[Path, Path]:
     """examples/<name> built as a user builds it: a copy whose `d1queue`
     dependency is this repository's wheel (not an index's), vendored into
     its python_modules/; returns the copy's root and its upload."""
-    import shutil
-
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp / "dist"), str(ROOT)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    (wheel,) = (tmp / "dist").glob("d1queue-*.whl")
+    wheel = built_wheel()
     root = tmp / name
     shutil.copytree(
         ROOT / "examples" / name, root, ignore=shutil.ignore_patterns("python_modules", ".wrangler")

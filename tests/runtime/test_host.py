@@ -44,6 +44,29 @@ def test_start_up_names_the_api_and_the_dashboard_after_the_ready_line(host: Hos
     assert after[1] == f"  dashboard: {host.url}/ui", after
 
 
+def test_under_d1queue_prefix_every_printed_link_and_route_carries_it() -> None:
+    """With D1QUEUE_PREFIX the Worker mounts d1queue under it, and the host
+    prints its links there: the API, the dashboard and the index all answer
+    at the printed paths, and nothing answers at the unprefixed ones."""
+    h = start_host("--var", "D1QUEUE_PREFIX=/queue/")
+    try:
+        lines = h.output()
+        ready = lines.index(f"d1queue host listening on {h.url}")
+        api, board = lines[ready + 1 : ready + 3]
+        assert api.startswith(f"  API:       {h.url}/queue/v1 "), api
+        assert f"document: {h.url}/queue/v1/openapi.json)" in api
+        assert board == f"  dashboard: {h.url}/queue/ui"
+        assert h.get("/queue/health").json()["ok"] is True
+        assert h.api("GET", "/queue/v1/queues").status == 200
+        assert h.api("GET", "/queue/v1/openapi.json").json()["servers"] == [{"url": "/queue"}]
+        assert h.get("/queue/ui/signin").status == 200
+        assert h.get("/queue").json()["dashboard"] == "/queue/ui"
+        for path in ("/health", "/ui", "/v1/queues"):
+            assert h.get(path).status == 404, path
+    finally:
+        h.stop()
+
+
 def test_the_root_is_a_public_index_of_links(host: Host) -> None:
     reply = host.get("/")
     assert reply.status == 200 and reply.headers["content-type"] == "application/json"

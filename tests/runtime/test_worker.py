@@ -200,11 +200,12 @@ def test_a_push_by_name_and_what_a_push_says_about_its_queue(clean_host: Host) -
     assert by_http.status == 201, by_http.text
     assert by_http.json()["queue"] == "default" and by_http.json()["warnings"] == []
     by_rpc = h.rpc("dispatch_job", {"name": "example.echo", "payload": 2, "queue": "side"})
-    assert (by_rpc["queue"], by_rpc["drained"], by_rpc["paused"]) == ("side", True, False)
+    assert (by_rpc["queue"], by_rpc["runs_here"], by_rpc["paused"]) == ("side", True, False)
+    assert by_rpc["drained"] is True, "the older name stays in RPC answers"
     assert by_rpc["warnings"] == []
     assert h.api("POST", "/v1/queues/default/pause").status == 200
     paused = h.api("POST", "/v1/queues/default/jobs", {"name": "example.echo"}).json()
-    assert (paused["paused"], paused["drained"]) == (True, True)
+    assert (paused["paused"], paused["runs_here"]) == (True, True)
     assert "paused" in paused["warnings"][0]
     assert h.api("POST", "/v1/jobs", {"name": "example.echo", "queue": "a b"}).status == 422
     assert h.rpc("stats", "default")["ready"] == 2 and h.rpc("stats", "side")["ready"] == 1
@@ -220,7 +221,7 @@ def test_a_job_on_a_queue_of_the_callers_own_name_runs(clean_host: Host) -> None
         reply = clean_host.api(
             "POST", f"/v1/queues/{queue}/jobs", {"name": "example.echo", "payload": {"i": i}}
         )
-        assert reply.status == 201 and reply.json()["drained"] is True
+        assert reply.status == 201 and reply.json()["runs_here"] is True
         ids.append(reply.json()["id"])
     clean_host.scheduled()
     (report,) = wait_reports(clean_host, since, 1)

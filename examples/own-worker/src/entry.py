@@ -1,10 +1,10 @@
 """A Worker of one's own with d1queue inside it, under /queue.
 
-Its own handlers call d1queue's: a request outside /queue is this Worker's
-(d1queue_fetch answers None), the cron and the wake-up consumer are
-d1queue's. The other way, `class Default(d1queue_entrypoint(registry,
-prefix="/queue"))`, also gives callers d1queue's RPC methods
-(docs/library.md).
+Its own handlers call d1queue's: a request outside /queue (wrangler.toml's
+D1QUEUE_PREFIX) is this Worker's (d1queue_fetch answers None), the cron and
+the wake-up consumer are d1queue's. The other way, `class
+Default(d1queue_entrypoint(registry))`, also gives callers d1queue's RPC
+methods (docs/library.md).
 """
 
 from typing import Any
@@ -15,12 +15,10 @@ from workers import Response, WorkerEntrypoint
 from d1queue.interfaces.cloudflare import d1queue_fetch, d1queue_queue, d1queue_scheduled
 from jobs import registry
 
-PREFIX = "/queue"
-
 
 class Default(WorkerEntrypoint):
     async def fetch(self, request: Any) -> Response:
-        answer = await d1queue_fetch(request, self.env, self.ctx, registry, prefix=PREFIX)
+        answer = await d1queue_fetch(request, self.env, self.ctx, registry)
         if answer is not None:  # /queue/health, /queue/v1/..., /queue/ui...
             return answer
         path = urlparse(str(request.url)).path

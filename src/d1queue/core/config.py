@@ -198,6 +198,12 @@ class Config:
     """D1QUEUE_HTTP_SERVICES: the service bindings a job may send requests
     through, comma-separated binding names; none unless listed."""
 
+    prefix: str = ""
+    """D1QUEUE_PREFIX: the path d1queue's HTTP API and dashboard are mounted
+    under in a Worker of one's own (`/queue`: /queue/v1/..., /queue/ui); ""
+    (the default) is the root. A `prefix=` given in the Worker's code must
+    agree with it. The offline host prints its links under it."""
+
     def __post_init__(self) -> None:
         if self.plan not in PLANS:
             raise ConfigError(f"D1QUEUE_PLAN must be one of {', '.join(PLANS)}")
@@ -370,7 +376,49 @@ class Config:
         return Outbound(self.http_allow, self.http_services)
 
 
+def mount_prefix(prefix: str) -> str:
+    """`prefix` as d1queue mounts under it: "" (the root) or "/a/b", with no
+    trailing slash. Anything else (no leading slash, a query, a fragment, an
+    empty or dot segment) is a ValueError: the Worker's author's mistake."""
+    cut = prefix.rstrip("/")
+    if not cut:
+        return ""
+    segments = cut.split("/")
+    if (
+        not cut.startswith("/")
+        or any(c in cut for c in "?#\\ %")
+        or any(s in ("", ".", "..") for s in segments[1:])
+    ):
+        raise ValueError(
+            f"a d1queue prefix is a path such as '/queue' (segments, no query): {prefix!r}"
+        )
+    return cut
+
+
+def resolve_prefix(code: str | None, var: Any) -> tuple[str, str | None]:
+    """Where d1queue is mounted, from the `prefix=` the Worker's code gives
+    (None: none) and its D1QUEUE_PREFIX var (None: unset), and the
+    operator's mistake when there is one: the var not a path, or not the
+    code's prefix (two truths would put the links under one and the routes
+    under the other). On a mistake the prefix is the code's, else the root."""
+    fallback = "" if code is None else mount_prefix(code)
+    try:
+        mounted = None if var is None else mount_prefix(str(var).strip())
+    except ValueError as exc:
+        return fallback, f"D1QUEUE_PREFIX={str(var)!r}: {exc}"
+    if code is None:
+        return mounted or "", None
+    if mounted is not None and mounted != fallback:
+        return fallback, (
+            f"the Worker's code mounts d1queue at prefix={fallback!r} but "
+            f"D1QUEUE_PREFIX is {mounted!r}: make them agree, or drop one"
+        )
+    return fallback, None
+
+
 def _parse(name: str, raw: str) -> Any:
+    if name == "prefix":
+        return mount_prefix(raw)
     if name == "http_allow":
         return HostRules.parse(raw)
     if name == "http_services":

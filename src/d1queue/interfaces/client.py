@@ -109,7 +109,7 @@ class Client:
         there, too_many_dependents for one that 100 jobs wait for already).
         `queue` None: the job's registered queue (or `queue=` among
         the options, as POST /v1/jobs takes it). Answers {id, queue,
-        deduplicated, paused, drained, warnings}."""
+        deduplicated, paused, runs_here, warnings}."""
         job = {"name": name, "payload": payload, **options}
         if queue is None:
             return await self._transport.call("dispatch_job", job)
@@ -117,7 +117,7 @@ class Client:
 
     async def push_batch(self, queue: str, jobs: list[Mapping[str, Any]]) -> dict[str, Any]:
         """Push 1 to 100 jobs ({name, payload?, ...} each) to `queue`, all or
-        nothing. Answers {ids, deduplicated, paused, drained, warnings}."""
+        nothing. Answers {ids, deduplicated, paused, runs_here, warnings}."""
         return await self._transport.call(
             "dispatch_batch", _segment(check_queue, queue), list(jobs)
         )

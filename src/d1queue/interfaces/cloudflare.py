@@ -17,12 +17,14 @@ wake-up consumer, in a few lines, either way (docs/library.md):
 
 or, from the Worker's own `WorkerEntrypoint` handlers:
 
-    await d1queue_fetch(request, self.env, self.ctx, registry, prefix="/queue")  # or None
+    await d1queue_fetch(request, self.env, self.ctx, registry)  # None: not d1queue's path
     await d1queue_scheduled(controller, self.env, self.ctx, registry)
     await d1queue_queue(batch, self.env, self.ctx, registry)
 
-The RPC methods are those of `D1QueueEntrypoint`; a class made by
-`d1queue_entrypoint` has them as its own.
+The prefix is `prefix=` or, when the code gives none, the Worker's
+D1QUEUE_PREFIX var (the root by default); the offline host prints its
+links under the var. The RPC methods are those of `D1QueueEntrypoint`; a
+class made by `d1queue_entrypoint` has them as its own.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pyodide import ffi
 from workers import Response, WorkerEntrypoint, fetch
 
-from ..core.config import Config, ConfigError
+from ..core.config import Config, ConfigError, mount_prefix, resolve_prefix
 from ..core.guard import AUTH_LIMITER_BINDING, CLIENT_HEADER, Guard
 from ..core.limits import PLANS, Meter
 from ..core.log import event, install
@@ -198,26 +200,6 @@ def config_from_env(env: Any) -> Config:
     return Config.from_vars({k: str(getattr(raw, k)) for k in names})
 
 
-def mount_prefix(prefix: str) -> str:
-    """`prefix` as d1queue mounts under it: "" (the root) or "/a/b", with no
-    trailing slash. Anything else (no leading slash, a query, a fragment, an
-    empty or dot segment) is a ValueError: the Worker's author's mistake,
-    said at import."""
-    cut = prefix.rstrip("/")
-    if not cut:
-        return ""
-    segments = cut.split("/")
-    if (
-        not cut.startswith("/")
-        or any(c in cut for c in "?#\\ %")
-        or any(s in ("", ".", "..") for s in segments[1:])
-    ):
-        raise ValueError(
-            f"a d1queue prefix is a path such as '/queue' (segments, no query): {prefix!r}"
-        )
-    return cut
-
-
 def _prepared(registry: Registry) -> Registry:
     """The registry with the built-in http.request job, registered once."""
     if HTTP_JOB not in registry.names():
@@ -301,16 +283,31 @@ def _inside(path: str, prefix: str) -> str | None:
 class D1QueueWorker:
     """d1queue for one invocation (a request, a cron run, a queue batch, an
     RPC call) of a Worker: its env and ctx, the registry, and the prefix the
-    HTTP API and dashboard are mounted at. Its meter counts that invocation's
+    HTTP API and dashboard are mounted at (`prefix`, or when it is None the
+    Worker's D1QUEUE_PREFIX). Its meter counts that invocation's
     subrequests, a push's and its drain's alike, so make one per invocation
     (the entrypoint and the d1queue_* functions do)."""
 
-    def __init__(self, env: Any, ctx: Any, registry: Registry, *, prefix: str = "") -> None:
+    def __init__(
+        self, env: Any, ctx: Any, registry: Registry, *, prefix: str | None = None
+    ) -> None:
         self.env, self.ctx = env, ctx
         self.registry = _prepared(registry)
-        self.prefix = mount_prefix(prefix)
+        self._code_prefix = None if prefix is None else mount_prefix(prefix)
         self._meter: Meter | None = None
         self._shards: ShardSet | None = None
+
+    def mounted(self) -> tuple[str, str | None]:
+        """The prefix d1queue answers under, and the operator's mistake when
+        there is one (config.resolve_prefix)."""
+        return resolve_prefix(
+            self._code_prefix, getattr(_raw_env(self.env), "D1QUEUE_PREFIX", None)
+        )
+
+    @property
+    def prefix(self) -> str:
+        """The prefix d1queue answers under ("" the root)."""
+        return self.mounted()[0]
 
     def meter(self, config: Config) -> Meter:
         if self._meter is None:
@@ -395,7 +392,8 @@ class D1QueueWorker:
         # urlsplit, not urlparse: urlparse drops a last segment's `;x` (as
         # parameters), so /ui/signin;x would be read as /ui/signin.
         parsed = urlsplit(url)
-        path = _inside(parsed.path, self.prefix)
+        prefix, problem = self.mounted()
+        path = _inside(parsed.path, prefix)
         if path is None:
             return None
         length = request.headers.get("content-length")
@@ -408,6 +406,8 @@ class D1QueueWorker:
         method = str(getattr(request, "js_object", request).method)
         guard = _guard(self.env)
         try:
+            if problem is not None:
+                raise ConfigError(problem)
             service = self.service()
         except ConfigError as exc:  # the operator's mistake: said in full to the token only
             headers = {k: str(request.headers.get(k) or "") for k in API_HEADERS}
@@ -418,13 +418,13 @@ class D1QueueWorker:
             if body is None:
                 return _too_large()
             headers = {k: str(request.headers.get(k) or "") for k in DASHBOARD_HEADERS}
-            board = Dashboard(service, token, guard, prefix=self.prefix)
+            board = Dashboard(service, token, guard, prefix=prefix)
             reply = await board.handle(method, url, headers, body, service.queue.clock())
             # None for HEAD and 204: a 204 Response with any body, "" included,
             # is refused by the runtime.
             return Response(reply.body, status=reply.status, headers=reply.headers)
-        openapi = _openapi(self.registry, self.prefix)
-        api = Api(service, token, _version(), openapi, guard, prefix=self.prefix)
+        openapi = _openapi(self.registry, prefix)
+        api = Api(service, token, _version(), openapi, guard, prefix=prefix)
         headers = {k: str(request.headers.get(k) or "") for k in API_HEADERS}
         body = b""
         # Without the token the answer is 401 whatever the body holds: it is
@@ -515,10 +515,11 @@ class D1QueueWorker:
 
 
 async def d1queue_fetch(
-    request: Any, env: Any, ctx: Any, registry: Registry, *, prefix: str = ""
+    request: Any, env: Any, ctx: Any, registry: Registry, *, prefix: str | None = None
 ) -> Response | None:
     """d1queue's answer to `request`, or None when its path is not under
-    `prefix` (then the Worker's own routes answer). `env` and `ctx` are the
+    `prefix` (then the Worker's own routes answer; None: the Worker's
+    D1QUEUE_PREFIX var, the root by default). `env` and `ctx` are the
     entrypoint's `self.env` and `self.ctx`."""
     return await D1QueueWorker(env, ctx, registry, prefix=prefix).fetch(request)
 
@@ -580,7 +581,7 @@ class D1QueueEntrypoint(WorkerEntrypoint):
     results are plain JSON-able dicts."""
 
     _d1queue_registry: ClassVar[Registry | None] = None
-    _d1queue_prefix: ClassVar[str] = ""
+    _d1queue_prefix: ClassVar[str | None] = None
     _d1queue_now: D1QueueWorker | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -630,7 +631,7 @@ class D1QueueEntrypoint(WorkerEntrypoint):
         """Push `job` ({name, payload?, delay_s?, priority?, unique_key?,
         group?, debounce_s?, after?, ignore_failed?, ...}, as POST
         /v1/queues/{queue}/jobs) to `queue`: {id, queue, deduplicated,
-        paused, drained, warnings}."""
+        paused, runs_here, warnings}."""
         return await self._service().dispatch(str(queue), _py(job))
 
     async def dispatch_job(self, job: Any) -> dict[str, Any]:
@@ -730,13 +731,14 @@ class D1QueueEntrypoint(WorkerEntrypoint):
         return await self._service().resume_schedule(str(id))
 
 
-def d1queue_entrypoint(registry: Registry, *, prefix: str = "") -> type[D1QueueEntrypoint]:
+def d1queue_entrypoint(registry: Registry, *, prefix: str | None = None) -> type[D1QueueEntrypoint]:
     """A D1QueueEntrypoint for `registry` (http.request added), its HTTP API
     and dashboard mounted at `prefix` ("" the root; "/queue": /queue/v1/...,
-    /queue/ui). Inherit it as the Worker's `Default`. Called at import, so
-    the OpenAPI document is made once, into the deploy's snapshot."""
-    mounted = mount_prefix(prefix)
-    _openapi(_prepared(registry), mounted)
+    /queue/ui; None: the Worker's D1QUEUE_PREFIX var, the root by default).
+    Inherit it as the Worker's `Default`. Called at import, so the OpenAPI
+    document is made once, into the deploy's snapshot."""
+    mounted = None if prefix is None else mount_prefix(prefix)
+    _openapi(_prepared(registry), mounted or "")
     return type(
         "D1QueueDefault",
         (D1QueueEntrypoint,),

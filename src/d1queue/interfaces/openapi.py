@@ -432,10 +432,15 @@ NOTES = {
         "type": "boolean",
         "description": "the queue is paused: its jobs wait until it is resumed",
     },
+    "runs_here": {
+        "type": "boolean",
+        "description": "this Worker's D1QUEUE_QUEUES names the queue, so a drain of "
+        "this Worker runs the job; false: none of this Worker's drains will",
+    },
     "drained": {
         "type": "boolean",
-        "description": "this Worker's D1QUEUE_QUEUES drains the queue; false: "
-        "no drain of this Worker will run the job",
+        "deprecated": True,
+        "description": "the older name of runs_here, the same value",
     },
     "warnings": {
         "type": "array",

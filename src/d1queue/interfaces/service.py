@@ -405,22 +405,29 @@ class Service:
     def _notes(self, queue: str, paused_queues: set[str]) -> dict[str, Any]:
         """What a push's answer says about its queue: a 201 alone does not
         mean the job will run. `paused`: the queue is paused, its jobs wait
-        for a resume; `drained`: this Worker's D1QUEUE_QUEUES drains it (when
-        False, no drain here runs the job); `warnings`: either, in words."""
+        for a resume; `runs_here`: this Worker's D1QUEUE_QUEUES names it, so
+        a drain of this Worker runs the job (when False, none here does;
+        `drained` is its older name, kept in answers); `warnings`: either, in
+        words."""
         paused = queue in paused_queues
-        drained = self.config.drains(queue)
+        runs_here = self.config.drains(queue)
         warnings = []
         if paused:
             warnings.append(
                 f"queue {queue!r} is paused: its jobs wait until it is resumed "
                 f"(POST /v1/queues/{queue}/resume)"
             )
-        if not drained:
+        if not runs_here:
             warnings.append(
                 f"queue {queue!r} is not drained by this Worker: D1QUEUE_QUEUES is "
                 f'{",".join(self.config.queues)!r}; add the queue, or end the list with "*"'
             )
-        return {"paused": paused, "drained": drained, "warnings": warnings}
+        return {
+            "paused": paused,
+            "runs_here": runs_here,
+            "drained": runs_here,
+            "warnings": warnings,
+        }
 
     async def dispatch(self, queue: str, obj: Any) -> dict[str, Any]:
         """Push one job to `queue` (the path's queue overrides the registered one)."""
