@@ -12,13 +12,13 @@
 //
 // The key is a SHA-256 of everything the snapshot's Python state comes from:
 // every file of the upload the Worker sees (worker.mjs treeFiles: wrangler's
-// README.md and __pycache__ left out) and of each --site folder, the main
-// module, the compatibility flags workerd turns on, the Pyodide release, the
-// Node release (globals are found again by name) and the host's own files
-// that shape the state (pyhost.py, worker.mjs, this file). The env is not in
-// it: the names the Worker read from its env while it was imported are
-// recorded (EnvView), and a snapshot is used only if their values are still
-// the same.
+// README.md, __pycache__ and dot-names left out) and of each --site folder,
+// the main module, the compatibility flags workerd turns on, the Pyodide
+// release, the Node release (globals are found again by name) and the host's
+// own files that shape the state (pyhost.py, worker.mjs, this file). The env
+// is not in it: the names the Worker read from its env while it was imported
+// are recorded (EnvView), and a snapshot is used only if their values are
+// still the same.
 //
 // What a snapshot cannot hold is JS: Pyodide keeps the JS objects Python
 // refers to in a table outside its memory. Each is named when the snapshot is
