@@ -234,7 +234,8 @@ export function takeSnapshot(pyodide, modules) {
  * refuses the snapshot.
  */
 export async function restorePyodide(loadPyodide, bytes, modules, options) {
-  const { default: createPyodideModule } = await import('pyodide/pyodide.asm.mjs');
+  // Pyodide's own module factory, beside the pyodide.mjs `pyodide` resolves to.
+  const { default: createPyodideModule } = await import(new URL('pyodide.asm.mjs', import.meta.resolve('pyodide')).href);
   // Pyodide's snapshot header: [magic, offset of the memory image, ...].
   const memoryBytes = bytes.byteLength - new Uint32Array(bytes.buffer, bytes.byteOffset, 4)[1];
   return loadPyodide({
