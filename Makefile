@@ -109,7 +109,9 @@ check-wrangler: setup
 # The Worker on 127.0.0.1:8787 with local D1 (.wrangler/state, migrations
 # applied first) and the cron running every minute. By default it is served by
 # host/host.mjs, which first builds the upload (tools/bundle.py, then
-# `wrangler deploy --dry-run --outdir .wrangler/bundle`) and serves that:
+# `wrangler deploy --dry-run --outdir .wrangler/bundle`, each kept when
+# unchanged), applies the migrations as `make migrate-local` does, and serves
+# it, restored from a memory snapshot when the upload is one it has run:
 # `wrangler dev` cannot start a Python Worker without downloading Cloudflare's
 # Python runtime. With network, RUNTIME=cloudflare runs `pywrangler dev`
 # instead, on the same state.
@@ -139,8 +141,8 @@ endif
 HTTP_ALLOW ?= public,loopback
 dev: setup .dev.vars
 	$(DEV_WRITE)
-	$(MAKE) --no-print-directory migrate-local $(if $(DEV_CONFIG),CONFIG=$(word 2,$(DEV_CONFIG)))
 ifeq ($(RUNTIME),cloudflare)
+	$(MAKE) --no-print-directory migrate-local $(if $(DEV_CONFIG),CONFIG=$(word 2,$(DEV_CONFIG)))
 	pywrangler dev --test-scheduled --port $(PORT) --var D1QUEUE_HTTP_ALLOW:$(HTTP_ALLOW)
 else
 	@echo "make dev: serving the Worker with the offline host (wrangler dev would download Cloudflare's Python runtime; RUNTIME=cloudflare uses it)"

@@ -35,6 +35,7 @@ os.environ["PATH"] = os.pathsep.join(
 
 from tests.runtime.conftest import Host, start_host  # noqa: E402
 
+from bench import boot as bench_boot  # noqa: E402
 from bench import cpu as bench_cpu  # noqa: E402
 from bench import cpython, throughput  # noqa: E402
 from bench import depth as bench_depth  # noqa: E402
@@ -75,6 +76,8 @@ class Plan:
         self.free_consumer_jobs = 50 if quick else 200
         # The JSON depth check on 1 MiB bodies (bench/depth.py): runs of each.
         self.depth_repeats = 3 if quick else 5
+        # The host's start-up (bench/boot.py): cold, warm and make dev restarts, each.
+        self.boot_repeats = 2 if quick else 5
         # Flow control (bench/inside.py, flow_*): drains of a queue with
         # grouped jobs, with and without limits, at these backlogs (each one
         # of `backlogs`, whose plain figures they are set beside) and group
@@ -1137,8 +1140,10 @@ def main() -> int:
     cpy = cpython.compare(plan.cpython_jobs)
     cpu = cpu_per_job(plan)
     depth = bench_depth.run(plan.depth_repeats)
+    boot = bench_boot.run(plan.boot_repeats)
     fig = figures(plan, runtime, push, cpy, cpu, depth)
-    rows = table_rows(fig)
+    fig["boot"] = {k: v for k, v in boot.items() if k != "raw"}
+    rows = table_rows(fig) + bench_boot.rows(boot)
     flow = throughput.run(
         plan.throughput_jobs,
         plan.throughput_shards,
@@ -1157,7 +1162,14 @@ def main() -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "figures": fig,
         "table": [dict(zip(COLUMNS, r, strict=True)) for r in rows],
-        "raw": {"runtime": runtime, "push": push, "cpython": cpy, "cpu": cpu, "depth": depth},
+        "raw": {
+            "runtime": runtime,
+            "push": push,
+            "cpython": cpy,
+            "cpu": cpu,
+            "depth": depth,
+            "boot": boot["raw"],
+        },
     }
     out.write_text(json.dumps(result, indent=2))
     print(table)

@@ -1,14 +1,18 @@
 // Start-up: from the settings to a loaded Worker over Miniflare's bindings.
 //
-// Pyodide's load (~2.4 s) starts first; reading workerd's flags, building the
-// upload, importing wrangler and starting Miniflare run alongside. The Pyodide
-// loaded is the npm `pyodide` package.json pins; it must be the one workerd
+// Reading workerd's flags, building the upload, importing wrangler and
+// starting Miniflare run alongside each other and Pyodide's start. Pyodide is
+// restored from a memory snapshot taken after an earlier start's import of
+// the same upload (snapshot.mjs: ~0.3 s, once the upload and the flags give
+// its key), or loaded cold (~2 s; at once when no snapshot is kept). The
+// Pyodide is the npm `pyodide` package.json pins; it must be the one workerd
 // selects for this Worker (flags.mjs), or the host refuses to start. Then the
 // config's D1 migrations are applied, as `wrangler d1 migrations apply
-// --local` would, and the Worker is loaded (worker.mjs).
+// --local` would, and the Worker is loaded (worker.mjs): imported, then
+// snapshotted, on a cold start; found in memory on a warm one.
 //
 // wrangler and relay.mjs (Miniflare) are imported inside boot(), once
-// Pyodide's load is under way, so their import time overlaps it.
+// Pyodide's start is under way, so their import time overlaps it.
 
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
@@ -18,7 +22,9 @@ import { loadPyodide } from 'pyodide';
 import { parseCrons } from './cron.mjs';
 import { cachedCompatFlags, selectPython } from './flags.mjs';
 import { ConsumerLanes } from './lanes.mjs';
-import { loadWorker } from './worker.mjs';
+import { oneError, warn } from './lifecycle.mjs';
+import { EnvView, SnapshotCache, restorePyodide, snapshotKey, takeSnapshot } from './snapshot.mjs';
+import { loadWorker, workerModules } from './worker.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.dirname(HERE);
@@ -115,19 +121,51 @@ async function migrate(config, root, d1Bindings, splitSqlQuery) {
 }
 
 /**
+ * Pyodide for the Worker, as {pyodide, snapshot}: restored from the snapshot
+ * under `key` when the cache has a whole one Pyodide accepts (`snapshot`:
+ * what was read), else loaded cold (`snapshot` null). `envReady` resolves once
+ * the env has its bindings, which a snapshot referring to them waits for.
+ */
+async function startPyodide({ snapshots, key, modules, options, envReady }) {
+  let found = null;
+  try {
+    found = snapshots.read(key);
+  } catch (e) {
+    warn(`snapshot ${snapshots.file(key)} is unusable (${e.message}): deleted, booting cold`);
+    snapshots.discard(key);
+  }
+  if (found) {
+    try {
+      if (found.meta.envDeep) await envReady;
+      return { pyodide: await restorePyodide(loadPyodide, found.bytes, modules, options), snapshot: found };
+    } catch (e) {
+      warn(`snapshot ${snapshots.file(key)} could not be restored (${oneError(e).split('\n')[0]}): deleted, booting cold`);
+      snapshots.discard(key);
+    }
+  }
+  return { pyodide: await loadPyodide(options), snapshot: null };
+}
+
+/**
  * Boot the host's Worker. `host`: {settings (cli.mjs), limits, faults,
  * queueFaults, pending, life (lifecycle.mjs)}; every failure ends the process
  * through life.fail, with Miniflare disposed of. Resolves to
- * {config, crons, lanes, release, pyodide, bundleDir, queueBindings, worker, prefix}.
+ * {config, crons, lanes, release, pyodide, bundleDir, queueBindings, worker,
+ * prefix, start}, `start` saying how Python started: {warm, note} (snapshot.mjs).
  */
 export async function boot(host) {
   const { settings, limits, life } = host;
-  const pyodideReady = loadPyodide({
+  const pyodideOptions = {
     // Worker output, line by line as it happens.
     stdout: (line) => limits.stdout(line), // the drain's lines wait for their invocation's CPU figure
     stderr: (line) => process.stderr.write(line + '\n'),
-  });
-  pyodideReady.catch(() => {}); // awaited below; not "unhandled" meanwhile
+  };
+  // Memory snapshots (snapshot.mjs): the key needs the upload and the flags,
+  // so a restore starts once both are known. With none to restore (the
+  // first start, or --no-snapshot), the cold load starts at once instead.
+  const snapshots = settings.snapshot ? new SnapshotCache(path.join(settings.root, '.wrangler', 'snapshots')) : null;
+  const coldReady = !snapshots || snapshots.empty() ? loadPyodide(pyodideOptions) : null;
+  coldReady?.catch(() => {}); // awaited below; not "unhandled" meanwhile
   const wrangler = await import('wrangler');
   const { startBindings, workerEnv } = await import('./bindings.mjs');
 
@@ -156,38 +194,105 @@ export async function boot(host) {
   const bundleReady = settings.bundle ? Promise.resolve(settings.bundle) : buildBundle(settings.root);
   bundleReady.catch(() => {});
 
+  // The Worker's env: this object, which Python's modules refer to, gets the
+  // bindings once Miniflare runs. The JS modules Python imports are made as
+  // soon as the flags are known, before a restored Pyodide needs them.
+  const env = {};
+  let envFilled;
+  const envReady = new Promise((resolve) => { envFilled = resolve; });
+  const envView = new EnvView(env);
+  let current = null; // the Pyodide the modules serve
+  let modules, key;
+  const pythonReady = Promise.all([flagsReady, bundleReady]).then(async ([compatFlags, bundleDir]) => {
+    modules = workerModules({ pyodideOf: () => current, compatFlags, env: envView.proxy, limits, pending: host.pending });
+    if (!snapshots) return { pyodide: await coldReady, snapshot: null };
+    key = snapshotKey({ bundleDir, sites: settings.sites, mainModule: read.mainModule, compatFlags, pyodideVersion });
+    if (coldReady) return { pyodide: await coldReady, snapshot: null };
+    return startPyodide({ snapshots, key, modules, options: pyodideOptions, envReady });
+  });
+  pythonReady.catch(() => {});
+
   const lanes = new ConsumerLanes(settings.consumerLanes, config);
   // Batches Miniflare delivers before the Worker is loaded wait for it.
   let workerLoaded;
   const workerReady = new Promise((resolve) => { workerLoaded = resolve; });
-  let workerOptions;
-  const [pyodide, compatFlags, bundleDir, bindings] = await Promise.all([
-    pyodideReady,
+  const [started, compatFlags, bundleDir, bindings] = await Promise.all([
+    pythonReady,
     flagsReady,
     bundleReady,
     (async () => {
       // wrangler's own view of the bindings: D1 ids, [vars] and .dev.vars.
-      workerOptions = lanes.apply(wrangler.unstable_getMiniflareWorkerOptions(settings.configPath).workerOptions);
-      return startBindings(host, config, workerOptions, lanes, async (raw) => (await workerReady).queue(raw, lanes.queueOf(raw.queue)));
+      const workerOptions = lanes.apply(wrangler.unstable_getMiniflareWorkerOptions(settings.configPath).workerOptions);
+      const made = await startBindings(host, config, workerOptions, lanes, async (raw) => (await workerReady).queue(raw, lanes.queueOf(raw.queue)));
+      Object.assign(env, workerEnv(workerOptions, made, settings.vars, limits));
+      envFilled();
+      return made;
     })(),
   ]).catch(async (e) => life.fail(`start-up failed: ${e.message}`));
 
-  let worker;
-  let prefix;
-  try {
-    await migrate(config, settings.root, bindings.d1, wrangler.unstable_splitSqlQuery);
-    const env = workerEnv(workerOptions, bindings, settings.vars, limits);
-    // Where d1queue is mounted in a Worker of one's own (its D1QUEUE_PREFIX;
-    // the Worker itself checks the var), for the links the host prints.
-    prefix = String(env.D1QUEUE_PREFIX ?? '').trim().replace(/\/+$/, '');
+  let { pyodide, snapshot } = started;
+  let worker, why; // why: a snapshot there is not used
+  // Where d1queue is mounted in a Worker of one's own (its D1QUEUE_PREFIX;
+  // the Worker itself checks the var), for the links the host prints.
+  const prefix = String(env.D1QUEUE_PREFIX ?? '').trim().replace(/\/+$/, '');
+  const load = (restored) => {
+    current = pyodide;
     python.check(pyodide.version);
-    worker = loadWorker({
-      pyodide, compatFlags, bundleDir, env, limits, pending: host.pending,
+    return loadWorker({
+      pyodide, restored, modules, compatFlags, bundleDir, env, limits, pending: host.pending,
       mainFile: read.mainFile, mainModule: read.mainModule, mainName: config.main, sites: settings.sites,
     });
+  };
+  try {
+    await migrate(config, settings.root, bindings.d1, wrangler.unstable_splitSqlQuery);
+    if (snapshot) {
+      // A value the Worker read from its env at import is in the snapshot:
+      // used only if the env still has it.
+      const changed = Object.entries(envView.fingerprint(snapshot.meta.envRead))
+        .filter(([name, print]) => snapshot.meta.env[name] !== print).map(([name]) => name);
+      if (changed.length) {
+        why = `the Worker read env ${changed.join(', ')} at import, changed since snapshot ${key.slice(0, 12)}`;
+        snapshot = null;
+        pyodide = await loadPyodide(pyodideOptions);
+      }
+    }
+    if (snapshot) {
+      try {
+        worker = load(true);
+      } catch (e) {
+        warn(`snapshot ${snapshots.file(key)} did not give the Worker back (${e.message.split('\n').slice(0, 2).join(' ')}): deleted, booting cold`);
+        snapshots.discard(key);
+        snapshot = null;
+        pyodide = await loadPyodide(pyodideOptions);
+      }
+    }
+    if (!snapshot) {
+      worker = envView.recording(() => load(false));
+      const kept = snapshots ? takeAndKeep(snapshots, key, pyodide, modules, envView, host.pending) : '--no-snapshot';
+      why = why ? `${why}; ${kept}` : kept;
+    }
   } catch (e) {
     return life.fail(e.message);
   }
   workerLoaded(worker);
-  return { config, crons, lanes, release: python.release, pyodide, bundleDir, queueBindings: bindings.queues, worker, prefix };
+  return {
+    config, crons, lanes, release: python.release, pyodide, bundleDir, queueBindings: bindings.queues, worker, prefix,
+    start: { warm: Boolean(snapshot), note: snapshot ? `warm (snapshot ${key.slice(0, 12)})` : `cold (${why})` },
+  };
+}
+
+/** Take the snapshot of the Worker just imported and write it in the
+ * background (host.pending waits for it); says what was done, for the ready
+ * line. A snapshot that cannot be taken or written leaves the host cold. */
+function takeAndKeep(snapshots, key, pyodide, modules, envView, pending) {
+  let taken;
+  try {
+    taken = takeSnapshot(pyodide, modules);
+  } catch (e) {
+    warn(`no snapshot of this Worker: ${e.message}`);
+    return 'no snapshot: see above';
+  }
+  const meta = { envDeep: taken.envDeep, envRead: envView.names, env: envView.fingerprint(envView.names) };
+  pending.add(snapshots.write(key, meta, taken.bytes).catch((e) => warn(`writing snapshot ${snapshots.file(key)} failed: ${e.message}`)));
+  return `snapshot ${key.slice(0, 12)} taken`;
 }

@@ -6,7 +6,7 @@
 //                      [--plan free|paid] [--cpu enforce|warn] [--cpu-ms N] [--no-limits]
 //                      [--wait-until-s 30] [--scheduled-s 900]
 //                      [--d1-fault RATE] [--d1-fault-kinds K,...] [--d1-latency-ms N] [--d1-seed N]
-//                      [--d1-rtt-ms N] [--d1-busy-ms N] [--consumer-lanes N|max]
+//                      [--d1-rtt-ms N] [--d1-busy-ms N] [--consumer-lanes N|max] [--no-snapshot]
 //
 // --port 0 takes a free port (the ready line names it). D1 state: --persist-to
 // DIR keeps it in DIR/v3/d1, --fresh in a temporary folder removed at exit,
@@ -14,6 +14,10 @@
 //
 // --bundle DIR serves an upload already built; without it the host builds one
 // into --root's .wrangler/bundle first (tools/bundle.py --outdir; boot.mjs).
+//
+// The Worker's Pyodide is restored from a memory snapshot taken after its
+// import by an earlier start with the same upload, kept in --root's
+// .wrangler/snapshots (snapshot.mjs); --no-snapshot boots it cold and keeps none.
 //
 // --test-hooks adds the /__test/ routes (hooks.mjs); --crons runs the config's
 // crons every minute (cron.mjs); --raw-db hands the Worker D1 bindings the
@@ -67,6 +71,7 @@ const OPTIONS = {
   'd1-rtt-ms': { type: 'string', default: '0' },
   'd1-busy-ms': { type: 'string', default: '0' },
   'consumer-lanes': { type: 'string', default: '1' },
+  'no-snapshot': { type: 'boolean', default: false },
 };
 
 /** The most consumer lanes: Queues' highest max_concurrency. */
@@ -102,6 +107,7 @@ export function parseSettings(args = process.argv.slice(2)) {
     vars: Object.freeze(vars), // [name, value] pairs, later ones winning
     sites: Object.freeze(opts.site.map((dir) => path.resolve(dir))),
     consumerLanes: lanes, // a number, or 'max': the config's max_concurrency
+    snapshot: !opts['no-snapshot'], // restore / take memory snapshots (snapshot.mjs)
     limits: Object.freeze({ // Limits' options (limits.mjs)
       enabled: !opts['no-limits'],
       plan: opts.plan,

@@ -11,6 +11,11 @@ What workerd does around a Python Worker, done the same way here:
   topLevelEntropy/entropy_patches.py): `os.urandom` raises OSError, calling
   anything in `random` but `Random`/`SystemRandom` raises RuntimeError, and an
   unseeded `Random()` raises too. All of it is lifted before the first request.
+- `install_event_loop`: every step of Python's event loop goes through the
+  host's scheduleCallback, which times it (limits.mjs).
+- `resume`: after a memory snapshot of all this is restored in a new host
+  (snapshot.mjs), what lives outside Python's memory is set again and
+  `random` is reseeded, as workerd reseeds it before the first request.
 - `call_method`: workerd's `wrapper_func` (introspection.py), through which
   it calls every method of a `WorkerEntrypoint` but the DO/legacy handlers:
   the JS arguments go through the SDK's `python_from_rpc`, the result through
@@ -54,6 +59,51 @@ def setup_search_path(worker_dir: str, process_pth_files: bool) -> None:
     sys.path.insert(at, vendored)
     if process_pth_files and os.path.isdir(vendored):
         site.addsitedir(vendored)
+
+
+# -------------------------------------------------------------- event loop --
+
+_pyodide_schedule: Any = None
+
+
+def install_event_loop() -> None:
+    """Route Python's event loop through the host's scheduleCallback."""
+    import _d1queue_host_loop  # type: ignore[import-not-found]  # registered by worker.mjs
+    import pyodide.webloop
+
+    global _pyodide_schedule
+    # Kept alive: Pyodide's memory snapshot expects its own scheduleCallback
+    # at a fixed place in its table of JS references, which dropping the
+    # last Python reference to it would free for another object.
+    _pyodide_schedule = pyodide.webloop.scheduleCallback
+    pyodide.webloop.scheduleCallback = _d1queue_host_loop.scheduleCallback
+
+
+# ---------------------------------------------------------- memory snapshot --
+
+
+def before_snapshot() -> None:
+    """Nothing left in Python's output buffers: a restored host would print it again."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def resume(worker_dir: str) -> None:
+    """After a memory snapshot is restored into a new Pyodide: set again what
+    lives outside Python's memory, in JS (the working directory, the files
+    under sys.path, which were copied anew), and reseed `random`."""
+    # loadPyodide puts "" first on sys.path again; the snapshot already has it.
+    if sys.path[:1] == [""] and "" in sys.path[1:]:
+        del sys.path[0]
+    os.chdir(worker_dir)
+    importlib.invalidate_caches()  # the upload's folders were made anew
+    # The snapshot holds the generator state `random` had when the snapshot
+    # was taken: reseeded, or every host restored from it would draw the same
+    # numbers. Its other generators were seeded explicitly (an unseeded one
+    # is refused at import), and the hash seed cannot change once dicts exist.
+    import random
+
+    random.seed()
 
 
 # ------------------------------------------------- randomness at import --

@@ -2,8 +2,10 @@
 //
 // loadWorker() puts the upload where workerd puts a Python Worker's modules,
 // with stand-ins for the modules only Cloudflare's runtime has
-// (cloudflare:workers, the entrypoint helper, workerd's compatibility flags),
-// and imports its `Default` class. Each event (a fetch, a scheduled run, a
+// (cloudflare:workers, the entrypoint helper, workerd's compatibility flags:
+// workerModules()), and imports its `Default` class; or, in a Pyodide restored
+// from a memory snapshot taken once that was done (snapshot.mjs), finds it
+// there. Each event (a fetch, a scheduled run, a
 // queue batch, an RPC or test-hook call) then gets a new entrypoint with its
 // own ctx, as workerd constructs it, and the invocation its limits are counted
 // on (limits.mjs).
@@ -15,6 +17,8 @@ import { QueueController } from './queues.mjs';
 import { oneError, warn } from './lifecycle.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
+/** The host's Python half, imported as `_d1queue_host`. */
+export const PYHOST = path.join(HERE, 'pyhost.py');
 
 // ------------------------------------------------------ waitUntil / ctx --
 
@@ -96,35 +100,50 @@ function envPatcher(env) {
 
 // --------------------------------------------------------- Python side --
 
+/** The names at an upload's top that are not copied: wrangler's note. */
+export const UPLOAD_SKIP = new Set(['README.md']);
+
+/** The files of `dir` copyTree copies, as [path relative to dir, absolute
+ * path], sorted: what the Worker's Python sees of it. */
+export function treeFiles(dir, skip = new Set(), rel = '') {
+  const out = [];
+  const entries = fs.readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  for (const entry of entries) {
+    if (entry.name === '__pycache__' || entry.name.startsWith('.') || skip.has(entry.name)) continue;
+    const from = path.join(dir, entry.name);
+    const name = rel ? `${rel}/${entry.name}` : entry.name;
+    if (entry.isDirectory()) out.push(...treeFiles(from, new Set(), name));
+    else if (entry.isFile()) out.push([name, from]);
+  }
+  return out;
+}
+
 function copyTree(pyodide, src, dest, skip = new Set()) {
   pyodide.FS.mkdirTree(dest);
-  for (const entry of fs.readdirSync(src, { withFileTypes: true })) {
-    if (entry.name === '__pycache__' || entry.name.startsWith('.') || skip.has(entry.name)) continue;
-    const from = path.join(src, entry.name);
-    const to = `${dest}/${entry.name}`;
-    if (entry.isDirectory()) copyTree(pyodide, from, to);
-    else if (entry.isFile()) pyodide.FS.writeFile(to, fs.readFileSync(from));
+  for (const [name, from] of treeFiles(src, skip)) {
+    pyodide.FS.mkdirTree(path.posix.dirname(`${dest}/${name}`));
+    pyodide.FS.writeFile(`${dest}/${name}`, fs.readFileSync(from));
   }
 }
 
 /**
- * Load the Worker: `bundleDir` the upload, `mainModule` its main module's
- * dotted name, `sites` more pure-Python packages (--site), `env` its
- * bindings. Throws, with the Worker's own error, when it cannot be loaded.
+ * The JS modules the Worker's Python imports from the host: stand-ins for
+ * the modules only Cloudflare's runtime has (cloudflare:workers, the
+ * entrypoint helper, workerd's compatibility flags; the flags are workerd's
+ * own) and the event loop's scheduler. `env` is the Worker's env object: its
+ * bindings may be filled in later, the object stays the same. `pyodideOf()`
+ * returns the Pyodide they serve (they are made before a restored one exists).
+ *
+ * Python keeps references to these objects, so a memory snapshot names each
+ * by its place here (snapshot.mjs): keep them plain objects of functions.
  */
-export function loadWorker({ pyodide, compatFlags, bundleDir, mainFile, mainModule, mainName, sites, env, limits, pending }) {
+export function workerModules({ pyodideOf, compatFlags, env, limits, pending }) {
   // CPU is what the Worker itself runs (limits.mjs, Invocation.cpuMs): every
   // step of Pyodide's event loop goes through scheduleCallback, so each is timed
   // and charged to the invocation it belongs to.
-  const schedule = pyodide._api.scheduleCallback;
-  pyodide.registerJsModule('_d1queue_host_loop', {
-    scheduleCallback: (callback, delay) => schedule(() => limits.timed(() => callback()), delay),
-  });
-  pyodide.runPython(`
-import pyodide.webloop, _d1queue_host_loop
-pyodide.webloop.scheduleCallback = _d1queue_host_loop.scheduleCallback
-`);
-
+  const loop = {
+    scheduleCallback: (callback, delay) => pyodideOf()._api.scheduleCallback(() => limits.timed(() => callback()), delay),
+  };
   const patchWaitUntil = waitUntilPatcher();
   const globalCtx = new ExecutionContext(pending);
   patchWaitUntil(globalCtx);
@@ -137,17 +156,28 @@ pyodide.webloop.scheduleCallback = _d1queue_host_loop.scheduleCallback
       return ctx.waitUntil(p);
     },
   };
-  // Stand-ins for the modules only Cloudflare's runtime has; the flags are workerd's own.
-  pyodide.registerJsModule('_cloudflare_compat_flags', compatFlags);
-  pyodide.registerJsModule('_pyodide_entrypoint_helper', {
-    cloudflareWorkersModule: cloudflareWorkers,
-    cloudflareSocketsModule: {},
-    doAnImport: async (name) => (name === 'cloudflare:workers' ? cloudflareWorkers : import(name)),
-    workerEntrypoint: class WorkerEntrypoint {},
-    patchWaitUntil,
-    patch_env_helper: envPatcher(env),
-  });
+  return {
+    _d1queue_host_loop: loop,
+    _cloudflare_compat_flags: compatFlags,
+    _pyodide_entrypoint_helper: {
+      cloudflareWorkersModule: cloudflareWorkers,
+      cloudflareSocketsModule: {},
+      doAnImport: async (name) => (name === 'cloudflare:workers' ? cloudflareWorkers : import(name)),
+      workerEntrypoint: class WorkerEntrypoint {},
+      patchWaitUntil,
+      patch_env_helper: envPatcher(env),
+    },
+  };
+}
 
+/** Where workerd puts a Python Worker's modules. */
+const WORKER_DIR = '/session/metadata';
+
+/** The files the Worker's Python reads: the upload (wrangler's README.md in
+ * its folder is a note about it, not part of it), --site packages and the
+ * host's Python half. Pyodide's file system lives in JS, outside a memory
+ * snapshot: a restored Pyodide gets them copied again. */
+function writeFiles(pyodide, { compatFlags, bundleDir, mainFile, sites }) {
   const sitePackages = path.posix.normalize(pyodide.runPython("import sysconfig; sysconfig.get_path('purelib')"));
   if (compatFlags.enable_python_external_sdk) {
     // As workerd does: the runtime's own `workers` and `asgi` only raise; the
@@ -162,21 +192,36 @@ pyodide.webloop.scheduleCallback = _d1queue_host_loop.scheduleCallback
     pyodide.FS.writeFile(`${sitePackages}/asgi.py`, stub('asgi'));
   }
   for (const extra of sites) copyTree(pyodide, extra, sitePackages); // --site: more pure-Python packages
-  pyodide.FS.writeFile(`${sitePackages}/_d1queue_host.py`, fs.readFileSync(path.join(HERE, 'pyhost.py')));
-  // The upload, where workerd puts a Python Worker's modules; wrangler's
-  // README.md in the folder is a note about it, not part of it.
-  const workerDir = '/session/metadata';
+  pyodide.FS.writeFile(`${sitePackages}/_d1queue_host.py`, fs.readFileSync(PYHOST));
   if (!fs.existsSync(path.join(bundleDir, mainFile))) {
     throw new Error(`${bundleDir} has no ${mainFile}: --bundle takes what \`wrangler deploy --dry-run --outdir DIR\` writes`);
   }
-  copyTree(pyodide, bundleDir, workerDir, new Set(['README.md']));
+  copyTree(pyodide, bundleDir, WORKER_DIR, UPLOAD_SKIP);
+}
 
+/**
+ * Load the Worker into `pyodide`: `bundleDir` the upload, `mainModule` its
+ * main module's dotted name, `sites` more pure-Python packages (--site),
+ * `modules` its JS modules (workerModules()) over its `env`. With `restored`,
+ * `pyodide` is a memory snapshot of a Pyodide this was done in (snapshot.mjs):
+ * the Worker is imported already, only what lives outside Python's memory is
+ * set up again. Throws, with the Worker's own error, when it cannot be loaded.
+ */
+export function loadWorker({ pyodide, restored = false, modules, compatFlags, bundleDir, mainFile, mainModule, mainName, sites, env, limits, pending }) {
+  writeFiles(pyodide, { compatFlags, bundleDir, mainFile, sites });
   let pyhost, Default;
   try {
-    pyhost = pyodide.pyimport('_d1queue_host');
-    pyhost.setup_search_path(workerDir, Boolean(compatFlags.python_process_pth_files));
-    const main = pyhost.load_worker(mainModule); // randomness refused meanwhile, as at Cloudflare's snapshot
-    Default = main.Default;
+    if (restored) {
+      pyhost = pyodide.pyimport('_d1queue_host');
+      pyhost.resume(WORKER_DIR);
+      Default = pyodide.pyimport(mainModule).Default; // imported before the snapshot: no import runs
+    } else {
+      for (const [name, module] of Object.entries(modules)) pyodide.registerJsModule(name, module);
+      pyhost = pyodide.pyimport('_d1queue_host');
+      pyhost.install_event_loop();
+      pyhost.setup_search_path(WORKER_DIR, Boolean(compatFlags.python_process_pth_files));
+      Default = pyhost.load_worker(mainModule).Default; // randomness refused meanwhile, as at Cloudflare's snapshot
+    }
     if (typeof Default !== 'function') throw new Error(`${mainName} defines no class Default(WorkerEntrypoint)`);
   } catch (e) {
     throw new Error(`cannot load the Worker ${mainName}:\n${e.message}`);

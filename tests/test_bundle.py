@@ -199,3 +199,60 @@ def test_deploy_dry_run_prints_what_the_upload_holds(
     assert "env.DB (d1queue)" in shown
     assert "has the workers SDK and every package src/ imports" in shown
     assert (outdir / "python_modules" / "workers" / "__init__.py").is_file()
+
+
+def small_worker(root: Path) -> Path:
+    """A Worker folder with a module root and a vendored python_modules/."""
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "entry.py").write_text("x = 1\n")
+    (root / "python_modules" / "pkg").mkdir(parents=True)
+    (root / "python_modules" / "pkg" / "__init__.py").write_text("")
+    (root / "wrangler.toml").write_text('main = "src/entry.py"\n')
+    return root
+
+
+def test_the_upload_inputs_change_with_the_files_an_upload_is_built_from(tmp_path: Path) -> None:
+    root = small_worker(tmp_path / "w")
+    first = bundle.upload_inputs(root)
+    (root / "src" / "__pycache__").mkdir()
+    (root / "src" / "__pycache__" / "entry.cpython-314.pyc").write_bytes(b"\0")
+    (root / ".wrangler" / "bundle").mkdir(parents=True)
+    (root / ".wrangler" / "bundle" / "entry.py").write_text("old\n")
+    assert bundle.upload_inputs(root) == first, "caches and outputs are no inputs"
+    seen = {first}
+    for path, text in (
+        (root / "src" / "entry.py", "x = 2\n"),
+        (root / "src" / "new.py", ""),
+        (root / "python_modules" / "pkg" / "__init__.py", "y = 1\n"),
+        (root / "wrangler.toml", 'main = "src/entry.py"\nname = "w"\n'),
+    ):
+        path.write_text(text)
+        now = bundle.upload_inputs(root)
+        assert now not in seen, path
+        seen.add(now)
+    (root / "wrangler.toml").write_text('main = "src/entry.py"\n[build]\ncommand = "make"\n')
+    assert bundle.upload_inputs(root) is None, "a custom build's inputs are its own"
+
+
+def test_reuse_keeps_an_upload_built_from_the_same_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = small_worker(tmp_path / "w")
+    outdir = tmp_path / "out"
+    runs: list[list[str]] = []
+
+    def wrangler(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        runs.append(cmd)
+        outdir.mkdir()
+        (outdir / "entry.py").write_text((root / "src" / "entry.py").read_text())
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(bundle.subprocess, "run", wrangler)
+    assert bundle.dry_run(root, outdir, reuse=True) is not None
+    assert bundle.dry_run(root, outdir, reuse=True) is None, "kept"
+    assert len(runs) == 1
+    (root / "src" / "entry.py").write_text("x = 2\n")
+    assert bundle.dry_run(root, outdir, reuse=True) is not None
+    assert (outdir / "entry.py").read_text() == "x = 2\n"
+    assert bundle.dry_run(root, outdir) is not None, "without reuse, wrangler always runs"
+    assert len(runs) == 3

@@ -7,6 +7,7 @@ and a check of what `wrangler deploy` would upload.
                                                   # and check DIR (make check-wrangler)
     python tools/bundle.py --outdir DIR --check --show   # and print wrangler's list of
                                                          # it (make deploy-dry-run)
+    python tools/bundle.py --reuse --outdir DIR   # each step only if its inputs changed (the host)
 
 Since compatibility date 2026-04-21 (enable_python_external_sdk) the runtime no
 longer provides the `workers` SDK: the upload must carry it in python_modules/,
@@ -249,10 +250,52 @@ def node_env() -> dict[str, str]:
     return env
 
 
-def dry_run(root: Path, outdir: Path) -> str:
+NOT_UPLOAD_INPUTS = frozenset({"__pycache__", ".git", ".venv", ".wrangler", "node_modules"})
+"""Folders whose files no upload is built from (skipped if under the module root)."""
+
+
+def upload_inputs(root: Path) -> str | None:
+    """A hash of what `wrangler deploy --dry-run` builds the Worker in `root`'s
+    upload from: wrangler.toml, every file of the module root and of
+    python_modules/, and wrangler's version. None when the config has a
+    custom [build], whose inputs are its own."""
+    config_file = root / "wrangler.toml"
+    if "build" in tomllib.loads(config_file.read_text()):
+        return None
+    h = hashlib.sha256()
+
+    def add(label: str, data: bytes) -> None:
+        h.update(f"{label}\0{len(data)}\0".encode())
+        h.update(data)
+
+    try:
+        add("wrangler", (REPO / "node_modules" / "wrangler" / "package.json").read_bytes())
+    except OSError:
+        add("wrangler", b"")
+    add("config", config_file.read_bytes())
+    base, _ = module_root(root)
+    for folder in dict.fromkeys([base, root / VENDOR]):
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder)
+            if path.is_file() and not NOT_UPLOAD_INPUTS.intersection(rel.parts):
+                add(f"{folder.relative_to(root).as_posix()}/{rel.as_posix()}", path.read_bytes())
+    return h.hexdigest()
+
+
+INPUTS_STAMP = ".upload-inputs"
+"""In a --reuse upload: upload_inputs() when it was built. A dot-name: the
+host copies no such file into the Worker's file system."""
+
+
+def dry_run(root: Path, outdir: Path, *, reuse: bool = False) -> str | None:
     """`wrangler deploy --dry-run --outdir outdir`: the files the upload holds.
     Returns wrangler's report (its modules and their sizes, the total, the
-    bindings)."""
+    bindings). With `reuse`, an outdir built from the same inputs
+    (upload_inputs) is kept: None."""
+    inputs = upload_inputs(root) if reuse else None
+    stamp = outdir / INPUTS_STAMP
+    if inputs is not None and stamp.is_file() and stamp.read_text() == inputs:
+        return None
     shutil.rmtree(outdir, ignore_errors=True)
     wrangler = REPO / "node_modules" / ".bin" / "wrangler"
     cmd = [str(wrangler), "deploy", "--dry-run", "--outdir", str(outdir)]
@@ -261,6 +304,8 @@ def dry_run(root: Path, outdir: Path) -> str:
     )
     if done.returncode != 0:
         raise BundleError(f"{' '.join(cmd)} failed:\n{(done.stdout + done.stderr).strip()}")
+    if inputs is not None:
+        stamp.write_text(inputs)
     return (done.stdout + done.stderr).strip()
 
 
@@ -353,7 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=REPO, help="the folder of wrangler.toml")
     parser.add_argument("--python", help="X.Y to vendor for (default: the npm Pyodide's)")
     parser.add_argument(
-        "--reuse", action="store_true", help="keep python_modules/ if vendored from the same list"
+        "--reuse",
+        action="store_true",
+        help="keep python_modules/ if vendored from the same list, and --outdir's upload"
+        " if built from the same files",
     )
     parser.add_argument(
         "--outdir", type=Path, help="then run `wrangler deploy --dry-run --outdir DIR`"
@@ -377,10 +425,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bundle: {done} {' '.join(reqs)}{mine} for Python {python} in {root / VENDOR}")
         if args.outdir:
             outdir = args.outdir.resolve()
-            shown = dry_run(root, outdir)
-            if args.show:
-                print(shown)
-            print(f"bundle: wrangler deploy --dry-run wrote the upload to {outdir}")
+            # The report needs wrangler's run: --show rebuilds what --reuse would keep.
+            shown = dry_run(root, outdir, reuse=args.reuse and not args.show)
+            if shown is None:
+                print(f"bundle: kept the upload in {outdir}: built from the same files")
+            else:
+                if args.show:
+                    print(shown)
+                print(f"bundle: wrangler deploy --dry-run wrote the upload to {outdir}")
             if args.check:
                 problems = check(root, outdir)
                 for problem in problems:
