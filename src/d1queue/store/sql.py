@@ -1754,12 +1754,19 @@ END_CLEARED = (
 # the batch is sent (D1 may commit it and lose the reply): see the guards.
 
 _M_BUCKETS = tuple(range(METRIC_BUCKETS))
-METRICS_COLUMNS = (
-    "queue, period, at, name, completed, retried, failed, cancelled, wait_ms, run_ms, "
-    + ", ".join(f"w{i}" for i in _M_BUCKETS)
-    + ", "
-    + ", ".join(f"r{i}" for i in _M_BUCKETS)
+_M_COUNTS = (
+    "completed",
+    "retried",
+    "failed",
+    "cancelled",
+    "wait_ms",
+    "run_ms",
+    *(f"w{i}" for i in _M_BUCKETS),
+    *(f"r{i}" for i in _M_BUCKETS),
 )
+"""A metrics row's counting columns, in table order: added to on upsert,
+summed by the rollup."""
+METRICS_COLUMNS = "queue, period, at, name, " + ", ".join(_M_COUNTS)
 _M_JOBS = (
     "(SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]') AS name, "
     "json_extract(value, '$[2]') AS k, json_extract(value, '$[3]') AS wb, "
@@ -1775,19 +1782,7 @@ _M_SUMS = (
     + ", "
     + ", ".join(f"SUM(j.rb = {i})" for i in _M_BUCKETS)
 )
-_M_ADD = ", ".join(
-    f"{c} = {c} + excluded.{c}"
-    for c in (
-        "completed",
-        "retried",
-        "failed",
-        "cancelled",
-        "wait_ms",
-        "run_ms",
-        *(f"w{i}" for i in _M_BUCKETS),
-        *(f"r{i}" for i in _M_BUCKETS),
-    )
-)
+_M_ADD = ", ".join(f"{c} = {c} + excluded.{c}" for c in _M_COUNTS)
 _M_UPSERT = " ON CONFLICT (queue, period, at, name) DO UPDATE SET " + _M_ADD
 
 
@@ -1903,19 +1898,7 @@ _ROLL_HOUR = (
     f"AND at >= {_ROLL_FROM} AND at < ?1 + {METRIC_HOUR_MS} ORDER BY at LIMIT 1) AS f "
     "FROM q WHERE q.name IS NOT NULL)) "
 )
-_ROLL_SUMS = ", ".join(
-    f"SUM({c})"
-    for c in (
-        "completed",
-        "retried",
-        "failed",
-        "cancelled",
-        "wait_ms",
-        "run_ms",
-        *(f"w{i}" for i in _M_BUCKETS),
-        *(f"r{i}" for i in _M_BUCKETS),
-    )
-)
+_ROLL_SUMS = ", ".join(f"SUM({c})" for c in _M_COUNTS)
 
 # The minute rows of one hour (_ROLL_HOUR), summed per (queue, name) into
 # that hour's row, once: ROLL_METRICS_MARK, after it in the same batch,
