@@ -6,12 +6,15 @@
 //     consumer lanes (lanes.mjs); a send may be failed on purpose (queues.mjs
 //     QueueSendFaults);
 //   Rate Limiting ([[ratelimits]]): Miniflare's, through the relay;
+//   Analytics Engine ([[analytics_engine_datasets]]): analytics.mjs, its
+//     points checked, counted per invocation and kept (GET /__test/analytics);
 //   [vars], .dev.vars (wrangler's reading of them), then --var;
 //   service bindings: each call one subrequest.
 
 import { startMiniflare, decodeAnswer } from './relay.mjs';
 import { D1Database, RawD1Database } from './d1.mjs';
 import { WorkerQueue } from './queues.mjs';
+import { AnalyticsDataset } from './analytics.mjs';
 
 /**
  * Start Miniflare with wrangler's view of the config's bindings (D1 ids,
@@ -20,7 +23,7 @@ import { WorkerQueue } from './queues.mjs';
  * Miniflare delivers (relay.mjs). Miniflare is handed to `life` at once, so
  * every later failure disposes of it.
  */
-export async function startBindings({ settings, limits, faults, queueFaults, life }, config, workerOptions, lanes, onQueueBatch) {
+export async function startBindings({ settings, limits, faults, queueFaults, life, analytics }, config, workerOptions, lanes, onQueueBatch) {
   const { mf, relay, queueCall } = await startMiniflare(workerOptions, life.stateDir, onQueueBatch);
   life.mf = mf;
   const send = async (op, payload) => {
@@ -40,16 +43,21 @@ export async function startBindings({ settings, limits, faults, queueFaults, lif
     const Binding = settings.rawDb ? RawD1Database : D1Database;
     d1.set(db.binding, new Binding(limits.d1(relay(db.binding), faults.forDatabase(db.binding), decodeAnswer))); // counted per invocation, faulted
   }
-  return { d1, queues, rateLimits };
+  const datasets = new Map(); // binding name -> AnalyticsDataset
+  for (const ds of config.analytics_engine_datasets ?? []) {
+    datasets.set(ds.binding, new AnalyticsDataset(ds.dataset ?? ds.binding, analytics, () => limits.dataPoint()));
+  }
+  return { d1, queues, rateLimits, datasets };
 }
 
 /** The env the Worker's entrypoints are constructed with. */
-export function workerEnv(workerOptions, { d1, queues, rateLimits }, vars, limits) {
+export function workerEnv(workerOptions, { d1, queues, rateLimits, datasets }, vars, limits) {
   const env = {
     ...(workerOptions.bindings ?? {}),
     ...Object.fromEntries(d1),
     ...Object.fromEntries(queues),
     ...Object.fromEntries(rateLimits),
+    ...Object.fromEntries(datasets),
   };
   for (const [name, value] of vars) env[name] = value;
   // Service bindings (objects with a fetch method), if any: each call is a subrequest.

@@ -9,6 +9,7 @@
 //   POST /__test/queue-faults (body: {"fail_sends": N}: the next N queue
 //         sends fail, as a Queues send can; answers the sends seen and failed)
 //   POST /__test/faults (body: {"rate", "kinds", "latency_ms", "seed"}: new settings)
+//   GET  /__test/analytics (the Analytics Engine data points written so far)
 
 import v8 from 'node:v8';
 import { readBody } from './body.mjs';
@@ -63,7 +64,7 @@ async function runTestRpc(worker, name, req, res) {
 /** The hooks as server.mjs takes them: (url, req, res) resolving true when a
  * hook answered. `faults`: the D1Faults (faults.mjs); `queueFaults`: the
  * QueueSendFaults (queues.mjs); `pending`: worker.mjs's Pending. */
-export function testHooks({ worker, faults, queueFaults, pending }) {
+export function testHooks({ worker, faults, queueFaults, pending, analytics }) {
   return async (url, req, res) => {
     if (url.pathname === '/__test/python' && req.method === 'POST') {
       await runTestPython(worker, req, res);
@@ -93,6 +94,10 @@ export function testHooks({ worker, faults, queueFaults, pending }) {
         queueFaults.failSends = Number(n);
       }
       json(res, 200, queueFaults.totals());
+      return true;
+    }
+    if (url.pathname === '/__test/analytics') {
+      json(res, 200, analytics.points);
       return true;
     }
     if (url.pathname === '/__test/idle') {

@@ -66,13 +66,14 @@ const started = Date.now();
 const { QueueSendFaults } = await import('./queues.mjs');
 const { Pending } = await import('./worker.mjs');
 const { boot } = await import('./boot.mjs');
-const host = { settings, limits, faults, queueFaults: new QueueSendFaults(), pending: new Pending(), life };
+const { AnalyticsStore } = await import('./analytics.mjs');
+const host = { settings, limits, faults, queueFaults: new QueueSendFaults(), pending: new Pending(), life, analytics: new AnalyticsStore(life.stateDir) };
 const { config, crons, lanes, release, pyodide, bundleDir, queueBindings, worker, prefix, start } = await boot(host);
 
 const { createServer } = await import('./server.mjs');
 const { testHooks } = await import('./hooks.mjs');
 const { startCrons } = await import('./cron.mjs');
-const hooks = settings.testHooks ? testHooks({ worker, faults, queueFaults: host.queueFaults, pending: host.pending }) : null;
+const hooks = settings.testHooks ? testHooks({ worker, faults, queueFaults: host.queueFaults, pending: host.pending, analytics: host.analytics }) : null;
 const server = createServer({ worker, port: settings.port, crons, hooks });
 
 const stopCrons = settings.crons

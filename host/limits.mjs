@@ -61,6 +61,9 @@ export const PLANS = {
   paid: { subrequests: 10_000, d1Queries: 1_000, cpuMs: 30_000 },
 };
 
+// Analytics Engine data points an invocation may write (its limits page).
+export const DATA_POINTS = 250;
+export const TOO_MANY_DATA_POINTS = `Analytics Engine takes at most ${DATA_POINTS} data points per invocation.`;
 export const TOO_MANY_SUBREQUESTS = 'Too many subrequests by single Worker invocation.';
 export const TOO_MANY_API_REQUESTS = 'Too many API requests by single worker invocation.';
 export const CPU_EXCEEDED = 'Worker exceeded CPU time limit.'; // error 1102
@@ -282,6 +285,18 @@ export class Limits {
     };
   }
 
+  /** One Analytics Engine data point (analytics.mjs) on the current
+   * invocation, or the limit's error; returns the invocation's kind. Not a
+   * subrequest. */
+  dataPoint() {
+    const inv = this.als.getStore();
+    if (inv && this.enabled) {
+      if (inv.dataPoints >= DATA_POINTS) throw new Error(TOO_MANY_DATA_POINTS);
+      inv.dataPoints++;
+    }
+    return inv?.kind;
+  }
+
   /** A service binding whose every method call is one subrequest. */
   service(binding) {
     const als = this.als;
@@ -348,6 +363,7 @@ class Invocation {
     this.startProcess = processNow();
     this.subrequests = 0;
     this.d1Queries = 0;
+    this.dataPoints = 0; // Analytics Engine points written (not subrequests)
     this.refused = 0;
     this.outcome = 'ok';
     this.cpuWarned = false;
@@ -545,6 +561,7 @@ class Invocation {
       outcome: this.outcome,
     };
     if (this.refused) line.refused = this.refused;
+    if (this.dataPoints) line.data_points = this.dataPoints;
     if (this.cpuWarned || (this.outcome !== 'exceededCpu' && cpu > limits.caps.cpuMs)) line.cpu_over_limit = true;
     if (this.cancelled) line.wait_until_cancelled = this.cancelled;
     if (this.faults) line.d1_faults = this.faults;

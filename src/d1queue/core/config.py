@@ -87,6 +87,15 @@ ALL_QUEUES = "*"
 """In D1QUEUE_QUEUES, as the last entry (or alone): every queue not listed."""
 
 
+ANALYTICS_BINDING = "D1QUEUE_ANALYTICS"
+"""The Workers Analytics Engine binding d1queue writes to when the Worker
+has one (wrangler.toml [[analytics_engine_datasets]]; features/analytics.py)."""
+
+NOT_SETTINGS = ("D1QUEUE_TOKEN", ANALYTICS_BINDING)
+"""Env names with the D1QUEUE_ prefix that are a secret or a binding, not a
+drain setting: never refused as unknown."""
+
+
 class ConfigError(ValueError):
     """A `D1QUEUE_*` var is unknown or has an invalid value."""
 
@@ -378,8 +387,8 @@ class Config:
         """Build from the Worker's vars (only `D1QUEUE_*` names are read)."""
         known = {f"D1QUEUE_{f.name.upper()}": f for f in fields(cls)}
         unknown = sorted(k for k in env if k.startswith("D1QUEUE_") and k not in known)
-        # Secrets share the prefix but are not drain settings.
-        unknown = [k for k in unknown if k not in ("D1QUEUE_TOKEN",)]
+        # Secrets and bindings share the prefix but are not drain settings.
+        unknown = [k for k in unknown if k not in NOT_SETTINGS]
         if unknown:
             raise ConfigError(
                 f"unknown setting {', '.join(unknown)}; known: {', '.join(sorted(known))}"

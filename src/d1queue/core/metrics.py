@@ -159,6 +159,77 @@ class Figures:
         self.run.add((row[f"r{i}"] for i in range(BUCKETS)), row["run_ms"])
 
 
+POINT_BLOBS = ("queue", "name", "outcome")
+"""An Analytics Engine data point's blobs, in order (blob1..blob3); its one
+index is the queue (the dataset's sampling key)."""
+
+POINT_DOUBLES = ("jobs", "wait_ms_sum", "wait_ms_max", "run_ms_sum", "run_ms_max")
+"""An Analytics Engine data point's doubles, in order (double1..double5)."""
+
+OTHER = "(other)"
+"""The queue and name of the points that fold the rest of a drain's
+(queue, name, outcome) tallies when there are more than the points allowed."""
+
+
+class Tally:
+    """A drain's settled attempts per (queue, name, outcome): how many, and
+    the sum and maximum of their wait and run, in ms. It becomes one
+    Analytics Engine data point per key (`points`), whatever the number of
+    jobs."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str, str], list[float]] = {}
+
+    def add(self, queue: str, name: str, outcome: str, wait_ms: float, run_ms: float) -> None:
+        row = self.rows.get((queue, name, outcome))
+        if row is None:
+            self.rows[(queue, name, outcome)] = [1, wait_ms, wait_ms, run_ms, run_ms]
+            return
+        row[0] += 1
+        row[1] += wait_ms
+        row[2] = max(row[2], wait_ms)
+        row[3] += run_ms
+        row[4] = max(row[4], run_ms)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def points(self, room: int) -> list[dict[str, Any]]:
+        """The data points to write, at most `room` (the invocation's points
+        left): one per key, the busiest first; when there are more keys than
+        room, the least busy are folded into one (OTHER, OTHER, outcome)
+        point per outcome, so every job is still counted once."""
+        if room <= 0 or not self.rows:
+            return []
+        ranked = sorted(self.rows.items(), key=lambda kv: (-kv[1][0], kv[0]))
+        keep = len(ranked)
+        if keep > room:
+            # Keep the busiest k with k + (outcomes among the rest) <= room:
+            # the rest become one folded point per outcome they hold.
+            after: set[str] = set()
+            fit = [0] * (keep + 1)  # fit[k]: outcomes among ranked[k:]
+            for k in range(keep - 1, -1, -1):
+                after.add(ranked[k][0][2])
+                fit[k] = len(after)
+            keep = max((k for k in range(room + 1) if k + fit[k] <= room), default=0)
+        kept, rest = ranked[:keep], ranked[keep:]
+        folded: dict[tuple[str, str, str], list[float]] = {}
+        for (_, _, outcome), row in rest:
+            into = folded.setdefault((OTHER, OTHER, outcome), [0, 0.0, 0.0, 0.0, 0.0])
+            into[0] += row[0]
+            into[1] += row[1]
+            into[2] = max(into[2], row[2])
+            into[3] += row[3]
+            into[4] = max(into[4], row[4])
+        chosen = (kept + sorted(folded.items(), key=lambda kv: -kv[1][0]))[:room]
+        return [
+            {"blobs": list(key), "doubles": [float(v) for v in row], "indexes": [key[0]]}
+            for key, row in chosen
+        ]
+
+
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 

@@ -59,6 +59,7 @@ from ..core.flow import Flow
 from ..core.job import QueuedJob
 from ..core.limits import PLANS, Meter, Slots
 from ..core.log import event, get
+from ..core.metrics import KIND, OUTCOMES, Tally
 from ..core.outbound import Outbound
 from ..core.outcomes import (
     Mark,
@@ -81,6 +82,7 @@ from ..core.telemetry import (
 from ..store.queue import D1Queue
 from ..store.stats import RunCounts
 from ..store.stats import record as record_counts
+from .analytics import Points
 
 
 @dataclass
@@ -101,6 +103,8 @@ class DrainReport:
     rows_written: int = 0
     subrequests: int = 0
     """Subrequests the invocation spent during the drain, handlers' included."""
+    data_points: int = 0
+    """Analytics Engine data points the drain wrote (features/analytics.py)."""
     resent: int = 0
     """Outcomes written through a re-send after a lost reply (counted in
     completed, retried or failed too); `stale` are those another worker held."""
@@ -415,6 +419,7 @@ class Drain:
         "start",
         "stats",
         "stop",
+        "tally",
         "turn",
         "usage",
         "used0",
@@ -432,6 +437,7 @@ class Drain:
         fetch: Fetch | None = None,
         outbound: Outbound | None = None,
         stats: bool = False,
+        tally: Tally | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queue = queue.derive(binding=queue.binding.metered(meter))
@@ -463,6 +469,8 @@ class Drain:
         """The next round's candidates per queue, read by the last claim
         batch: a round that has them for its queues is one round trip."""
         self.counts = RunCounts()  # for the per-minute counters (stats.py)
+        self.tally = tally
+        """What it settled per (queue, name, outcome), for Analytics Engine."""
         self.stop = ""
         """Why the current round's admission left candidates ("" if none)."""
         self.windowed = False
@@ -677,6 +685,7 @@ class Drain:
                     event(plog, PROCESS_EVENT, level, **fields)
         report = self.report
         add = self.counts.add
+        tally = self.tally
         for outcome, mark in zip(outcomes, marks, strict=True):
             action = outcome.action
             if mark == "written":
@@ -690,6 +699,15 @@ class Drain:
             else:  # unsettled
                 report.unsettled.append(outcome.job.id)
                 continue
+            if tally is not None:
+                job = outcome.job
+                tally.add(
+                    job.queue,
+                    job.name,
+                    OUTCOMES[KIND[action]],
+                    max(0, job.started_at - job.available_at),
+                    job.run_ms,
+                )
             if action == "complete":
                 report.completed += 1
             elif action == "retry":
@@ -736,6 +754,7 @@ async def drain(
     fetch: Fetch | None = None,
     meter: Meter | None = None,
     window_s: float | None = None,
+    points: Points | None = None,
     monotonic: Callable[[], float] = time.monotonic,
     **settings: Any,
 ) -> DrainReport:
@@ -748,7 +767,9 @@ async def drain(
     with what it has left, its handlers' declared subrequests included.
     `window_s` is how long the invocation may still run (drain-on-push runs
     inside `waitUntil`, cut 30 s after the response): only jobs that can
-    finish inside it are claimed, the cron takes the rest. Keyword
+    finish inside it are claimed, the cron takes the rest. `points`: the
+    invocation's Analytics Engine dataset (features/analytics.py), which
+    gets one data point per (queue, name, outcome) it settled. Keyword
     `settings` override `config`'s fields (`drain(q, reg, queues=["mail"],
     batch_size=10)`) and are validated as Config's are."""
     config = _configured(config, settings)
@@ -766,6 +787,7 @@ async def drain(
         fetch=fetch,
         outbound=config.outbound,
         stats=config.stats,
+        tally=None if points is None else Tally(),
         monotonic=monotonic,
     )
     if not await state.survey(list(config.listed_queues), config.queues[-1] == ALL_QUEUES):
@@ -779,7 +801,10 @@ async def drain(
             if state.report.stopped:  # the next round could not be paid for
                 break
     await state.settle()
-    return await state.close()
+    report = await state.close()
+    if points is not None and state.tally:
+        report.data_points = points.send(state.tally)
+    return report
 
 
 def _configured(config: Config | None, settings: dict[str, Any]) -> Config:

@@ -43,6 +43,7 @@ from ..core.limits import PLANS, Meter
 from ..core.log import event, install
 from ..core.registry import Registry
 from ..features.after_push import AfterPush
+from ..features.analytics import ANALYTICS_BINDING, Points
 from ..features.cron import cron
 from ..features.drain import drain
 from ..features.http_request import JOB_NAME as HTTP_JOB
@@ -260,6 +261,18 @@ def _py(value: Any) -> Any:
     return to_py() if callable(to_py) else value
 
 
+def _data_point_writer(binding: Any) -> Any:
+    """writeDataPoint of an Analytics Engine binding, taking a Python dict
+    (made a JS object: the binding reads `blobs`, `doubles`, `indexes`)."""
+    from js import Object
+    from pyodide.ffi import to_js
+
+    def write(point: dict[str, Any]) -> None:
+        binding.writeDataPoint(to_js(point, dict_converter=Object.fromEntries))
+
+    return write
+
+
 def _guard(env: Any) -> Guard:
     """The sign-in and token guard, with the Rate Limiting binding when
     wrangler.toml declares one ([[ratelimits]] name = "AUTH_LIMITER")."""
@@ -306,6 +319,8 @@ class D1QueueWorker:
         self._code_prefix = None if prefix is None else mount_prefix(prefix)
         self._meter: Meter | None = None
         self._shards: ShardSet | None = None
+        self._points: Points | None = None
+        self._points_looked_up = False
 
     def mounted(self) -> tuple[str, str | None]:
         """The prefix d1queue answers under, and the operator's mistake when
@@ -350,6 +365,18 @@ class D1QueueWorker:
                 queues.append(queue.derive(binding=queue.binding.metered(self.meter(config))))
             self._shards = ShardSet(queues, config.routing)
         return self._shards
+
+    def points(self) -> Points | None:
+        """This invocation's Analytics Engine dataset (the binding named
+        ANALYTICS_BINDING), and the points it may still write; None without
+        the binding. One per invocation: the 250 points are the
+        invocation's, however many drains it runs."""
+        if not self._points_looked_up:
+            self._points_looked_up = True
+            binding = getattr(self.env, ANALYTICS_BINDING, None)
+            if binding is not None:
+                self._points = Points(_data_point_writer(binding))
+        return self._points
 
     def waker(self, config: Config) -> Waker | None:
         """The wake-up sender (D1QUEUE_WAKE = "queues"), counting its sends on
@@ -397,7 +424,13 @@ class D1QueueWorker:
         self, queue: ShardQueue, config: Config, *, window_s: float | None = None
     ) -> Any:
         return await drain(
-            queue, self.registry, config, env=self.env, fetch=job_fetch, window_s=window_s
+            queue,
+            self.registry,
+            config,
+            env=self.env,
+            fetch=job_fetch,
+            window_s=window_s,
+            points=self.points(),
         )
 
     async def fetch(self, request: Any) -> Response | None:
