@@ -139,6 +139,9 @@ endif
 # Jobs' HTTP requests may reach loopback targets here (a local server is how
 # d1queue is tried); HTTP_ALLOW=public closes that, as a deployment is closed.
 HTTP_ALLOW ?= public,loopback
+# More host options (docs/offline-host.md), e.g. D1 faults:
+# make dev HOST_ARGS="--d1-fault 0.1 --d1-fault-kinds lost-after".
+HOST_ARGS ?=
 dev: setup .dev.vars
 	$(DEV_WRITE)
 ifeq ($(RUNTIME),cloudflare)
@@ -147,7 +150,7 @@ ifeq ($(RUNTIME),cloudflare)
 else
 	@echo "make dev: serving the Worker with the offline host (wrangler dev would download Cloudflare's Python runtime; RUNTIME=cloudflare uses it)"
 	@echo "make dev: API token for Authorization: Bearer ... is in .dev.vars"
-	node host/host.mjs --port $(PORT) --crons --plan $(PLAN) --var D1QUEUE_HTTP_ALLOW=$(HTTP_ALLOW) $(DEV_CONFIG) $(DEV_LANES)
+	node host/host.mjs --port $(PORT) --crons --plan $(PLAN) --var D1QUEUE_HTTP_ALLOW=$(HTTP_ALLOW) $(DEV_CONFIG) $(DEV_LANES) $(HOST_ARGS)
 endif
 
 # Local secrets for make dev: a fresh API token, made once.
