@@ -52,6 +52,7 @@ ERROR_STATUS: dict[str, int] = {
     "method_not_allowed": 405,
     "conflict": 409,
     "reserved": 409,
+    "ended": 409,
     "batch_not_running": 409,
     "declared_in_code": 409,
     "payload_too_large": 413,
