@@ -51,7 +51,7 @@ ERROR_STATUS: dict[str, int] = {
     "not_found": 404,
     "method_not_allowed": 405,
     "conflict": 409,
-    "reserved": 409,
+    "reserved": 409,  # a cancel of a running job, as Workers before 202 cancelling answered it
     "ended": 409,
     "batch_not_running": 409,
     "declared_in_code": 409,
