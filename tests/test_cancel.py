@@ -288,3 +288,17 @@ async def test_the_mark_is_one_row_written_and_a_plain_settle_pays_nothing(
         ("d1queue_jobs", job_id, queue.clock())
     ]
     assert len(after["d1queue_jobs"]) == len(before["d1queue_jobs"])
+
+
+def test_http_request_watches_within_a_free_plans_room_for_four() -> None:
+    from d1queue.core.bounds import MAX_REDIRECTS
+    from d1queue.core.costs import round_cost
+    from d1queue.features.http_request import CANCEL_WATCH_S, JOB_NAME, register_http_job
+
+    reg = Registry()
+    register_http_job(reg)
+    spec = reg.get(JOB_NAME)
+    assert spec is not None and spec.cancel_watch_s == CANCEL_WATCH_S
+    assert spec.subrequests == 1 + MAX_REDIRECTS + spec.watches == 10
+    free = Config()
+    assert round_cost(4, 0, 1, 1) + 4 * spec.subrequests <= free.budget - free.stats_reserve

@@ -79,7 +79,7 @@ def test_a_running_http_request_is_cancelled_and_its_connection_closed(
     r = clean_host.api("DELETE", f"/v1/jobs/{job_id}")
     assert (r.status, r.json()) == (202, {"id": job_id, "cancelled": False, "state": "cancelling"})
     assert clean_host.api("GET", f"/v1/jobs/{job_id}").json()["state"] == "cancelling"
-    # The watch (every 10 s) finds the mark; the fetch is aborted.
+    # The watch (every 13 s) finds the mark; the fetch is aborted.
     assert holder.closed.wait(40), "the target saw its connection closed"
     cron.join(60)
     assert ran == [200]
