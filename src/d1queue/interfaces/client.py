@@ -174,7 +174,10 @@ class Client:
         return await self._transport.call("add_to_batch", _segment(check_path_id, id), list(jobs))
 
     async def cancel(self, id: str) -> dict[str, Any]:
-        """Delete a job no worker holds (409 reserved if one does)."""
+        """Cancel a job: one no worker holds is deleted ({id, cancelled:
+        True}); a running one is marked and its drain ends it cancelled
+        ({id, cancelled: False, state: "cancelling"}); one that already
+        ended raises ClientError 409 `ended`, an unknown id 404."""
         return await self._transport.call("cancel", _segment(check_path_id, id))
 
     async def stats(self, queue: str | None = None) -> dict[str, Any]:

@@ -765,7 +765,8 @@ class D1QueueEntrypoint(WorkerEntrypoint):
         return await self._service().add_to_batch(str(id), _py(jobs))
 
     async def cancel(self, id: str) -> dict[str, Any]:
-        """Remove a queued job that no worker holds (DELETE /v1/jobs/{id})."""
+        """Cancel a job (DELETE /v1/jobs/{id}): a queued one is deleted, a
+        running one marked ("cancelling") for its drain to end."""
         return await self._service().cancel(str(id))
 
     async def retry_failed(self, id: str) -> dict[str, Any]:
