@@ -4,14 +4,17 @@ it closed, the job ends cancelled and never runs again."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
+import urllib.parse
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import Host
+from .conftest import Host, start_host
 
 
 class Holder:
@@ -94,3 +97,73 @@ def test_a_running_http_request_is_cancelled_and_its_connection_closed(
     # connection that never carries one.
     assert len(holder.requests) == 1, "never run again"
     assert clean_host.api("GET", f"/v1/jobs/{job_id}").json()["state"] == "cancelled"
+
+
+CRON = "/__scheduled?cron=" + urllib.parse.quote("* * * * *")
+"""A cron run, whatever it answers (under D1 faults, a run may end early)."""
+
+
+def _scheduled_until_killed(host: Host) -> None:
+    """A cron run on a host the test kills while the run holds its job."""
+    with contextlib.suppress(AssertionError):  # the host died under it
+        host.request("GET", CRON, timeout=60)
+
+
+def _answer(host: Host, method: str, path: str) -> Any:
+    """An API answer, re-sent while injected D1 faults make it 503."""
+    for _ in range(30):
+        reply = host.api(method, path)
+        if reply.status != 503:
+            return reply
+    raise AssertionError(f"{method} {path}: 503 every time")
+
+
+def test_a_job_marked_on_a_host_that_dies_never_runs_again(tmp_path: Path, holder: Holder) -> None:
+    """The host is killed while the job runs, just after the cancel marked
+    it (before any watch): a host on the same D1, with D1 faults (lost
+    replies included), takes the job over once its lease lapsed and ends it
+    cancelled without sending its request again."""
+    state = tmp_path / "state"
+    first = start_host(persist_to=state, own_group=True)
+    try:
+        job_id = first.api(
+            "POST",
+            "/v1/queues/default/jobs",
+            {"name": "http.request", "payload": {"url": holder.url + "/hold", "timeout_s": 60}},
+        ).json()["id"]
+        cron = threading.Thread(target=_scheduled_until_killed, args=(first,))
+        cron.start()
+        assert holder.connected.wait(30), "the job's request reached the target"
+        assert first.api("DELETE", f"/v1/jobs/{job_id}").status == 202
+        first.kill()
+        cron.join(10)
+    finally:
+        first.stop()
+
+    second = start_host("--d1-fault", "0.2", "--d1-seed", "36", persist_to=state)
+    try:
+        assert _answer(second, "GET", f"/v1/jobs/{job_id}").json()["state"] == "cancelling"
+        second.python(
+            """
+            async def main(env):
+                # The dead host's lease, lapsed as waiting for it would.
+                await env.DB.prepare(
+                    "UPDATE d1queue_jobs SET available_at = 0, locked_until = 0 "
+                    "WHERE reserved_at IS NOT NULL"
+                ).run()
+            """
+        )
+        for _ in range(20):
+            second.request("GET", CRON)
+            second.idle()
+            job = _answer(second, "GET", f"/v1/jobs/{job_id}").json()
+            if job["state"] == "cancelled":
+                break
+        assert job["state"] == "cancelled", job
+        assert job["error"].startswith("cancelled while it ran"), job["error"]
+        for _ in range(3):
+            second.request("GET", CRON)
+        assert len(holder.requests) == 1, "never run again"
+        assert _answer(second, "GET", f"/v1/jobs/{job_id}").json()["state"] == "cancelled"
+    finally:
+        second.stop()
