@@ -171,8 +171,12 @@ async def test_a_marked_job_that_fails_is_not_retried_but_ends_cancelled(
     assert (await api("DELETE", f"/v1/jobs/{job_id}")).status == 202
     gate.go.set()
     assert (await running).retried == 1, "its handler asked for a retry"
-    (row,) = db.query("SELECT available_at, cancel_at FROM d1queue_jobs WHERE id = ?", job_id)
-    assert row["available_at"] == queue.clock(), "due now, not after its backoff"
+    (row,) = db.query("SELECT available_at, locked_until FROM d1queue_jobs WHERE id = ?", job_id)
+    lease_end = queue.clock() + queue.reservation_s * 1000
+    assert (row["available_at"], row["locked_until"]) == (lease_end, lease_end), (
+        "due at its lease's end, not after its backoff"
+    )
+    queue.clock.advance(queue.reservation_s)  # type: ignore[attr-defined]
     report = await drain(queue, reg, PAID)
     assert (report.failed, gate.runs) == (1, 1), "ended at its next claim, without running"
     view = (await api("GET", f"/v1/jobs/{job_id}")).body

@@ -81,7 +81,7 @@ def statements(q: QueueState, outcome: Outcome, now: int) -> list[Statement]:
         # push available_at past what D1 binds, failing the whole batch.
         delay_ms = round(clamp_delay_s(outcome.delay_s) * 1000)
         retry = sql.RETRY_FREEING if holds_places(job) else sql.RETRY
-        return [(retry, (now + delay_ms, outcome.error, *held, now))]
+        return [(retry, (now + delay_ms, outcome.error, *held))]
     record = (sql.FAIL_RECORD, (outcome.error or "failed", now, *held))
     if not job.workflow:
         # As a completion's: its follow-up ends it if a waiter named it.

@@ -765,16 +765,18 @@ DELETE_HELD_BATCH = (
 # says whether a job is held), and the key may be either the lease's end or
 # the retry time: a release re-sent after its reply was lost matches again
 # and reports the job as released by us; the next claim replaces the token.
-# A job a cancel marked while it ran (cancel_at) is keyed at ?7 (now)
-# instead: due at once, the next claim ends it cancelled without running it
-# (outcomes.decided), and a re-send matches it there too.
+# A job a cancel marked while it ran (cancel_at) stays keyed at its lease's
+# end instead of its retry time: due then (not after its backoff), the next
+# claim ends it cancelled without running it (outcomes.decided), and a
+# re-send still matches it there. Read from the row the statement writes
+# anyway: no row read more (a third key to probe would be one a retry).
 # ?1 retry time ?2 last_error (NULL keeps the previous one) ?3 id ?4 reservation
-# ?5 queue ?6 lease end ?7 now
-_RETRY_AT = "CASE WHEN cancel_at IS NULL THEN ?1 ELSE ?7 END"
+# ?5 queue ?6 lease end
+_RETRY_AT = "CASE WHEN cancel_at IS NULL THEN ?1 ELSE ?6 END"
 RETRY = (
     f"UPDATE d1queue_jobs SET available_at = {_RETRY_AT}, locked_until = {_RETRY_AT}, "
     "reserved_at = NULL, last_error = COALESCE(?2, last_error) "
-    f"WHERE queue = ?5 AND band = {LOCKED_BAND} AND available_at IN (?6, ?1, ?7) AND id = ?3 "
+    f"WHERE queue = ?5 AND band = {LOCKED_BAND} AND available_at IN (?6, ?1) AND id = ?3 "
     "AND reservation = ?4"
 )
 
