@@ -878,7 +878,7 @@ export interface Routes<N extends string = string> {
     params: { id: string };
     query: {};
     body: never;
-    ok: Cancelled;
+    ok: Cancelled | Cancelling;
     responses: {
       400: ErrorBody;
       200: Cancelled;
@@ -1218,7 +1218,7 @@ export interface D1Queue<N extends string = string> {
    * Cancel a job: one no worker holds is deleted (200); a running one is marked and its drain ends it cancelled (202); one that already ended is left as it is (409 ended, with its state) (as DELETE /v1/jobs/{id}).
    * `id`: the path parameter `id` of DELETE /v1/jobs/{id}
    */
-  cancel(id: string): Promise<Cancelled>;
+  cancel(id: string): Promise<Cancelled | Cancelling>;
   /**
    * Queue a failed job again: it keeps its attempts and last_error, and gets its registration's max_attempts afresh (as POST /v1/failed/{id}/retry).
    * `id`: the path parameter `id` of POST /v1/failed/{id}/retry
