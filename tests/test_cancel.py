@@ -306,3 +306,25 @@ def test_http_request_watches_within_a_free_plans_room_for_four() -> None:
     assert spec.subrequests == 1 + MAX_REDIRECTS + spec.watches == 10
     free = Config()
     assert round_cost(4, 0, 1, 1) + 4 * spec.subrequests <= free.budget - free.stats_reserve
+
+
+async def test_a_queues_listing_says_cancelling_as_the_job_view_does(
+    db: SqliteD1, queue: D1Queue
+) -> None:
+    from d1queue.store import sql
+
+    gate = Gate()
+    api = client(db, queue, jobs(gate))
+    marked = await queue.dispatch("plain", None)
+    other = await queue.dispatch("plain", None)
+    await queue.reserve_batch("default", 2)
+    assert (await api("DELETE", f"/v1/jobs/{marked}")).status == 202
+
+    def listed(state: str) -> list[str]:
+        rows = db.query(
+            sql.LIST_QUEUE_JOBS, "default", 10**6, 0, "", "", state, queue.clock(), 51, 1 << 22
+        )
+        return [r["id"] for r in rows]
+
+    assert listed("cancelling") == [marked]
+    assert listed("reserved") == [other]

@@ -1257,10 +1257,12 @@ STATS_BY_QUEUE = (
 
 
 def _job_state(now: str) -> str:
-    """A live job's state as of the parameter `now`: waiting, reserved,
-    ready or delayed (as workflows.state_of says it)."""
+    """A live job's state as of the parameter `now`: cancelling (marked
+    while held), waiting, reserved, ready or delayed (as workflows.state_of
+    says it)."""
     return (
-        f"CASE WHEN band = {WAITING_BAND} THEN 'waiting' "
+        "CASE WHEN cancel_at IS NOT NULL THEN 'cancelling' "
+        f"WHEN band = {WAITING_BAND} THEN 'waiting' "
         f"WHEN reserved_at IS NOT NULL AND locked_until > {now} THEN 'reserved' "
         f"WHEN locked_until <= {now} AND (available_at <= {now} OR band > {TOP_PRIORITY}) "
         "THEN 'ready' ELSE 'delayed' END"
