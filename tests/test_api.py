@@ -119,7 +119,8 @@ async def test_push_dedupe_state_cancel(client: Client, queue: D1Queue, clock: C
     await queue.reserve("mail")
     assert (await client("GET", f"/v1/jobs/{job_id}")).body["state"] == "reserved"
     r = await client("DELETE", f"/v1/jobs/{job_id}")
-    assert r.status == 409 and r.body["error"]["code"] == "reserved"
+    assert (r.status, r.body) == (202, {"id": job_id, "cancelled": False, "state": "cancelling"})
+    assert (await client("GET", f"/v1/jobs/{job_id}")).body["state"] == "cancelling"
     r = await client("DELETE", f"/v1/jobs/{first.body['id']}")
     assert (r.status, r.body) == (200, {"id": first.body["id"], "cancelled": True})
     r = await client("GET", f"/v1/jobs/{first.body['id']}")

@@ -353,3 +353,21 @@ async def test_a_push_carries_its_traceparent_over_http_and_rpc(
         await client.push("mail", "t.echo", {}, traceparent=trace.upper())
     assert (caught.value.status, caught.value.code) == (422, "invalid")
     assert db.query("SELECT COUNT(*) AS n FROM d1queue_jobs")[0]["n"] == 1
+
+
+async def test_cancel_of_a_running_job_and_of_an_ended_one(client: Client, queue: D1Queue) -> None:
+    """Over HTTP (202) and over the binding (RPC) alike: a running job is
+    marked, and a job that ended is 409 `ended`, with nothing written."""
+    pushed = await client.push("mail", "t.echo", {"a": 1})
+    await queue.reserve("mail")
+    cancelling = {"id": pushed["id"], "cancelled": False, "state": "cancelling"}
+    assert await client.cancel(pushed["id"]) == cancelling
+    assert await client.cancel(pushed["id"]) == cancelling, "the same answer, re-sent"
+    assert (await client.job(pushed["id"]))["state"] == "cancelling"
+    done = await client.push("mail", "t.echo", {"a": 2})
+    (job,) = await queue.reserve_batch("mail", 1)
+    await queue.complete(job)
+    with pytest.raises(ClientError) as caught:
+        await client.cancel(done["id"])
+    assert (caught.value.status, caught.value.code) == (409, "ended")
+    assert "completed" in caught.value.message

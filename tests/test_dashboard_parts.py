@@ -101,11 +101,11 @@ def job_shown(state: str) -> JobShown:
     return JobShown(request(), "0" * 32, job, Links([], False, {}))
 
 
-def test_a_held_jobs_buttons_are_off_and_say_why() -> None:
+def test_a_held_jobs_run_now_is_off_and_says_why_and_its_cancel_marks_it() -> None:
     actions = job_actions(job_shown("reserved"))
-    assert actions.count(" disabled") == 2
-    assert actions.count('title="A worker is running it now"') == 2
-    assert "A worker holds this job" in actions
+    assert actions.count(" disabled") == 1
+    assert actions.count('title="A worker is running it now"') == 1
+    assert "A worker holds this job: a cancel marks it" in actions and "/cancel" in actions
     delayed = job_actions(job_shown("delayed"))
     assert " disabled" not in delayed and "/run" in delayed
     page = render(job_shown("delayed"), JOB)

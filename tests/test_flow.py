@@ -304,7 +304,7 @@ def test_jobs_without_a_group_take_one_place_in_each_turn_of_the_groups() -> Non
             "locked_until": 0, "reservation": None, "created_at": 0, "unique_key": None,
             "last_error": None, "band": band, "grp": group, "slot": None, "gslot": None,
             "after": None, "waiting": 0, "batch": None, "dependents": 0,
-            "traceparent": None,
+            "traceparent": None, "cancel_at": None,
         }  # fmt: skip
         return [values[c] for c in JOB_COLUMN_NAMES]
 

@@ -105,6 +105,7 @@ _ROW = {
     "batch": None,
     "dependents": 0,
     "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "cancel_at": None,
 }
 
 
@@ -152,6 +153,7 @@ def test_row_to_job_fast_path_makes_what_the_general_path_makes(changes: dict[st
         {"attempts": 1.0},
         {"unique_key": None, "last_error": None},
         {"traceparent": None},
+        {"cancel_at": 1_500},
     ],
 )
 def test_a_row_read_by_position_makes_the_job_its_dict_makes(changes: dict[str, Any]) -> None:

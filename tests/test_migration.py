@@ -282,6 +282,7 @@ async def test_0011_keeps_every_row_and_a_batch_made_before_still_fires(tmp_path
     assert db.query("SELECT * FROM d1queue_failed_jobs") == [
         row | {"traceparent": None} for row in failed
     ]
+    db.apply_migrations(MIGRATIONS)  # the later ones, whose columns the code reads
     queue = D1Queue(db, clock=Clock(NOW))
     (job,) = await queue.reserve_batch("wf", 1)
     assert job.id == member and job.traceparent is None
@@ -302,9 +303,10 @@ async def test_0012_on_a_0011_schema_counts_the_jobs_it_finds_traced(tmp_path: P
     old = D1Queue(db, clock=Clock(NOW))
     job_id = await old.push(QueuedJob.new("m", 1, queue="metered", traceparent=trace))
     before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
-    assert db.apply_migrations(MIGRATIONS) == ["0012_metrics.sql"]
+    assert db.apply_migrations(up_to(tmp_path, "0012_metrics.sql")) == ["0012_metrics.sql"]
     assert {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")} == before
     assert db.query("SELECT * FROM d1queue_metrics") == []
+    db.apply_migrations(MIGRATIONS)  # the later ones, whose columns the code reads
     queue = D1Queue(db, clock=Clock(NOW), metrics=True)
     (job,) = await queue.reserve_batch("metered", 1)
     assert (job.id, job.traceparent) == (job_id, trace)
@@ -313,3 +315,19 @@ async def test_0012_on_a_0011_schema_counts_the_jobs_it_finds_traced(tmp_path: P
         f"SELECT queue, name, completed FROM d1queue_metrics WHERE period = {sql.METRIC_TOTAL}"
     )
     assert total == {"queue": "metered", "name": "m", "completed": 1}
+
+
+async def test_0014_keeps_every_row_unmarked_and_a_held_job_runs_on(tmp_path: Path) -> None:
+    """The cancel mark is a nullable column: every job (held ones too) is
+    kept as it was, unmarked, and the queue then runs them as before."""
+    db = populated_v2(tmp_path)
+    db.apply_migrations(up_to(tmp_path, "0012_metrics.sql"))
+    before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    assert any(r["reserved_at"] is not None for r in before.values())
+    applied = db.apply_migrations(MIGRATIONS)
+    assert "0014_cancel.sql" in applied
+    after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    assert after == {id: row | {"cancel_at": None} for id, row in before.items()}
+    queue = D1Queue(db, clock=Clock(NOW))
+    jobs = await queue.reserve_batch("default", 5)
+    assert jobs and not any(j.cancelling for j in jobs)

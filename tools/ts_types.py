@@ -46,7 +46,7 @@ generic in it (`N`), so a caller can narrow names to its deployment's
 TS_NAMES = {"Error": "ErrorBody"}
 """Schema names that would shadow a TypeScript global."""
 
-SUCCESS = ("200", "201", "204")
+SUCCESS = ("200", "201", "202", "204")
 
 
 @dataclass(frozen=True)

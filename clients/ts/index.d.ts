@@ -225,9 +225,9 @@ export interface JobState {
   queue: string;
   name: string;
   /**
-   * waiting: for the jobs in `after`; completed: ran, and kept with its result (D1QUEUE_KEEP_COMPLETED_S)
+   * waiting: for the jobs in `after`; cancelling: a cancel marked it while a worker held it, and it will not run again; completed: ran, and kept with its result (D1QUEUE_KEEP_COMPLETED_S); cancelled: cancelled while it ran, kept with the failed jobs
    */
-  state: "waiting" | "ready" | "delayed" | "reserved" | "completed" | "failed";
+  state: "waiting" | "ready" | "delayed" | "reserved" | "cancelling" | "completed" | "failed" | "cancelled";
   /**
    * the JSON value pushed; for a failed job whose stored text is not valid JSON (or nests past 64 levels), that text as a string
    */
@@ -271,6 +271,8 @@ export interface ErrorBody {
   error: {
     code: string;
     message: string;
+    /** 409 ended: the state the job ended in (completed, failed or cancelled) */
+    state?: string;
   };
 }
 
@@ -506,6 +508,15 @@ export interface Deleted {
 export interface Cancelled {
   id: string;
   cancelled: true;
+}
+
+export interface Cancelling {
+  id: string;
+  cancelled: false;
+  /**
+   * a worker holds the job: it is marked, and its drain ends it cancelled (its handler's task cancelled where it declared a watch, else at its settle); it never runs again
+   */
+  state: "cancelling";
 }
 
 export interface Retried {
@@ -843,7 +854,7 @@ export interface Routes<N extends string = string> {
     };
   };
   /**
-   * A job's state: waiting, ready, delayed, reserved, completed (while kept) or failed (operationId `job`)
+   * A job's state: waiting, ready, delayed, reserved, cancelling, completed (while kept), failed or cancelled (operationId `job`)
    */
   "GET /v1/jobs/{id}": {
     operationId: "job";
@@ -859,16 +870,19 @@ export interface Routes<N extends string = string> {
       404: ErrorBody;
     };
   };
-  /** Cancel a job no worker holds (operationId `cancel`) */
+  /**
+   * Cancel a job: one no worker holds is deleted (200); a running one is marked and its drain ends it cancelled (202); one that already ended is left as it is (409 ended, with its state) (operationId `cancel`)
+   */
   "DELETE /v1/jobs/{id}": {
     operationId: "cancel";
     params: { id: string };
     query: {};
     body: never;
-    ok: Cancelled;
+    ok: Cancelled | Cancelling;
     responses: {
       400: ErrorBody;
       200: Cancelled;
+      202: Cancelling;
       401: ErrorBody;
       503: ErrorBody;
       404: ErrorBody;
@@ -1173,7 +1187,7 @@ export interface D1Queue<N extends string = string> {
    */
   set_limits(queue: string, limits: Limits): Promise<LimitsState>;
   /**
-   * A job's state: waiting, ready, delayed, reserved, completed (while kept) or failed (as GET /v1/jobs/{id}).
+   * A job's state: waiting, ready, delayed, reserved, cancelling, completed (while kept), failed or cancelled (as GET /v1/jobs/{id}).
    * `id`: the path parameter `id` of GET /v1/jobs/{id}
    */
   job(id: string): Promise<JobState>;
@@ -1201,10 +1215,10 @@ export interface D1Queue<N extends string = string> {
    */
   add_to_batch(id: string, jobs: JobByName<N>[]): Promise<AddedToBatch>;
   /**
-   * Cancel a job no worker holds (as DELETE /v1/jobs/{id}).
+   * Cancel a job: one no worker holds is deleted (200); a running one is marked and its drain ends it cancelled (202); one that already ended is left as it is (409 ended, with its state) (as DELETE /v1/jobs/{id}).
    * `id`: the path parameter `id` of DELETE /v1/jobs/{id}
    */
-  cancel(id: string): Promise<Cancelled>;
+  cancel(id: string): Promise<Cancelled | Cancelling>;
   /**
    * Queue a failed job again: it keeps its attempts and last_error, and gets its registration's max_attempts afresh (as POST /v1/failed/{id}/retry).
    * `id`: the path parameter `id` of POST /v1/failed/{id}/retry

@@ -45,6 +45,11 @@ class JobContext:
     """The env underneath `env`, for the service bindings `fetch` sends through."""
     outbound: Outbound = field(default_factory=Outbound)
     """What `fetch` may reach (Config.outbound: D1QUEUE_HTTP_ALLOW, D1QUEUE_HTTP_SERVICES)."""
+    cancelled: bool = False
+    """A cancel marked this job while it ran, and the drain's watch found
+    it (`cancel_watch_s`): the handler's task is being cancelled. A
+    cooperative handler that catches asyncio.CancelledError to clean up
+    may read it; the job ends cancelled whatever the handler then does."""
 
     @property
     def attempt(self) -> int:
@@ -147,6 +152,7 @@ class DrainContext(JobContext):
     ) -> None:
         self.job = job
         self.http = http
+        self.cancelled = False
         self.outbound = outbound or Outbound()
         self.raw_env = env
         self._parent = parent

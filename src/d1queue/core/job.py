@@ -166,12 +166,21 @@ class QueuedJob:
     """When its handler returned or raised (epoch ms; 0: no handler ran, as
     for a job failed without running): its run is ended_at - started_at,
     on its process line and in its metrics alike (`QueuedJob.run_ms`)."""
+    cancel_at: int | None = field(default=None, compare=False, repr=False)
+    """As read: when a cancel marked the job while a worker held it (epoch
+    ms; None: never). Such a job ends cancelled and never runs again."""
 
     @property
     def run_ms(self) -> int:
         """How long its handler ran this attempt, in ms (0: none ran here;
         a clock that ran backwards counts as 0)."""
         return max(0, self.ended_at - self.started_at) if self.ended_at else 0
+
+    @property
+    def cancelling(self) -> bool:
+        """A cancel marked the job while a worker held it: it never runs
+        again (core/outcomes.py `decided`)."""
+        return self.cancel_at is not None
 
     @classmethod
     def new(

@@ -80,11 +80,42 @@ def exhausted_outcome(job: QueuedJob) -> Outcome:
     )
 
 
+CANCELLED_ERROR = "cancelled while it ran"
+"""How the error of a job cancelled while a worker held it begins, in the
+failed-jobs store: the API shows such a failure as state `cancelled`
+(`is_cancelled`)."""
+
+
+def is_cancelled(error: str | None) -> bool:
+    """Whether a failure's stored error says its job was cancelled while it
+    ran (CANCELLED_ERROR; no handler's error can begin so: a raised
+    exception's begins with its class name and a colon)."""
+    return error is not None and error.startswith(CANCELLED_ERROR)
+
+
+def cancelled_outcome(job: QueuedJob, noticed: str) -> Outcome:
+    """Failing a job a cancel marked while it was held: never retried,
+    counted as a failure by its waiters and its batch. `noticed` says how
+    the drain learnt of the mark."""
+    return Outcome(
+        job,
+        "fail",
+        error=error_text(
+            f"{CANCELLED_ERROR}: {noticed} (attempt {job.attempts} of {job.max_attempts}); "
+            f"last error: {job.last_error or 'none'}"
+        ),
+        error_type="cancelled",
+    )
+
+
 def decided(job: QueuedJob, spec: JobSpec | None, most: int | None = None) -> Outcome | None:
-    """The outcome of a job that must not run (None: run it): it declares
-    more subrequests than a drain can give (`most`), its attempts were spent
-    by a worker that died or a dependency failed, its payload does not
-    decode, or no handler has its name."""
+    """The outcome of a job that must not run (None: run it): a cancel
+    marked it while it was held (its worker died, or its handler retried),
+    it declares more subrequests than a drain can give (`most`), its
+    attempts were spent by a worker that died or a dependency failed, its
+    payload does not decode, or no handler has its name."""
+    if job.cancel_at is not None:
+        return cancelled_outcome(job, "the cancel was found when the job was claimed again")
     if spec is not None and most is not None and spec.subrequests > most and not job.exhausted:
         return Outcome(
             job,

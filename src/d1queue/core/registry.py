@@ -6,9 +6,10 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypedDict, Unpack
 
 from .bounds import MAX_JSON_DEPTH, MAX_UNIQUE_KEY, PRIORITY_RANGE, check_name, value_depth
@@ -29,6 +30,10 @@ from .schedule import DEFAULT_CATCH_UP, DEFAULT_TZ, ScheduleDef
 
 MAX_JOB_SUBREQUESTS = PLANS["paid"].subrequests
 """No attempt can make more subrequests than a whole paid invocation."""
+
+MIN_CANCEL_WATCH_S = 1.0
+"""The shortest interval between a running attempt's cancel watches: each
+is a D1 query."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,17 @@ class JobSpec:
     """Derives the unique_key of a dispatch that gives none (UniquePolicy)."""
     group: GroupRule | None = None
     """Derives the group of a dispatch that gives none, from its payload."""
+    cancel_watch_s: float | None = None
+    """How often a running attempt reads whether a cancel marked it (None:
+    never while it runs; its settle and any later claim still end it). Each
+    read is one subrequest, counted in `subrequests` (`watches`)."""
+
+    @property
+    def watches(self) -> int:
+        """The most cancel watches one attempt sends: one each
+        cancel_watch_s while the handler runs, which is less than timeout_s."""
+        every = self.cancel_watch_s
+        return 0 if every is None else max(0, math.ceil(self.timeout_s / every) - 1)
 
     def stored(
         self,
@@ -185,6 +201,7 @@ class JobOptions(TypedDict, total=False):
     unique: UniquePolicy
     group: GroupRule | None
     limits: Limits | None
+    cancel_watch_s: float | None
 
 
 async def _unregistered(payload: Any) -> None:
@@ -318,11 +335,15 @@ class Registry:
         unique: UniquePolicy = DEFAULT_UNIQUE,
         group: GroupRule | None = None,
         limits: Limits | None = None,
+        cancel_watch_s: float | None = None,
     ) -> JobSpec:
         """Register `handler` under `name`. `group` derives a job's group
         from its payload (`group=lambda p: p["account"]`) when its dispatch
         gives none; `limits` declares the flow limits of the job's queue
-        (`limit`)."""
+        (`limit`). `cancel_watch_s` makes a running attempt read whether a
+        cancel marked it every so many seconds, and cancel its handler's
+        task if so (ctx.cancelled): each read is one subrequest, added to
+        the `subrequests` the job declares (JobSpec.watches)."""
         check_name("job name", name)
         check_name("queue", queue)
         if name in self._specs:
@@ -343,6 +364,15 @@ class Registry:
         ):
             raise ValueError(
                 f"job {name!r}: subrequests must be an integer from 0 to {MAX_JOB_SUBREQUESTS}"
+            )
+        if cancel_watch_s is not None and (
+            isinstance(cancel_watch_s, bool)
+            or not isinstance(cancel_watch_s, int | float)
+            or not MIN_CANCEL_WATCH_S <= cancel_watch_s < timeout_s
+        ):
+            raise ValueError(
+                f"job {name!r}: cancel_watch_s must be a number of seconds from "
+                f"{MIN_CANCEL_WATCH_S:g} to less than its timeout_s ({timeout_s:g})"
             )
         if group is not None and not callable(group):
             raise TypeError(f"job {name!r}: group must be a function of the payload")
@@ -371,7 +401,18 @@ class Registry:
             priority=priority,
             unique=unique,
             group=group,
+            cancel_watch_s=None if cancel_watch_s is None else float(cancel_watch_s),
         )
+        if spec.watches:
+            # The watches are subrequests of the attempt's own plan: the
+            # drain budgets them with the handler's.
+            total = subrequests + spec.watches
+            if total > MAX_JOB_SUBREQUESTS:
+                raise ValueError(
+                    f"job {name!r}: subrequests ({subrequests}) and its cancel watches "
+                    f"({spec.watches}) come to more than {MAX_JOB_SUBREQUESTS}"
+                )
+            spec = replace(spec, subrequests=total)
         self._specs[name] = spec
         return spec
 

@@ -46,7 +46,7 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Generator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from heapq import heapreplace
@@ -64,6 +64,7 @@ from ..core.outbound import Outbound
 from ..core.outcomes import (
     Mark,
     Outcome,
+    cancelled_outcome,
     completed,
     decided,
     describe,
@@ -79,6 +80,7 @@ from ..core.telemetry import (
     notable,
     process_fields,
 )
+from ..store.cancel import marked as cancel_marked
 from ..store.queue import D1Queue
 from ..store.stats import RunCounts
 from ..store.stats import record as record_counts
@@ -210,7 +212,54 @@ async def _call(job: QueuedJob, spec: JobSpec, ctx: JobContext | None) -> Outcom
     return completed(job, value)
 
 
+async def _watched(
+    job: QueuedJob, spec: JobSpec, ctx: DrainContext, marked: Callable[[Meter], Awaitable[bool]]
+) -> Outcome:
+    """`_call` for a job whose handler declares a cancel watch: its handler
+    runs in a task of its own, and every `cancel_watch_s` while it runs one
+    query reads whether a cancel marked the job (`marked`, metered by a
+    child of the attempt's budget holding spec.watches, so a watch never
+    takes a subrequest the handler's own calls were given). Found marked,
+    `ctx.cancelled` is set and the task cancelled (asyncio.CancelledError
+    in the handler): the job ends cancelled, whatever the handler then
+    returns. A handler that ended before a watch found the mark keeps its
+    outcome."""
+    every = spec.cancel_watch_s
+    assert every is not None
+    task = asyncio.ensure_future(_call(job, spec, ctx))
+    budget = ctx.meter
+    watches = budget.child(spec.watches, label=f"job {job.name!r}'s cancel watches")
+    try:
+        while True:
+            await asyncio.wait((task,), timeout=every)
+            if task.done():
+                return task.result()
+            if watches.left() < 1:
+                return await task  # no watch left in its plan: it runs to its end
+            refused = budget.refused
+            try:
+                found = await marked(watches)
+            except Exception as exc:  # D1 failing past its retries, or the meter
+                # A watch refused by the attempt's budget is not the
+                # handler's refusal: its outcome stands (outcomes.refused).
+                budget.refused = refused
+                event(
+                    log, "d1queue.cancel.watch_failed", logging.WARNING, id=job.id, error=str(exc)
+                )
+                continue
+            if found and not task.done():
+                ctx.cancelled = True
+                task.cancel()
+                # Its cleanup runs; what it returns or raises is dropped.
+                await asyncio.wait((task,))
+                return cancelled_outcome(job, "its drain found the mark and cancelled its handler")
+    except BaseException:
+        task.cancel()  # the drain itself is cancelled: take the handler with it
+        raise
+
+
 plog = get(PROCESS_LOGGER)
+log = get(__name__)
 
 SETTLE_MARGIN_S = 2.0
 """Time kept between a job's worst-case finish and the end of its lease or of
@@ -646,6 +695,8 @@ class Drain:
         # A handler that takes no ctx gets none: nothing can reach its budget.
         # For one that does, the budget and the metered queue and env are made
         # only if it reaches for them (DrainContext).
+        # A cancel watch is metered by the attempt's budget: its ctx is made
+        # for it even when the handler takes none.
         ctx = (
             DrainContext(
                 job,
@@ -657,7 +708,7 @@ class Drain:
                 outbound=self.outbound,
                 keeps=self.keeps,
             )
-            if spec.wants_context
+            if spec.wants_context or spec.cancel_watch_s is not None
             else None
         )
         slots = self.slots
@@ -665,7 +716,13 @@ class Drain:
             await slots.take()
             job.started_at = clock()  # it waited for a handler slot
         try:
-            outcome = await _call(job, spec, ctx)
+            if ctx is not None and spec.cancel_watch_s is not None:
+                binding = self.queue.binding
+                outcome = await _watched(
+                    job, spec, ctx, lambda meter: cancel_marked(binding.metered(meter), job)
+                )
+            else:
+                outcome = await _call(job, spec, ctx)
         finally:
             slots.give()
             job.ended_at = clock()

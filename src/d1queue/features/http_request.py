@@ -12,8 +12,10 @@ than MAX_RESPONSE_BYTES of a body is ever read.
 The request goes out through `ctx.fetch`, the HTTP client the drain was
 given (`drain(..., fetch=...)`: the Workers fetch in interfaces/cloudflare.py, tests pass
 their own). It declares one subrequest and one for each redirect it may
-follow. A Worker has no synchronous XMLHttpRequest, which is why `requests`
-(through pyodide-http) is not used.
+follow, and a cancel watch every CANCEL_WATCH_S (a subrequest each): a
+cancel of a running request cancels its task, which aborts the fetch. A
+Worker has no synchronous XMLHttpRequest, which is why `requests` (through
+pyodide-http) is not used.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from ..core.registry import Backoff, Registry
 JOB_NAME = "http.request"
 EXCERPT_CHARS = 300
 MAX_TIMEOUT_S = 60.0
+CANCEL_WATCH_S = 13.0
+"""How often a running `http.request` reads whether a cancel marked it: the
+shortest interval at which its 65 s timeout needs 4 watches, so a job
+declares 10 subrequests and a free plan's drain still runs 4 at once."""
 METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 
@@ -161,4 +167,8 @@ def register_http_job(
         timeout_s=MAX_TIMEOUT_S + 5,
         backoff=backoff or Backoff(base_s=10, max_s=3600),
         subrequests=1 + MAX_REDIRECTS,
+        # A cancel of a running request is found within this; its task is
+        # then cancelled, which aborts the fetch (the target's connection
+        # closes). Each watch is a subrequest of the job's plan.
+        cancel_watch_s=CANCEL_WATCH_S,
     )

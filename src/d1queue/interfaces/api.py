@@ -228,6 +228,11 @@ class Api:
         result = await self.service.dispatch(queue, json_object(body), _trace(headers))
         return (200 if result["deduplicated"] else 201), result
 
+    async def _cancel(self, id: str, **_: Any) -> tuple[int, Any]:
+        result = await self.service.cancel(id)
+        # A running job is marked, not yet ended: accepted, its drain ends it.
+        return (202 if result.get("state") == "cancelling" else 200), result
+
     async def _dispatch_job(
         self, *, body: bytes, headers: Mapping[str, str], **_: Any
     ) -> tuple[int, Any]:
@@ -335,7 +340,7 @@ ROUTES: tuple[Route, ...] = (
         "GET", "/v1/queues/{queue}/completed", Api._completed, query=paged(COMPLETED_CURSOR_RULE)
     ),
     Route("GET", "/v1/jobs/{id}", _on_path(Service.job)),
-    Route("DELETE", "/v1/jobs/{id}", _on_path(Service.cancel)),
+    Route("DELETE", "/v1/jobs/{id}", Api._cancel),
     Route("POST", "/v1/batches", Api._batch),
     Route("GET", "/v1/batches/{id}", _on_path(Service.batch_state)),
     Route("POST", "/v1/batches/{id}/jobs", Api._add_to_batch),

@@ -51,7 +51,8 @@ ERROR_STATUS: dict[str, int] = {
     "not_found": 404,
     "method_not_allowed": 405,
     "conflict": 409,
-    "reserved": 409,
+    "reserved": 409,  # a cancel of a running job, as Workers before 202 cancelling answered it
+    "ended": 409,
     "batch_not_running": 409,
     "declared_in_code": 409,
     "payload_too_large": 413,
@@ -173,7 +174,10 @@ class Client:
         return await self._transport.call("add_to_batch", _segment(check_path_id, id), list(jobs))
 
     async def cancel(self, id: str) -> dict[str, Any]:
-        """Delete a job no worker holds (409 reserved if one does)."""
+        """Cancel a job: one no worker holds is deleted ({id, cancelled:
+        True}); a running one is marked and its drain ends it cancelled
+        ({id, cancelled: False, state: "cancelling"}); one that already
+        ended raises ClientError 409 `ended`, an unknown id 404."""
         return await self._transport.call("cancel", _segment(check_path_id, id))
 
     async def stats(self, queue: str | None = None) -> dict[str, Any]:

@@ -29,6 +29,7 @@ class made by `d1queue_entrypoint` has them as its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
@@ -115,21 +116,35 @@ async def _read_stream(stream: Any, limit: int) -> tuple[bytes, bool]:
             return b"".join(chunks)[:limit], True
 
 
+def _abort(controller: Any) -> None:
+    """Abort a job's request (an AbortController), if it is still going."""
+    if controller is not None:
+        with contextlib.suppress(ffi.JsException):  # already settled: nothing to close
+            controller.abort()
+
+
 class _FetchReply:
     """A Workers fetch response as d1queue.core.outbound reads one: the body
     is read from its stream up to a limit, never whole (a target may answer
     with any size; the isolate has 128 MB)."""
 
-    def __init__(self, response: Any) -> None:
+    def __init__(self, response: Any, controller: Any = None) -> None:
         self._response = getattr(response, "js_object", response)  # the JS Response
         self.status = int(self._response.status)
+        self._controller = controller
+        """The request's AbortController: a read cancelled (its job was)
+        aborts the body's download, closing the connection."""
 
     def header(self, name: str) -> str | None:
         value = self._response.headers.get(name)
         return None if value is None else str(value)
 
     async def read(self, limit: int) -> bytes:
-        data, _ = await _read_stream(self._response.body, limit)
+        try:
+            data, _ = await _read_stream(self._response.body, limit)
+        except BaseException:
+            _abort(self._controller)
+            raise
         return data
 
     async def cancel(self) -> None:
@@ -155,15 +170,31 @@ class _JobFetch:
     ) -> _FetchReply:
         # Redirects are followed by d1queue.core.outbound, which checks every
         # hop against the deployment's rules; the platform would follow them blind.
-        options: dict[str, Any] = {"method": method, "headers": headers, "redirect": "manual"}
+        from js import AbortController  # only exists inside the Worker
+
+        # A job cancelled while it waits for the answer (its drain's cancel
+        # watch, or its timeout) aborts the request: awaiting the promise
+        # alone would stop the Python side and leave the target's
+        # connection open until it answered.
+        controller = AbortController.new()
+        options: dict[str, Any] = {
+            "method": method,
+            "headers": headers,
+            "redirect": "manual",
+            "signal": controller.signal,
+        }
         if body is not None:
             options["body"] = body
-        if service is not None:
-            binding = getattr(env, service, None)
-            if binding is None:  # outbound.send checked it; a binding cannot vanish
-                raise LookupError("the service binding is not available")
-            return _FetchReply(await binding.fetch(url, **options))
-        return _FetchReply(await fetch(url, **options))
+        try:
+            if service is not None:
+                binding = getattr(env, service, None)
+                if binding is None:  # outbound.send checked it; a binding cannot vanish
+                    raise LookupError("the service binding is not available")
+                return _FetchReply(await binding.fetch(url, **options), controller)
+            return _FetchReply(await fetch(url, **options), controller)
+        except BaseException:
+            _abort(controller)
+            raise
 
     @staticmethod
     def read_url(url: str, base: str | None = None, /) -> str:
@@ -767,7 +798,8 @@ class D1QueueEntrypoint(WorkerEntrypoint):
         return await self._service().add_to_batch(str(id), _py(jobs))
 
     async def cancel(self, id: str) -> dict[str, Any]:
-        """Remove a queued job that no worker holds (DELETE /v1/jobs/{id})."""
+        """Cancel a job (DELETE /v1/jobs/{id}): a queued one is deleted, a
+        running one marked ("cancelling") for its drain to end."""
         return await self._service().cancel(str(id))
 
     async def retry_failed(self, id: str) -> dict[str, Any]:

@@ -290,9 +290,20 @@ JOB_OUT = {
         "queue": {"type": "string"},
         "name": {"type": "string"},
         "state": {
-            "enum": ["waiting", "ready", "delayed", "reserved", "completed", "failed"],
-            "description": "waiting: for the jobs in `after`; completed: ran, and kept with "
-            "its result (D1QUEUE_KEEP_COMPLETED_S)",
+            "enum": [
+                "waiting",
+                "ready",
+                "delayed",
+                "reserved",
+                "cancelling",
+                "completed",
+                "failed",
+                "cancelled",
+            ],
+            "description": "waiting: for the jobs in `after`; cancelling: a cancel marked it "
+            "while a worker held it, and it will not run again; completed: ran, and kept with "
+            "its result (D1QUEUE_KEEP_COMPLETED_S); cancelled: cancelled while it ran, kept "
+            "with the failed jobs",
         },
         "payload": {
             "description": "the JSON value pushed; for a failed job whose stored text is "
@@ -422,7 +433,15 @@ ERROR = {
         "error": {
             "type": "object",
             "required": ["code", "message"],
-            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "state": {
+                    "type": "string",
+                    "description": "409 ended: the state the job ended in (completed, "
+                    "failed or cancelled)",
+                },
+            },
         }
     },
 }
@@ -497,6 +516,20 @@ DELETED_N = {
 }
 
 CANCELLED, RETRIED, SCHEDULE_DELETED = _done("cancelled"), _done("retried"), _done("deleted")
+CANCELLING = {
+    "type": "object",
+    "required": ["id", "cancelled", "state"],
+    "properties": {
+        "id": {"type": "string"},
+        "cancelled": {"const": False},
+        "state": {
+            "const": "cancelling",
+            "description": "a worker holds the job: it is marked, and its drain ends it "
+            "cancelled (its handler's task cancelled where it declared a watch, else at its "
+            "settle); it never runs again",
+        },
+    },
+}
 HEALTH = {
     "type": "object",
     "required": ["ok", "version"],
@@ -673,6 +706,7 @@ SPEC: dict[str, Any] = {
             "SchedulePage": _page("Schedule", "schedules"),
             "Deleted": DELETED_N,
             "Cancelled": CANCELLED,
+            "Cancelling": CANCELLING,
             "Retried": RETRIED,
             "ScheduleDeleted": SCHEDULE_DELETED,
             "Health": HEALTH,
@@ -792,12 +826,19 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         400,
     ),
     ("GET", "/v1/jobs/{id}"): _op(
-        "A job's state: waiting, ready, delayed, reserved, completed (while kept) or failed",
+        "A job's state: waiting, ready, delayed, reserved, cancelling, completed (while "
+        "kept), failed or cancelled",
         _returns("JobState", "the job"),
         404,
     ),
     ("DELETE", "/v1/jobs/{id}"): _op(
-        "Cancel a job no worker holds", _returns("Cancelled", "cancelled"), 404, 409
+        "Cancel a job: one no worker holds is deleted (200); a running one is marked and "
+        "its drain ends it cancelled (202); one that already ended is left as it is (409 "
+        "ended, with its state)",
+        _returns("Cancelled", "cancelled") | _returns("Cancelling", "marked: cancelling", 202),
+        400,
+        404,
+        409,
     ),
     ("POST", "/v1/batches"): _op(
         f"Push a batch of {BATCH_JOBS[0]} to {BATCH_JOBS[1]} jobs, all or nothing, with "

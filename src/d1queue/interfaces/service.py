@@ -49,7 +49,7 @@ from ..core.flow import Limits, LimitsError
 from ..core.job import QueuedJob, new_id
 from ..core.log import event, get
 from ..core.metrics import OUTCOMES, WINDOWS, Figures, prometheus
-from ..core.outcomes import history_kept
+from ..core.outcomes import history_kept, is_cancelled
 from ..core.registry import Registry, spec_for
 from ..core.schedule import DEFAULT_CATCH_UP, DEFAULT_TZ, ScheduleDef, ScheduleError
 from ..core.shards import merge_pages, shard_of_id
@@ -125,12 +125,15 @@ COMPLETED_CURSOR = re.compile(COMPLETED_CURSOR_RULE)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, **fields: Any) -> None:
         super().__init__(f"{code}: {message}")
         self.status, self.code, self.message = status, code, message
+        self.fields = fields
+        """More of the error object, beside code and message (a 409 `ended`'s
+        `state`)."""
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message}}
+        return {"error": {"code": self.code, "message": self.message, **self.fields}}
 
 
 UNAVAILABLE_RETRY_AFTER_S = 2
@@ -252,7 +255,7 @@ def _failed(f: FailedJob) -> dict[str, Any]:
     return {
         **asdict(f),
         "payload": stored_payload(f.payload),
-        "state": "failed",
+        "state": "cancelled" if is_cancelled(f.error) else "failed",
         "after": after if isinstance(after, list) else None,
         # Not kept with a failure: it decided nothing once the job failed.
         "ignore_failed": None,
@@ -754,15 +757,33 @@ class Service:
         return {**out, "dependents": dependents}
 
     async def cancel(self, id: str) -> dict[str, Any]:
+        """Cancel job `id`: a job no worker holds is deleted (`cancelled`:
+        true); a running one is marked, and the drain holding it ends it
+        cancelled (`state`: "cancelling", answered 202 over HTTP). A job
+        that already ended is left as it is: 409 `ended` with its `state`;
+        an id no job has, 404."""
         id = check_id(id)
         outcome = await self.admin.cancel(id)
-        if outcome == "reserved":
-            raise ApiError(409, "reserved", f"job {id!r} is running; it cannot be cancelled now")
+        if outcome == "cancelling":
+            return {"id": id, "cancelled": False, "state": "cancelling"}
         if outcome == "missing":
+            queue = self.shards.for_id(id)
+            found = None
+            if queue is not None:
+                found = await Workflows(queue.binding, queue.clock).job(id)
+            if found is not None:
+                state = _failed(found)["state"] if isinstance(found, FailedJob) else found.state
+                raise ApiError(
+                    409,
+                    "ended",
+                    f"job {id!r} already ended ({state}): a cancel changes nothing",
+                    state=state,
+                )
             raise ApiError(
                 404,
                 "not_found",
-                f"job {id!r} is not queued: it ended (completed or failed) or never existed",
+                f"job {id!r} never existed, or is no longer kept (cancelled, or completed "
+                "and its history pruned or not kept)",
             )
         return {"id": id, "cancelled": True}
 

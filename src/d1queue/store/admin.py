@@ -108,21 +108,37 @@ class Admin:
         check_name("queue", name)
         await self.binding.run(sql.SET_PAUSED, name, int(paused), self.queue.clock())
 
-    async def cancel(self, id: str) -> Literal["cancelled", "reserved", "missing"]:
-        """Delete job `id` unless a worker holds it."""
+    async def cancel(self, id: str) -> Literal["cancelled", "cancelling", "missing"]:
+        """Cancel job `id`: deleted if no worker holds it ("cancelled"),
+        else marked for the drain holding it to end it ("cancelling":
+        sql.MARK_CANCEL; also when an earlier send marked it). "missing":
+        no live job has the id (it ended, or never existed). One round
+        trip, safe to re-send."""
         # A workflow's job is marked ended first (its waiters and batch
         # count the cancel as a failure), in the same transaction.
         cancels = (*sql.END_CANCELLED, *sql.CANCEL_JOBS)
+        now = self.queue.clock()
         # Counted first, from the row the deletes then take (a re-send
         # finds it gone and counts nothing): store/metrics.py.
-        counted = [metrics.cancelled(id, self.queue.clock())] if self.queue.metrics else []
-        *deleted, found = await self.binding.batch(
-            [*counted, *((cancel, (id,)) for cancel in cancels), (sql.SELECT_JOB, (id,))]
+        counted = [metrics.cancelled(id, now)] if self.queue.metrics else []
+        # The mark goes after the deletes, which take only a job no worker
+        # holds: a job is deleted or marked, never both.
+        *deleted, _, found = await self.binding.batch(
+            [
+                *counted,
+                *((cancel, (id,)) for cancel in cancels),
+                (sql.MARK_CANCEL, (id, now)),
+                (sql.SELECT_JOB, (id,)),
+            ]
         )
         deleted = deleted[len(counted) :]
         if any(d.changes for d in deleted):
             return "cancelled"
-        return "reserved" if found.rows else "missing"
+        if found.rows and found.rows[0]["cancel_at"] is not None:
+            return "cancelling"
+        # A row left unmarked and undeleted: a job both statements missed
+        # (none is both free and held); told as missing, nothing written.
+        return "missing"
 
     async def find(self, id: str) -> QueuedJob | FailedJob | None:
         """Job `id` wherever it is: queued (or running), failed, or None

@@ -80,7 +80,7 @@ class ShardedAdmin:
     async def set_paused(self, name: str, paused: bool) -> None:
         await self._each(lambda a: a.set_paused(name, paused))
 
-    async def cancel(self, id: str) -> Literal["cancelled", "reserved", "missing"]:
+    async def cancel(self, id: str) -> Literal["cancelled", "cancelling", "missing"]:
         admin = self._by_id(id)
         return "missing" if admin is None else await admin.cancel(id)
 

@@ -27,7 +27,7 @@ from .queue import D1Queue
 from .shardset import ShardSet
 from .workflows import COMPLETED_CURSOR_RULE, BatchState, JobView, Workflows
 
-STATES = ("waiting", "ready", "delayed", "reserved")
+STATES = ("waiting", "ready", "delayed", "reserved", "cancelling")
 PAGE = 50
 """Rows per page. Also the most jobs one bulk action takes: a retry is two
 statements a job, so 50 fit one batch (one subrequest) with room to spare."""

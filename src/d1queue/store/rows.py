@@ -35,6 +35,7 @@ JOB_COLUMN_NAMES = (
     "batch",
     "dependents",
     "traceparent",
+    "cancel_at",
 )
 """The columns of a d1queue_jobs row as a QueuedJob is read from it, in the
 order `values_to_job` unpacks them: sql.JOB_COLUMNS selects them in this
@@ -97,6 +98,7 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         batch,
         dependents,
         traceparent,
+        cancel_at,
     ) = values
     if type(text) is not str or len(text) > MAX_JSON_DEPTH:
         return _row_to_job(dict(zip(JOB_COLUMN_NAMES, values, strict=True)))
@@ -149,6 +151,7 @@ def values_to_job(values: Sequence[Any]) -> QueuedJob:
         "traceparent": traceparent,
         "started_at": 0,
         "ended_at": 0,
+        "cancel_at": cancel_at,
     }
     return job
 
@@ -203,4 +206,5 @@ def _row_to_job(row: Mapping[str, Any]) -> QueuedJob:
         waiting=int(row.get("waiting") or 0),
         dependents=bool(row.get("dependents")),
         traceparent=row.get("traceparent"),
+        cancel_at=row.get("cancel_at"),
     )

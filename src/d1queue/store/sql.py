@@ -765,11 +765,17 @@ DELETE_HELD_BATCH = (
 # says whether a job is held), and the key may be either the lease's end or
 # the retry time: a release re-sent after its reply was lost matches again
 # and reports the job as released by us; the next claim replaces the token.
+# A job a cancel marked while it ran (cancel_at) stays keyed at its lease's
+# end instead of its retry time: due then (not after its backoff), the next
+# claim ends it cancelled without running it (outcomes.decided), and a
+# re-send still matches it there. Read from the row the statement writes
+# anyway: no row read more (a third key to probe would be one a retry).
 # ?1 retry time ?2 last_error (NULL keeps the previous one) ?3 id ?4 reservation
 # ?5 queue ?6 lease end
+_RETRY_AT = "CASE WHEN cancel_at IS NULL THEN ?1 ELSE ?6 END"
 RETRY = (
-    "UPDATE d1queue_jobs SET available_at = ?1, locked_until = ?1, reserved_at = NULL, "
-    "last_error = COALESCE(?2, last_error) "
+    f"UPDATE d1queue_jobs SET available_at = {_RETRY_AT}, locked_until = {_RETRY_AT}, "
+    "reserved_at = NULL, last_error = COALESCE(?2, last_error) "
     f"WHERE queue = ?5 AND band = {LOCKED_BAND} AND available_at IN (?6, ?1) AND id = ?3 "
     "AND reservation = ?4"
 )
@@ -993,6 +999,24 @@ CANCEL_JOBS = (
     f"DELETE FROM d1queue_jobs WHERE queue IN ({QUEUE_NAMES}) AND band = {LOCKED_BAND} "
     "AND id = ?1 AND reserved_at IS NULL",
 )
+
+# Cancelling a running job: a job a worker holds (or held: its lease lapsed
+# and no claim took it over yet) is not deleted under it but marked, once:
+# a re-send finds the mark set and changes nothing, and SELECT_JOB in the
+# same batch says the job is marked. The drain holding it ends it
+# (WATCH_CANCEL, RETRY, outcomes.decided). The walk of the locked bands, as
+# CANCEL_JOBS's second; 1 row written (the column is in no index).
+# ?1 id ?2 now
+MARK_CANCEL = (
+    f"UPDATE d1queue_jobs SET cancel_at = ?2 WHERE queue IN ({QUEUE_NAMES}) "
+    f"AND band = {LOCKED_BAND} AND id = ?1 AND reserved_at IS NOT NULL AND cancel_at IS NULL"
+)
+
+# The watch of a running job whose handler declares one (cancel_watch_s):
+# its mark, where its worker holds it (key and token). One seek of the key,
+# 1 row read; nothing when the lease moved on. ?1 id ?2 reservation ?3 queue
+# ?4 lease end
+WATCH_CANCEL = "SELECT cancel_at FROM d1queue_jobs WHERE " + _held(3, 4, 1, 2)
 
 # Newest first, paged by (failed_at, id) so a page boundary never skips or
 # repeats a row; cut at ?4 bytes of payloads and errors (bytes_bounded).
@@ -1233,10 +1257,12 @@ STATS_BY_QUEUE = (
 
 
 def _job_state(now: str) -> str:
-    """A live job's state as of the parameter `now`: waiting, reserved,
-    ready or delayed (as workflows.state_of says it)."""
+    """A live job's state as of the parameter `now`: cancelling (marked
+    while held), waiting, reserved, ready or delayed (as workflows.state_of
+    says it)."""
     return (
-        f"CASE WHEN band = {WAITING_BAND} THEN 'waiting' "
+        "CASE WHEN cancel_at IS NOT NULL THEN 'cancelling' "
+        f"WHEN band = {WAITING_BAND} THEN 'waiting' "
         f"WHEN reserved_at IS NOT NULL AND locked_until > {now} THEN 'reserved' "
         f"WHEN locked_until <= {now} AND (available_at <= {now} OR band > {TOP_PRIORITY}) "
         "THEN 'ready' ELSE 'delayed' END"

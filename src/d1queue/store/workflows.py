@@ -18,7 +18,9 @@ from .binding import Binding, Result, Statement
 from .failed import FailedJob
 from .rows import row_to_job
 
-JobState = Literal["waiting", "ready", "delayed", "reserved", "completed", "failed"]
+JobState = Literal[
+    "waiting", "ready", "delayed", "reserved", "cancelling", "completed", "failed", "cancelled"
+]
 
 COMPLETED_CURSOR_RULE = rf"[0-9]{{1,15}}:{NAME_ALPHABET}{{0,128}}"
 """A page cursor of completed jobs: `<completed_at>:<id>`, the position after
@@ -100,6 +102,8 @@ class BatchState:
 
 def state_of(job: QueuedJob, now: int) -> JobState:
     """Where a live job is in its life, as of `now`."""
+    if job.cancel_at is not None:
+        return "cancelling"  # marked while held: its drain (or the next claim) ends it
     if job.band == sql.WAITING_BAND:
         return "waiting"
     if job.reserved_until is not None and job.reserved_until > now:

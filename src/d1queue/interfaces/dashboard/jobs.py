@@ -169,18 +169,24 @@ def _failed_actions(id: str, csrf: str) -> str:
 
 def _queued_actions(shown: JobShown, csrf: str) -> str:
     """A queued job's buttons, run now (a delayed job) and cancel, and why
-    one is off."""
+    one is off. A held job's cancel marks it, and its drain ends it."""
     state = shown.state
     held, delayed = state == "reserved", state == "delayed"
     why = "A worker is running it now" if held else ""
     here = f"/ui/jobs/{h.q(shown.id)}"
     out = inline_form(
         f"{here}/run", csrf, button("Run now", disabled=not delayed, title=why)
-    ) + inline_form(
-        f"{here}/cancel", csrf, button("Cancel job", cls="danger", disabled=held, title=why)
-    )
+    ) + inline_form(f"{here}/cancel", csrf, button("Cancel job", cls="danger"))
     if held:
-        return out + '<span class="muted">A worker holds this job: wait for it.</span>'
+        return out + (
+            '<span class="muted">A worker holds this job: a cancel marks it, and its '
+            "drain ends it cancelled.</span>"
+        )
+    if state == "cancelling":
+        return out + (
+            '<span class="muted">Cancelling: its drain (or the next claim) ends it; it '
+            "will not run again.</span>"
+        )
     if state == "waiting":
         return out + (
             '<span class="muted">It waits for its dependencies: the last one to '

@@ -171,8 +171,10 @@ class Pages:
     async def cancel(self, request: Request, id: str) -> Reply:
         check_id(id)
         job = await self.service.job(id)  # 404 if gone
-        await self.service.cancel(id)  # 409 if a worker holds it
-        return redirect(with_notice(f"/ui/queues/{h.q(job['queue'])}", "cancelled"))
+        # A job a worker took meanwhile is marked, and its drain ends it.
+        done = await self.service.cancel(id)  # 409 if it ended meanwhile
+        notice = "cancelled" if done["cancelled"] else "cancelling"
+        return redirect(with_notice(f"/ui/queues/{h.q(job['queue'])}", notice))
 
     async def run_now(self, request: Request, id: str) -> Reply:
         check_id(id)

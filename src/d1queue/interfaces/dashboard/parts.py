@@ -162,6 +162,7 @@ NOTICES = {
     "schedule_paused": "Schedule paused: it enqueues nothing until resumed.",
     "schedule_resumed": "Schedule running again, from its next slot.",
     "cancelled": "Job cancelled.",
+    "cancelling": "Job running: marked, and its drain ends it cancelled.",
     "run_now": "Job made due now: the next drain runs it.",
     "already_ready": "The job was already due; nothing changed.",
     "retried": "{n} failed job(s) put back on their queues.",
