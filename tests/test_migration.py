@@ -302,7 +302,7 @@ async def test_0012_on_a_0011_schema_counts_the_jobs_it_finds_traced(tmp_path: P
     old = D1Queue(db, clock=Clock(NOW))
     job_id = await old.push(QueuedJob.new("m", 1, queue="metered", traceparent=trace))
     before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
-    assert db.apply_migrations(MIGRATIONS) == ["0012_metrics.sql"]
+    assert db.apply_migrations(up_to(tmp_path, "0012_metrics.sql")) == ["0012_metrics.sql"]
     assert {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")} == before
     assert db.query("SELECT * FROM d1queue_metrics") == []
     queue = D1Queue(db, clock=Clock(NOW), metrics=True)
@@ -313,3 +313,30 @@ async def test_0012_on_a_0011_schema_counts_the_jobs_it_finds_traced(tmp_path: P
         f"SELECT queue, name, completed FROM d1queue_metrics WHERE period = {sql.METRIC_TOTAL}"
     )
     assert total == {"queue": "metered", "name": "m", "completed": 1}
+
+
+async def test_0013_on_a_0012_schema_keeps_every_row_and_starts_each_history(
+    tmp_path: Path,
+) -> None:
+    """Attempt history adds columns and moves nothing: on a 0012 schema,
+    every job and failure is kept as it was (with no history), and a job
+    pushed before then starts its history with its next settle."""
+    db = populated_v2(tmp_path)
+    db.apply_migrations(up_to(tmp_path, "0012_metrics.sql"))
+    old = D1Queue(db, clock=Clock(NOW))
+    job_id = await old.push(QueuedJob.new("m", 1, queue="hist"))
+    before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    failed = db.query("SELECT * FROM d1queue_failed_jobs")
+    assert db.apply_migrations(up_to(tmp_path, "0013_attempt_history.sql")) == [
+        "0013_attempt_history.sql"
+    ]
+    after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    assert after == {k: r | {"runs": None, "progress": None} for k, r in before.items()}
+    assert db.query("SELECT * FROM d1queue_failed_jobs") == [r | {"runs": None} for r in failed]
+    queue = D1Queue(db, clock=Clock(NOW))
+    (job,) = await queue.reserve_batch("hist", 1)
+    assert job.id == job_id
+    await queue.retry(job, 10, "boom")
+    (row,) = db.query("SELECT runs FROM d1queue_jobs WHERE id = ?", job_id)
+    (entry,) = json.loads(row["runs"])
+    assert (entry["attempt"], entry["outcome"], entry["error"]) == (1, "retried", "boom")

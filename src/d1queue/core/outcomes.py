@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,6 +36,9 @@ class Outcome:
     """What failed, as the log's `error.type` names it (core/telemetry.py):
     the class of the exception a handler raised, or a d1queue code for a job
     failed without running; None for a completion."""
+    record: Mapping[str, Any] | None = None
+    """What the handler added to its attempt's history entry (progress,
+    log lines: runs.Notes.kept); None: nothing."""
 
 
 Mark = Literal["written", "resent", "stale", "unsettled"]

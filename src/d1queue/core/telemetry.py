@@ -25,6 +25,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from .job import trace_fields as trace_fields  # its home; named here as before
 from .outcomes import Mark, Outcome
 
 SYSTEM = "d1queue"
@@ -65,14 +66,6 @@ def messaging(
     if error_type is not None:
         out["error.type"] = error_type
     return out
-
-
-def trace_fields(traceparent: str | None) -> dict[str, str]:
-    """The producer's trace id and span id of a (valid) `traceparent`, as a
-    process line carries them: {} for none."""
-    if traceparent is None:
-        return {}
-    return {"trace_id": traceparent[3:35], "parent_span_id": traceparent[36:52]}
 
 
 def notable(outcome: Outcome, mark: Mark) -> bool:

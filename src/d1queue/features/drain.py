@@ -79,6 +79,7 @@ from ..core.telemetry import (
     process_fields,
 )
 from ..store.queue import D1Queue
+from ..store.settle import record_progress
 from ..store.stats import RunCounts
 from ..store.stats import record as record_counts
 
@@ -648,6 +649,7 @@ class Drain:
                 http=self.fetch,
                 outbound=self.outbound,
                 keeps=self.keeps,
+                write_progress=record_progress,
             )
             if spec.wants_context
             else None
@@ -661,7 +663,11 @@ class Drain:
         finally:
             slots.give()
             job.ended_at = clock()
-        return outcome if ctx is None else refused(outcome, spec, ctx.refused)
+        if ctx is None:
+            return outcome
+        outcome = refused(outcome, spec, ctx.refused)
+        kept = ctx.kept  # progress and log lines, for the attempt's history
+        return outcome if kept is None else replace(outcome, record=kept)
 
     def record(self, outcomes: list[Outcome], marks: list[Mark]) -> None:
         """Count settled outcomes into the report and the run's counters,
