@@ -58,12 +58,13 @@ async def ping(payload: Any, ctx: JobContext) -> None:
     )
 
 
-STEPS_MAX_MS = 15_000
-"""example.steps' whole run, at most (steps * sleep_ms): inside its timeout."""
+STEPS_MAX_MS = 60_000
+"""example.steps' whole run, at most (steps * sleep_ms): inside its timeout,
+which is http.request's, so the lease already covers it."""
 
 
 @registry.job(
-    "example.steps", max_attempts=3, timeout_s=20, backoff=Backoff(base_s=1), subrequests=10
+    "example.steps", max_attempts=3, timeout_s=65, backoff=Backoff(base_s=1), subrequests=20
 )
 async def steps(payload: Any, ctx: JobContext) -> dict[str, Any]:
     """Runs `steps` steps of `sleep_ms` each, reporting its progress and
@@ -73,7 +74,8 @@ async def steps(payload: Any, ctx: JobContext) -> dict[str, Any]:
     job's last: with its 3 attempts it fails twice, then completes, and its
     history shows the three. It checks `ctx.cancelled` between steps and
     stops there when the job is cancelled. Its progress writes (at most one
-    per two seconds) are the subrequests it declares."""
+    per two seconds) are the subrequests it declares: past the twentieth,
+    its progress waits for its settle."""
     if not isinstance(payload, dict):
         raise Fail('payload must be an object {"steps": n, "sleep_ms": t, "fail_at": k?}')
     n, sleep_ms, fail_at = payload.get("steps"), payload.get("sleep_ms", 0), payload.get("fail_at")

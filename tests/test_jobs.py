@@ -69,7 +69,7 @@ async def test_steps_reports_progress_and_logs_and_tells_three_attempts(
 
 @pytest.mark.parametrize(
     "payload",
-    [None, {"steps": 0}, {"steps": 2, "sleep_ms": 20_000}, {"steps": 2, "fail_at": 3}],
+    [None, {"steps": 0}, {"steps": 2, "sleep_ms": 30_001}, {"steps": 2, "fail_at": 3}],
 )
 async def test_steps_refuses_a_bad_payload(db: SqliteD1, clock: Clock, payload: object) -> None:
     queue = D1Queue(db, clock=clock)
