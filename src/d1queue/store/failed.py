@@ -49,7 +49,7 @@ class FailedJob:
     """The ids it waited for, as stored (a JSON array; None: none)."""
     runs: list[dict[str, Any]] = field(default_factory=list)
     """Its attempt history, oldest first, its failing attempt last
-    (core/runs.py)."""
+    (core/history.py)."""
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> FailedJob:

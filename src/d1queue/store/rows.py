@@ -54,7 +54,7 @@ def _after(text: Any) -> list[str] | None:
 
 def stored_runs(text: Any) -> list[dict[str, Any]]:
     """A row's attempt history (`runs`, JSON text or NULL) as a list of its
-    entries, oldest first (core/runs.py); [] for none or for text that
+    entries, oldest first (core/history.py); [] for none or for text that
     does not decode (written by something other than d1queue)."""
     if not text:
         return []

@@ -6,12 +6,12 @@ holds the job, fenced by the lease's key and token.
   whose every job is settled at once are acknowledged by one statement
   per queue (DELETE_HELD_BATCH_PLAIN, or COMPLETE_HELD_BATCH).
 - **retry**: moved within the locked band to its retry time (RETRY).
+- **fail**: copied to the failed jobs and deleted (FAIL_RECORD, then the
+  delete), in one transaction.
 
 Each outcome that keeps the job (a retry, a completion kept as history, a
 failure) appends its attempt to the job's history in that same statement
-(core/runs.py run_entry; sql._runs_set): no statement more.
-- **fail**: copied to the failed jobs and deleted (FAIL_RECORD, then the
-  delete), in one transaction.
+(core/history.py run_entry; sql._runs_set): no statement more.
 
 A workflow's job (one waited for, or a batch's) is ended before it goes,
 which releases its dependents and counts it in its batch: workflow_ends.py.

@@ -166,7 +166,7 @@ def _held(q: int, at: int, id: int, token: int) -> str:
 def _runs_set(entry: str) -> str:
     """The SET terms a settle keeping the job adds (migrations/0013): its
     attempt history `runs` with the attempt's entry `entry` (an SQL term
-    giving its JSON text, core/runs.py run_entry) appended, the oldest
+    giving its JSON text, core/history.py run_entry) appended, the oldest
     dropped past MAX_RUNS; and its `progress`, the attempt's last report if
     it made one. Keyed by the attempt's number: a settle re-sent after a
     lost reply (RETRY matches again) finds its attempt last and appends
@@ -795,7 +795,7 @@ DELETE_HELD_BATCH = (
 # The attempt joins the job's history (_runs_set): a re-send matching again
 # appends nothing more.
 # ?1 retry time ?2 last_error (NULL keeps the previous one) ?3 id ?4 reservation
-# ?5 queue ?6 lease end ?7 the attempt's entry (JSON, core/runs.py)
+# ?5 queue ?6 lease end ?7 the attempt's entry (JSON, core/history.py)
 RETRY = (
     "UPDATE d1queue_jobs SET available_at = ?1, locked_until = ?1, reserved_at = NULL, "
     f"last_error = COALESCE(?2, last_error), {_runs_set('?7')} "
@@ -816,7 +816,7 @@ RETRY_FREEING = RETRY.replace(
 # id) keeps one failure record, the latest. The record keeps the job's
 # attempt history with this attempt appended (_runs_append).
 # ?1 error ?2 failed_at ?3 id ?4 reservation ?5 queue ?6 lease end
-# ?7 the attempt's entry (JSON, core/runs.py)
+# ?7 the attempt's entry (JSON, core/history.py)
 FAIL_RECORD = (
     f"INSERT OR REPLACE INTO d1queue_failed_jobs ({FAILED_COLUMNS}, traceparent) "
     "SELECT id, queue, name, payload, ?1, attempts, max_attempts, priority, created_at, ?2, grp, "
@@ -1374,7 +1374,7 @@ PRUNE_SIGNOUTS = (
 # job's `ended` stays 0 and fires nothing.
 # The attempt joins the job's history in the same statement (_runs_set).
 # ?1 id ?2 reservation ?3 queue ?4 lease end ?5 now ?6 result ?7 the
-# attempt's entry (JSON, core/runs.py)
+# attempt's entry (JSON, core/history.py)
 WORKFLOW = "(dependents = 1 OR batch IS NOT NULL)"
 """A job whose end the trigger d1queue_jobs_ended must count: some job waits
 for it, or it is a batch's."""

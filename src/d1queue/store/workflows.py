@@ -46,7 +46,7 @@ class JobView:
     completed_at: int | None = None
     ignore_failed: bool = False
     runs: list[dict[str, Any]] = field(default_factory=list)
-    """Its attempt history, oldest first (core/runs.py)."""
+    """Its attempt history, oldest first (core/history.py)."""
     progress: dict[str, Any] | None = None
     """Its latest progress report (ctx.progress), while it runs with its
     attempt's log lines so far (`logs`); None: none made."""
