@@ -362,3 +362,22 @@ async def test_progress_writes_are_fenced_and_never_move_back(
     db.lose_reply_when(lambda text: text == sql.SET_PROGRESS)
     await settle.record_progress(kept, again, '{"seq":7,"value":7}', 7)
     assert json.loads(stored())["value"] == 7
+
+
+async def test_a_progress_write_d1_refuses_costs_the_job_nothing(
+    kept: D1Queue, db: SqliteD1, clock: Clock, mono: Mono, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A report D1 fails is logged, not raised: the handler goes on, the job
+    completes, and its settle writes the report."""
+    seen: list[Any] = []
+    reg = stepper(clock, mono, db, seen, subrequests=5)
+    await kept.dispatch("steps", None)
+    db.fail_when(lambda text: text == sql.SET_PROGRESS, "D1_ERROR: no such thing", times=None)
+    caplog.set_level(logging.WARNING, logger=runs.JOB_LOGGER)
+    report = await drain(kept, reg, Config(plan="paid"))
+    assert report.completed == 1 and seen == [None] * 4
+    assert [r.getMessage() for r in caplog.records].count("d1queue.job.progress_failed") == 2
+    (entry,) = runs_of(db)
+    assert entry["outcome"] == "completed" and entry["progress"]["value"] == 4
+    (row,) = db.query("SELECT progress FROM d1queue_jobs")
+    assert json.loads(row["progress"])["value"] == 4
