@@ -19,6 +19,7 @@ from d1queue.core.flow import Limits
 from d1queue.store import sql as sql_module
 from d1queue.store.binding import Binding, Result
 from d1queue.store.claim import claim_round
+from d1queue.store.settle import record_progress
 from d1queue.store.sql import (
     CLAIM,
     DELAYED_BAND,
@@ -529,6 +530,38 @@ async def retry_cost(db: Any, n: int = 20, delay_s: float = 5.0) -> dict[str, An
         "retried": len(jobs),
         "rows_written": after.get("rows_written", 0) - before.get("rows_written", 0),
         "rows_read": after.get("rows_read", 0) - before.get("rows_read", 0),
+    }
+
+
+async def progress_cost(db: Any, n: int = 20) -> dict[str, Any]:
+    """Claim `n` fresh jobs and write one progress report to each, as
+    `ctx.progress` does (store/settle.py record_progress): rows read and
+    written per report. Then release each for a retry, its attempt (with
+    that progress) appended to its history by the release itself: rows
+    written per retry, as without."""
+    queue = "progress"
+    b = Binding(db)
+    await b.run("DELETE FROM d1queue_jobs WHERE queue = ?1", queue)
+    target = InstrumentedD1(db)
+    q = D1Queue(target, reservation_s=RESERVATION_S)
+    for i in range(n):
+        await q.dispatch("bench.noop", {"i": i}, queue=queue)
+    jobs = await q.reserve_batch(queue, n)
+    before = dict(target.rows.get("UPDATE", {}))
+    for job in jobs:
+        progress = f'{{"attempt":1,"seq":{1 << 20},"value":0.5,"note":"half","at":0}}'
+        await record_progress(q, job, progress, 1 << 20)
+    mid = dict(target.rows.get("UPDATE", {}))
+    for job in jobs:
+        await q.retry(job, 5.0, "retry")
+    after = target.rows.get("UPDATE", {})
+    await b.run("DELETE FROM d1queue_jobs WHERE queue = ?1", queue)
+    return {
+        "reports": len(jobs),
+        "statements": mid.get("statements", 0) - before.get("statements", 0),
+        "rows_read": mid.get("rows_read", 0) - before.get("rows_read", 0),
+        "rows_written": mid.get("rows_written", 0) - before.get("rows_written", 0),
+        "retry_rows_written": after.get("rows_written", 0) - mid.get("rows_written", 0),
     }
 
 

@@ -132,6 +132,8 @@ def runtime_figures(plan: Plan) -> dict[str, Any]:
             "d1queue": call("retry_cost", n=20, delay_s=5.0),
             "seed": call("seed_design_retry_cost", n=20, delay_s=5.0),
         }
+        log("progress: 20 held jobs each write one report, then retry")
+        out["progress"] = call("progress_cost", n=20)
         out["workflows"] = workflow_costs(call, plan)
         call("clear")
         call("drop_seed_tables")
@@ -500,6 +502,13 @@ def figures(
                 "select_rows_read": c["select_rows_read"],
             }
     retry = {d: _div(r["rows_written"], r["retried"]) for d, r in runtime["retry"].items()}
+    p = runtime["progress"]
+    progress = {
+        "queries_per_report": _div(p["statements"], p["reports"]),
+        "rows_read_per_report": _div(p["rows_read"], p["reports"]),
+        "rows_written_per_report": _div(p["rows_written"], p["reports"]),
+        "rows_written_per_retry_after": _div(p["retry_rows_written"], p["reports"]),
+    }
     metrics = metrics_figures(runtime["metrics"])
     flow = flow_figures(runtime["flow"], per_backlog)
     schedules = runtime["schedules"]
@@ -509,6 +518,7 @@ def figures(
         "backlogs": per_backlog,
         "delayed_backlog": {"delayed": plan.delayed, "by_due": delayed},
         "rows_written_per_retry": retry,
+        "progress": progress,
         "schedules": schedules,
         "life": life,
         "metrics": metrics,
@@ -803,6 +813,30 @@ def table_rows(fig: dict[str, Any]) -> list[Row]:
     r = fig["rows_written_per_retry"]
     verdict = f"≤ 1: {'met' if r['d1queue'] is not None and r['d1queue'] <= 1 else 'NOT met'}"
     rows.append(("rows written / retry", "any", _num(r["d1queue"]), _num(r["seed"]), "", verdict))
+    p = fig["progress"]
+    met = p["queries_per_report"] == 1 and p["rows_written_per_report"] == 1
+    rows.append(
+        (
+            "a progress report (ctx.progress): queries / rows read / written",
+            "held job",
+            f"{_num(p['queries_per_report'])} / {_num(p['rows_read_per_report'])} / "
+            f"{_num(p['rows_written_per_report'])}",
+            "— (no progress)",
+            "",
+            f"1 query, 1 row written: {'met' if met else 'NOT met'}",
+        )
+    )
+    met = p["rows_written_per_retry_after"] == 1
+    rows.append(
+        (
+            "rows written / retry recording its attempt and progress",
+            "any",
+            _num(p["rows_written_per_retry_after"]),
+            "",
+            "",
+            f"≤ 1: {'met' if met else 'NOT met'}",
+        )
+    )
 
     life = fig["life"]
     for outcome, label, limit in (

@@ -8,6 +8,7 @@ attempts run out.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from d1queue import Backoff, Fail, JobContext, Registry
@@ -55,3 +56,45 @@ async def ping(payload: Any, ctx: JobContext) -> None:
     await ctx.queue.dispatch(
         "example.echo", {"url": url, "status": response.status}, queue=ctx.job.queue
     )
+
+
+STEPS_MAX_MS = 60_000
+"""example.steps' whole run, at most (steps * sleep_ms): inside its timeout,
+which is http.request's, so the lease already covers it."""
+
+
+@registry.job(
+    "example.steps", max_attempts=3, timeout_s=65, backoff=Backoff(base_s=1), subrequests=20
+)
+async def steps(payload: Any, ctx: JobContext) -> dict[str, Any]:
+    """Runs `steps` steps of `sleep_ms` each, reporting its progress and
+    logging a line at every step (shown by GET /v1/jobs/{id} while it runs,
+    and kept in its attempt history): `{"steps": n, "sleep_ms": t,
+    "fail_at": k?}`. With `fail_at`, step k raises on every attempt but the
+    job's last: with its 3 attempts it fails twice, then completes, and its
+    history shows the three. It checks `ctx.cancelled` between steps and
+    stops there when the job is cancelled. Its progress writes (at most one
+    per two seconds) are the subrequests it declares: past the twentieth,
+    its progress waits for its settle."""
+    if not isinstance(payload, dict):
+        raise Fail('payload must be an object {"steps": n, "sleep_ms": t, "fail_at": k?}')
+    n, sleep_ms, fail_at = payload.get("steps"), payload.get("sleep_ms", 0), payload.get("fail_at")
+    if not (type(n) is int and 1 <= n <= 1000):
+        raise Fail("steps must be an integer from 1 to 1000")
+    if not (type(sleep_ms) is int and sleep_ms >= 0 and n * sleep_ms <= STEPS_MAX_MS):
+        raise Fail(f"sleep_ms must be an integer from 0, and steps * sleep_ms <= {STEPS_MAX_MS}")
+    if fail_at is not None and not (type(fail_at) is int and 1 <= fail_at <= n):
+        raise Fail("fail_at must be a step number from 1 to steps")
+    last_attempt = ctx.attempt >= ctx.job.max_attempts
+    for i in range(1, n + 1):
+        if getattr(ctx, "cancelled", False):  # a cancel of the running job
+            ctx.log.warning("cancelled before step %d of %d", i, n)
+            return {"steps": i - 1, "cancelled": True}
+        if sleep_ms:
+            await asyncio.sleep(sleep_ms / 1000)
+        if i == fail_at and not last_attempt:
+            ctx.log.error("step %d of %d failed (attempt %d)", i, n, ctx.attempt)
+            raise RuntimeError(f"example.steps failed at step {i} on attempt {ctx.attempt}")
+        ctx.log.info("step %d of %d done", i, n)
+        await ctx.progress(i / n, note=f"step {i} of {n}")
+    return {"steps": n}

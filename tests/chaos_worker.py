@@ -64,10 +64,13 @@ def faulty_db(path: str, rng: random.Random) -> SqliteD1:
 def registry(ledger: Ledger, rng: random.Random) -> Registry:
     reg = Registry()
 
-    @reg.job("chaos", timeout_s=TIMEOUT_S, backoff=Backoff(base_s=0.05, max_s=0.2))
+    @reg.job("chaos", timeout_s=TIMEOUT_S, backoff=Backoff(base_s=0.05, max_s=0.2), subrequests=1)
     async def chaos(payload: Any, ctx: JobContext) -> None:
         drain_id = ctx.env["drain"]
         ledger.write(f"start {payload} {drain_id}")
+        # Its attempt's progress and log line, written under the same faults.
+        ctx.log.info("attempt %d", ctx.attempt)
+        await ctx.progress(ctx.attempt)
         await asyncio.sleep(rng.random() * 0.01)
         if rng.random() < FLAKY:
             raise RuntimeError("flaky")

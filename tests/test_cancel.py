@@ -328,3 +328,28 @@ async def test_a_queues_listing_says_cancelling_as_the_job_view_does(
 
     assert listed("cancelling") == [marked]
     assert listed("reserved") == [other]
+
+
+async def test_a_job_cancelled_while_it_ran_is_counted_and_kept_as_cancelled(
+    db: SqliteD1, clock: Clock
+) -> None:
+    """Its metrics count it cancelled (and observe its run), its attempt in
+    the failure's history says cancelled, and its process line too."""
+    queue = D1Queue(db, clock=clock, metrics=True)
+    gate = Gate()
+    reg = jobs(gate)
+    api = client(db, queue, reg)
+    job_id = await queue.dispatch("watched", None)
+    running = asyncio.create_task(drain(queue, reg, PAID))
+    await gate.started.wait()
+    assert (await api("DELETE", f"/v1/jobs/{job_id}")).status == 202
+    await running
+    (row,) = db.query(
+        "SELECT completed, retried, failed, cancelled, r0 + r1 + r2 + r3 + r4 + r5 + r6 + r7 + "
+        "r8 + r9 + r10 + r11 + r12 + r13 + r14 + r15 + r16 + r17 + r18 + r19 + r20 + r21 AS ran "
+        "FROM d1queue_metrics WHERE period = 0 AND name = 'watched'"
+    )
+    assert dict(row) == {"completed": 0, "retried": 0, "failed": 0, "cancelled": 1, "ran": 1}
+    view = (await api("GET", f"/v1/jobs/{job_id}")).body
+    assert view["state"] == "cancelled"
+    assert [r["outcome"] for r in view["runs"]] == ["cancelled"]

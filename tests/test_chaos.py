@@ -9,6 +9,7 @@ figures it checks."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import signal
 import subprocess
@@ -142,3 +143,14 @@ def test_chaos_loses_nothing_and_reruns_only_what_died(tmp_path: Path) -> None:
     assert completed_then_failed == []
     assert unsettled == []
     assert kills == KILLS and cancelled, "the run did meet kills and cancellations"
+    # Each failure's history: no attempt recorded twice, however often its
+    # settles were re-sent, and each entry with its own progress and line.
+    for row in db.query("SELECT runs, attempts FROM d1queue_failed_jobs"):
+        runs = json.loads(row["runs"])
+        numbers = [r["attempt"] for r in runs]
+        assert numbers == sorted(set(numbers)) and numbers[-1] == row["attempts"], numbers
+        for r in runs:
+            if r.get("error", "").startswith("attempted too many times"):
+                continue  # claimed with its attempts spent by a worker that died: not run
+            assert r["progress"]["value"] == r["attempt"], r
+            assert [x["message"] for x in r["logs"]] == [f"attempt {r['attempt']}"], r

@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from d1queue import Config, D1Queue, Registry, drain
+from d1queue import Config, D1Queue, JobContext, Registry, drain
 from d1queue.core.bounds import SIGNOUT_PRUNE
 from d1queue.core.errors import Fail
 from d1queue.interfaces.dashboard import Dashboard
@@ -1108,3 +1108,29 @@ async def test_limits_declared_in_code_are_shown_as_such(
     )
     assert "replace the limits declared in code" in confirm.body
     assert "Now: concurrency 2" in confirm.body
+
+
+async def test_a_jobs_page_shows_its_attempts_and_progress(
+    browser: Browser, service: Service
+) -> None:
+    """A failed job's page lists its attempts, newest first, with their
+    errors (escaped) and what each logged; its last progress report."""
+    reg = Registry()
+
+    @reg.job("noisy", max_attempts=2)
+    async def noisy(payload: Any, ctx: JobContext) -> None:
+        ctx.log.warning("<i>trying</i> attempt %d", ctx.attempt)
+        await ctx.progress(0.5, note="<half>")
+        raise RuntimeError(f"<b>boom</b> {ctx.attempt}")
+
+    job_id = await service.queue.dispatch("noisy", None, max_attempts=2)
+    for _ in range(2):
+        await drain(service.queue, reg, Config(plan="paid"))
+        browser.clock.advance(3600)
+    body = (await browser.get(f"/ui/jobs/{job_id}")).body
+    assert "<h2>Attempts</h2>" in body and "<h2>Progress</h2>" in body
+    assert body.index("RuntimeError: &lt;b&gt;boom&lt;/b&gt; 2") < body.index(
+        "RuntimeError: &lt;b&gt;boom&lt;/b&gt; 1"
+    ), "newest first"
+    assert "warning: &lt;i&gt;trying&lt;/i&gt; attempt 1" in body
+    assert "&lt;half&gt;" in body and "<b>boom" not in body

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import d1queue
-from d1queue import Config, D1Queue, Registry
+from d1queue import Config, D1Queue, Registry, drain
 from d1queue.core.config import resolve_prefix
 from d1queue.core.flow import Limits, Rate
 from d1queue.features.http_request import register_http_job
@@ -25,6 +25,7 @@ from d1queue.interfaces.api import Api
 from d1queue.interfaces.openapi import SPEC
 from d1queue.interfaces.service import Service
 from d1queue.interfaces.testing import Kit, SqliteD1
+from d1queue.store.failed import FailedJob
 
 from .doc_blocks import blocks_for, run_async
 
@@ -359,3 +360,21 @@ def test_the_ts_clients_readme_names_every_rpc_method() -> None:
     assert listed is not None
     named = set(re.findall(r"`(\w+)`", listed.group(1)))
     assert named == _rpc_methods()
+
+
+async def test_the_api_guides_progress_handler_runs_as_written(db: SqliteD1) -> None:
+    (block,) = blocks_for(
+        "docs/api.md",
+        "tests/test_docs_run.py::test_the_api_guides_progress_handler_runs_as_written",
+    )
+    registry = Registry()
+    exec(block, {"registry": registry})
+    queue = D1Queue(db, keep_completed=True)
+    job_id = await queue.dispatch("report.build", {"parts": ["a", "b"]})
+    await drain(queue, registry, Config(plan="paid"))
+    view = await queue.workflows.job(job_id)
+    assert view is not None and not isinstance(view, FailedJob)
+    assert view.result == {"parts": 2}
+    assert view.progress is not None and view.progress["note"] == "part 2 of 2"
+    (entry,) = view.runs
+    assert [line["message"] for line in entry["logs"]] == ["building part a", "building part b"]

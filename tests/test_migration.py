@@ -327,7 +327,37 @@ async def test_0014_keeps_every_row_unmarked_and_a_held_job_runs_on(tmp_path: Pa
     applied = db.apply_migrations(MIGRATIONS)
     assert "0014_cancel.sql" in applied
     after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
-    assert after == {id: row | {"cancel_at": None} for id, row in before.items()}
+    # 0013 (attempt history) comes with it: its columns are NULL too.
+    new = {"cancel_at": None, "runs": None, "progress": None}
+    assert after == {id: row | new for id, row in before.items()}
     queue = D1Queue(db, clock=Clock(NOW))
     jobs = await queue.reserve_batch("default", 5)
     assert jobs and not any(j.cancelling for j in jobs)
+
+
+async def test_0013_on_a_0012_schema_keeps_every_row_and_starts_each_history(
+    tmp_path: Path,
+) -> None:
+    """Attempt history adds columns and moves nothing: on a 0012 schema,
+    every job and failure is kept as it was (with no history), and a job
+    pushed before then starts its history with its next settle."""
+    db = populated_v2(tmp_path)
+    db.apply_migrations(up_to(tmp_path, "0012_metrics.sql"))
+    old = D1Queue(db, clock=Clock(NOW))
+    job_id = await old.push(QueuedJob.new("m", 1, queue="hist"))
+    before = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    failed = db.query("SELECT * FROM d1queue_failed_jobs")
+    assert db.apply_migrations(up_to(tmp_path, "0013_attempt_history.sql")) == [
+        "0013_attempt_history.sql"
+    ]
+    after = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    assert after == {k: r | {"runs": None, "progress": None} for k, r in before.items()}
+    assert db.query("SELECT * FROM d1queue_failed_jobs") == [r | {"runs": None} for r in failed]
+    db.apply_migrations(MIGRATIONS)  # the later ones, which today's code needs too
+    queue = D1Queue(db, clock=Clock(NOW))
+    (job,) = await queue.reserve_batch("hist", 1)
+    assert job.id == job_id
+    await queue.retry(job, 10, "boom")
+    (row,) = db.query("SELECT runs FROM d1queue_jobs WHERE id = ?", job_id)
+    (entry,) = json.loads(row["runs"])
+    assert (entry["attempt"], entry["outcome"], entry["error"]) == (1, "retried", "boom")

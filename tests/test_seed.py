@@ -48,6 +48,7 @@ def test_the_driver_ships_its_own_migrations() -> None:
         "0010_workflows.sql",
         "0011_trace_context.sql",
         "0012_metrics.sql",
+        "0013_attempt_history.sql",
         "0014_cancel.sql",
     ]
     fresh = SqliteD1()

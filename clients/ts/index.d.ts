@@ -260,6 +260,84 @@ export interface JobState {
   result?: Json;
   /** completed: when, epoch ms (null otherwise) */
   completed_at?: number | null;
+  /** reserved: when its running attempt was claimed, epoch ms (null otherwise) */
+  started_at?: number | null;
+  /**
+   * its latest progress report (ctx.progress): written while it runs at most once per 2 s, and the attempt's last with its settle; null: its handler reported none
+   */
+  progress?: {
+    /** the attempt that reported it */
+    attempt?: number;
+    /**
+     * a fraction (0 to 1) or a count, as the handler reported it
+     * minimum 0
+     */
+    value: number;
+    /** maxLength 200 */
+    note?: string;
+    /** when it was reported, epoch ms */
+    at: number;
+  } | null;
+  /**
+   * reserved: what its running attempt logged through ctx.log, as written with its last progress report (null when not running)
+   * maxItems 50
+   */
+  logs?: Array<{
+    /** epoch ms */
+    at: number;
+    /** debug, info, warning, error, critical */
+    level: string;
+    /** maxLength 1000 */
+    message: string;
+  }> | null;
+  /** reserved: lines its running attempt logged past the bound, not kept */
+  logs_truncated?: number;
+  /**
+   * its attempt history, oldest first: the latest 10 attempts, each added by the settle that ended it (a running attempt is not there yet; an attempt whose worker died before settling is not there)
+   * maxItems 10
+   */
+  runs?: Array<{
+    /** its number, from 1 */
+    attempt: number;
+    /** epoch ms */
+    started_at: number;
+    /** its handler's run */
+    duration_ms: number;
+    /** completed, retried or failed */
+    outcome: string;
+    /**
+     * why it did not complete, with the traceback's last frames
+     * maxLength 2000
+     */
+    error?: string;
+    progress?: {
+      /** the attempt that reported it */
+      attempt?: number;
+      /**
+       * a fraction (0 to 1) or a count, as the handler reported it
+       * minimum 0
+       */
+      value: number;
+      /** maxLength 200 */
+      note?: string;
+      /** when it was reported, epoch ms */
+      at: number;
+    };
+    /**
+     * what it logged through ctx.log: at most 50 lines and 8192 bytes
+     * maxItems 50
+     */
+    logs?: Array<{
+      /** epoch ms */
+      at: number;
+      /** debug, info, warning, error, critical */
+      level: string;
+      /** maxLength 1000 */
+      message: string;
+    }>;
+    /** lines past that, not kept */
+    logs_truncated?: number;
+  }>;
   /**
    * GET /v1/jobs/{id}: ids of the jobs waiting (or that waited) for it, at most 100
    * maxItems 100

@@ -173,6 +173,31 @@ one row each, and its handler reads their results in one query."""
 MAX_ERROR_CHARS = 4000
 """A job's last_error and a failed job's error, in characters: read by
 people, and every byte is stored and billed. A longer one is cut."""
+MAX_RUNS = 10
+"""Attempts a job's history keeps (its `runs`: start, duration, outcome,
+error, progress and log lines of each), the latest: an older one is dropped
+by the settle that adds the eleventh."""
+MAX_RUN_ERROR_CHARS = 2000
+"""An attempt's error in the history: its message and the traceback's last
+frames (outcomes.describe), cut here. last_error keeps MAX_ERROR_CHARS."""
+MAX_LOG_LINES = 50
+"""Lines one attempt keeps of what its handler logged through `ctx.log`;
+past them (or MAX_LOG_BYTES) the rest are counted in `logs_truncated`, not
+kept (every line is also a JSON log line on the Worker's console)."""
+MAX_LOG_BYTES = 8 * 1024
+"""Bytes (as stored JSON) of the lines one attempt keeps; see MAX_LOG_LINES."""
+MAX_LOG_LINE_CHARS = 1000
+"""One kept log line's message, in characters: a longer one is cut."""
+MAX_PROGRESS_NOTE = 200
+"""A progress report's `note`, in characters: a longer one is refused
+(ValueError in the handler), nothing written."""
+MAX_RUN_BYTES = 12 * 1024
+"""One attempt's entry in the history as stored JSON, at most: the error,
+the progress, the log lines (MAX_LOG_BYTES) and the few numbers fit; an
+entry past it keeps fewer log lines. A job's history is so bounded at
+MAX_RUNS * MAX_RUN_BYTES (120 KiB), far under D1's 2 MB row."""
+MAX_RUNS_BYTES = MAX_RUNS * MAX_RUN_BYTES
+"""A job's whole attempt history as stored JSON, at most."""
 MAX_DEPENDENTS = 100
 """Jobs that may wait for one job (an edge each, written by the pushes that
 name it in `after`): the statement that ends it follows every edge in its

@@ -3,13 +3,16 @@ reaches the network counted against the job's declared subrequests."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .job import QueuedJob
 from .limits import Meter, MeteredEnv
+from .log import event
 from .outbound import Outbound, Reply, send
+from .runs import Notes, jlog
 
 Fetch = Callable[..., Awaitable[Any]]
 """The Worker's outbound HTTP: fetch(url, *, method, headers, body, service, env)
@@ -18,6 +21,11 @@ sends one request without following redirects and returns a response with
 body) and `async cancel()`; `service` names a service binding in `env` to
 send the request through. Test doubles may offer `async text()` instead of
 `read`."""
+
+
+ProgressWriter = Callable[[Any, QueuedJob, str, int], Awaitable[Any]]
+"""Writes a held job's progress report: (queue, job, progress JSON, its
+sequence number), through the queue given (the ctx's, metered)."""
 
 
 CALLBACKS = ("on_success", "on_failure", "on_finish")
@@ -50,11 +58,72 @@ class JobContext:
     it (`cancel_watch_s`): the handler's task is being cancelled. A
     cooperative handler that catches asyncio.CancelledError to clean up
     may read it; the job ends cancelled whatever the handler then does."""
+    write_progress: ProgressWriter | None = None
+    """How `progress` writes to the held job (the drain's: store/settle.py
+    record_progress, through `queue`); None: reports are kept for the settle."""
 
     @property
     def attempt(self) -> int:
         """Which attempt this is, from 1."""
         return self.job.attempts
+
+    def _notes(self) -> Notes:
+        notes: Notes | None = self.__dict__.get("_run_notes")
+        if notes is None:
+            notes = self.__dict__["_run_notes"] = Notes(self.job)
+        return notes
+
+    @property
+    def log(self) -> logging.Logger:
+        """This attempt's logger: what a handler logs through it (INFO and
+        up, unless it sets another level) is kept with the attempt in its
+        job's history (at most MAX_LOG_LINES lines and MAX_LOG_BYTES, the
+        rest counted as `logs_truncated`), written with its settle and with
+        its progress reports, never a write per line; and each record is
+        also a JSON log line (`d1queue.job.log`) with the job's id and
+        trace. Nothing is sent to D1 for it."""
+        return self._notes().log
+
+    async def progress(self, value: float, note: str | None = None) -> None:
+        """Report how far this attempt got: `value` a fraction (0 to 1) or a
+        count, `note` at most MAX_PROGRESS_NOTE characters (ValueError or
+        TypeError for anything else, nothing written). The first report is
+        written to the job at once, then at most one per
+        runs.PROGRESS_INTERVAL_S (those in between are coalesced: the
+        latest is written by the next that is due), each with the log lines
+        so far; the last is written with the attempt's settle whatever
+        happens. Each write is one D1 query counted in the subrequests the
+        job declared; with none left it is skipped (the settle still
+        writes the last). A write D1 fails is logged, never raised: the
+        handler's work does not depend on it."""
+        notes = self._notes()
+        if not notes.report(value, note):
+            return  # coalesced: written by the next due report, or the settle
+        job, writer = self.job, self.write_progress
+        if job.reservation is None or job.reserved_until is None or writer is None:
+            return  # not held by a drain (a context made by hand): the settle has it
+        meter = self.meter
+        if meter is not None and meter.left() < 1:
+            return  # its declared subrequests are spent: the settle writes it
+        text, seq = notes.live()
+        try:
+            await writer(self.queue, job, text, seq)
+        except Exception as exc:
+            event(
+                jlog,
+                "d1queue.job.progress_failed",
+                logging.WARNING,
+                id=job.id,
+                queue=job.queue,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+
+    @property
+    def kept(self) -> dict[str, Any] | None:
+        """What this attempt's entry in its job's history carries from its
+        handler: its last progress, its log lines (None: it used neither)."""
+        notes: Notes | None = self.__dict__.get("_run_notes")
+        return None if notes is None else notes.kept()
 
     @property
     def batch_id(self) -> str | None:
@@ -149,8 +218,10 @@ class DrainContext(JobContext):
         http: Fetch | None = None,
         outbound: Outbound | None = None,
         keeps: Callable[[str], bool] | None = None,
+        write_progress: ProgressWriter | None = None,
     ) -> None:
         self.job = job
+        self.write_progress = write_progress
         self.http = http
         self.cancelled = False
         self.outbound = outbound or Outbound()

@@ -71,6 +71,14 @@ DEFAULT_UNIQUE = False
 policy."""
 
 
+def trace_fields(traceparent: str | None) -> dict[str, str]:
+    """The producer's trace id and span id of a (valid) `traceparent`, as a
+    job's log lines carry them (core/telemetry.py, core/runs.py): {} for none."""
+    if traceparent is None:
+        return {}
+    return {"trace_id": traceparent[3:35], "parent_span_id": traceparent[36:52]}
+
+
 def now_ms() -> int:
     """Wall-clock epoch milliseconds: the one timestamp format in the tables."""
     return time.time_ns() // 1_000_000

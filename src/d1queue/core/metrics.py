@@ -5,8 +5,8 @@ exposition of what the store keeps (store/metrics.py).
 Wait is how long a job was due before its handler started (started - due,
 the `available_at` it was claimed at); run is how long its handler ran
 (started -> its outcome decided). Both are observed once per attempt that
-ran: completed, retried and failed; a cancelled job never started, so it
-is counted and not observed.
+ran: completed, retried, failed, and cancelled while it ran; a job
+cancelled before it started is counted and not observed.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ _BOUNDS_MS = tuple(b * 1000 for b in BUCKETS_S)
 OUTCOMES = ("completed", "retried", "failed", "cancelled")
 """The counts kept per queue and job name, in the stored columns' order."""
 
-KIND = {"complete": 0, "retry": 1, "fail": 2}
-"""An outcome's action -> its index in OUTCOMES."""
+KIND = {"complete": 0, "retry": 1, "fail": 2, "cancel": 3}
+"""An outcome's ending (core/outcomes.py `ending`) -> its index in OUTCOMES."""
 
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,6 +36,9 @@ class Outcome:
     """What failed, as the log's `error.type` names it (core/telemetry.py):
     the class of the exception a handler raised, or a d1queue code for a job
     failed without running; None for a completion."""
+    record: Mapping[str, Any] | None = None
+    """What the handler added to its attempt's history entry (progress,
+    log lines: runs.Notes.kept); None: nothing."""
 
 
 Mark = Literal["written", "resent", "stale", "unsettled"]
@@ -86,6 +90,16 @@ failed-jobs store: the API shows such a failure as state `cancelled`
 (`is_cancelled`)."""
 
 
+CANCELLED_TYPE = "cancelled"
+"""The `error_type` of a job ended because a cancel marked it while it ran."""
+
+
+def ending(outcome: Outcome) -> str:
+    """How an outcome ends its attempt, as metrics, history and process lines
+    name it: its action, or "cancel" for a failure a cancel caused."""
+    return "cancel" if outcome.error_type == CANCELLED_TYPE else outcome.action
+
+
 def is_cancelled(error: str | None) -> bool:
     """Whether a failure's stored error says its job was cancelled while it
     ran (CANCELLED_ERROR; no handler's error can begin so: a raised
@@ -104,7 +118,7 @@ def cancelled_outcome(job: QueuedJob, noticed: str) -> Outcome:
             f"{CANCELLED_ERROR}: {noticed} (attempt {job.attempts} of {job.max_attempts}); "
             f"last error: {job.last_error or 'none'}"
         ),
-        error_type="cancelled",
+        error_type=CANCELLED_TYPE,
     )
 
 

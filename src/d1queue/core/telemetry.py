@@ -25,7 +25,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from .outcomes import Mark, Outcome
+from .job import trace_fields as trace_fields  # its home; named here as before
+from .outcomes import Mark, Outcome, ending
 
 SYSTEM = "d1queue"
 
@@ -40,9 +41,9 @@ JOB_LOG_LEVELS = {"notable": logging.NOTSET, "all": logging.DEBUG, "off": loggin
 """PROCESS_LOGGER's level for each D1QUEUE_JOB_LOGS: NOTSET follows the
 d1queue logger's (INFO: notable runs only)."""
 
-OUTCOMES = {"complete": "completed", "retry": "retried", "fail": "failed"}
-"""A settled outcome's action as a process line names it (the drain's
-report counts the same words)."""
+OUTCOMES = {"complete": "completed", "retry": "retried", "fail": "failed", "cancel": "cancelled"}
+"""A settled outcome's ending (outcomes.ending) as a process line names it
+(the drain's report counts the same words; a cancel among its failures)."""
 
 
 def messaging(
@@ -65,14 +66,6 @@ def messaging(
     if error_type is not None:
         out["error.type"] = error_type
     return out
-
-
-def trace_fields(traceparent: str | None) -> dict[str, str]:
-    """The producer's trace id and span id of a (valid) `traceparent`, as a
-    process line carries them: {} for none."""
-    if traceparent is None:
-        return {}
-    return {"trace_id": traceparent[3:35], "parent_span_id": traceparent[36:52]}
 
 
 def notable(outcome: Outcome, mark: Mark) -> bool:
@@ -104,7 +97,7 @@ def process_fields(outcome: Outcome, mark: Mark) -> dict[str, Any]:
     )
     fields["name"] = job.name
     fields["attempt"] = job.attempts
-    fields["outcome"] = OUTCOMES[outcome.action] if written else mark
+    fields["outcome"] = OUTCOMES[ending(outcome)] if written else mark
     fields["wait_ms"] = max(0, job.started_at - job.available_at)
     fields["run_ms"] = job.run_ms
     if job.traceparent is not None:

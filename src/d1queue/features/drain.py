@@ -59,7 +59,7 @@ from ..core.flow import Flow
 from ..core.job import QueuedJob
 from ..core.limits import PLANS, Meter, Slots
 from ..core.log import event, get
-from ..core.metrics import KIND, OUTCOMES, Tally
+from ..core.metrics import Tally
 from ..core.outbound import Outbound
 from ..core.outcomes import (
     Mark,
@@ -68,6 +68,7 @@ from ..core.outcomes import (
     completed,
     decided,
     describe,
+    ending,
     history_kept,
     raised,
     refused,
@@ -75,6 +76,7 @@ from ..core.outcomes import (
 from ..core.registry import JobSpec, Registry
 from ..core.telemetry import (
     JOB_LOG_LEVELS,
+    OUTCOMES,
     PROCESS_EVENT,
     PROCESS_LOGGER,
     notable,
@@ -82,6 +84,7 @@ from ..core.telemetry import (
 )
 from ..store.cancel import marked as cancel_marked
 from ..store.queue import D1Queue
+from ..store.settle import record_progress
 from ..store.stats import RunCounts
 from ..store.stats import record as record_counts
 from .analytics import Points
@@ -707,6 +710,7 @@ class Drain:
                 http=self.fetch,
                 outbound=self.outbound,
                 keeps=self.keeps,
+                write_progress=record_progress,
             )
             if spec.wants_context or spec.cancel_watch_s is not None
             else None
@@ -726,7 +730,11 @@ class Drain:
         finally:
             slots.give()
             job.ended_at = clock()
-        return outcome if ctx is None else refused(outcome, spec, ctx.refused)
+        if ctx is None:
+            return outcome
+        outcome = refused(outcome, spec, ctx.refused)
+        kept = ctx.kept  # progress and log lines, for the attempt's history
+        return outcome if kept is None else replace(outcome, record=kept)
 
     def record(self, outcomes: list[Outcome], marks: list[Mark]) -> None:
         """Count settled outcomes into the report and the run's counters,
@@ -761,7 +769,7 @@ class Drain:
                 tally.add(
                     job.queue,
                     job.name,
-                    OUTCOMES[KIND[action]],
+                    OUTCOMES[ending(outcome)],
                     max(0, job.started_at - job.available_at),
                     job.run_ms,
                 )

@@ -22,9 +22,15 @@ from ..core.bounds import (
     MAX_DELAY_S,
     MAX_DEPENDENTS,
     MAX_JSON_DEPTH,
+    MAX_LOG_BYTES,
+    MAX_LOG_LINE_CHARS,
+    MAX_LOG_LINES,
     MAX_PAGE_BYTES,
     MAX_PARTITION,
     MAX_PAYLOAD_BYTES,
+    MAX_PROGRESS_NOTE,
+    MAX_RUN_ERROR_CHARS,
+    MAX_RUNS,
     MAX_UNIQUE_KEY,
     NAME_RULE,
     PERIOD_RANGE,
@@ -35,6 +41,7 @@ from ..core.bounds import (
 from ..core.flow import LIMIT_FIELDS
 from ..core.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from ..core.metrics import BUCKETS_S, OUTCOMES, WINDOWS
+from ..core.runs import PROGRESS_INTERVAL_S
 from ..core.schedule import (
     CATCH_UP_POLICIES,
     DEFAULT_CATCH_UP,
@@ -282,6 +289,53 @@ LIMITS_STATE = {
         },
     },
 }
+PROGRESS = {
+    "type": "object",
+    "required": ["value", "at"],
+    "properties": {
+        "attempt": {"type": "integer", "description": "the attempt that reported it"},
+        "value": {
+            "type": "number",
+            "minimum": 0,
+            "description": "a fraction (0 to 1) or a count, as the handler reported it",
+        },
+        "note": {"type": "string", "maxLength": MAX_PROGRESS_NOTE},
+        "at": {"type": "integer", "description": "when it was reported, epoch ms"},
+    },
+}
+LOG_LINE = {
+    "type": "object",
+    "required": ["at", "level", "message"],
+    "properties": {
+        "at": {"type": "integer", "description": "epoch ms"},
+        "level": {"type": "string", "description": "debug, info, warning, error, critical"},
+        "message": {"type": "string", "maxLength": MAX_LOG_LINE_CHARS},
+    },
+}
+RUN = {
+    "type": "object",
+    "required": ["attempt", "started_at", "duration_ms", "outcome"],
+    "properties": {
+        "attempt": {"type": "integer", "description": "its number, from 1"},
+        "started_at": {"type": "integer", "description": "epoch ms"},
+        "duration_ms": {"type": "integer", "description": "its handler's run"},
+        "outcome": {"type": "string", "description": "completed, retried or failed"},
+        "error": {
+            "type": "string",
+            "maxLength": MAX_RUN_ERROR_CHARS,
+            "description": "why it did not complete, with the traceback's last frames",
+        },
+        "progress": PROGRESS,
+        "logs": {
+            "type": "array",
+            "items": LOG_LINE,
+            "maxItems": MAX_LOG_LINES,
+            "description": f"what it logged through ctx.log: at most {MAX_LOG_LINES} lines "
+            f"and {MAX_LOG_BYTES} bytes",
+        },
+        "logs_truncated": {"type": "integer", "description": "lines past that, not kept"},
+    },
+}
 JOB_OUT = {
     "type": "object",
     "required": ["id", "queue", "name", "state", "attempts", "max_attempts"],
@@ -341,6 +395,36 @@ JOB_OUT = {
         "completed_at": {
             "type": ["integer", "null"],
             "description": "completed: when, epoch ms (null otherwise)",
+        },
+        "started_at": {
+            "type": ["integer", "null"],
+            "description": "reserved: when its running attempt was claimed, epoch ms "
+            "(null otherwise)",
+        },
+        "progress": {
+            "oneOf": [PROGRESS, {"type": "null"}],
+            "description": "its latest progress report (ctx.progress): written while it "
+            f"runs at most once per {PROGRESS_INTERVAL_S:g} s, and the attempt's last with its "
+            "settle; null: its handler reported none",
+        },
+        "logs": {
+            "type": ["array", "null"],
+            "items": LOG_LINE,
+            "maxItems": MAX_LOG_LINES,
+            "description": "reserved: what its running attempt logged through ctx.log, as "
+            "written with its last progress report (null when not running)",
+        },
+        "logs_truncated": {
+            "type": "integer",
+            "description": "reserved: lines its running attempt logged past the bound, not kept",
+        },
+        "runs": {
+            "type": "array",
+            "items": RUN,
+            "maxItems": MAX_RUNS,
+            "description": f"its attempt history, oldest first: the latest {MAX_RUNS} "
+            "attempts, each added by the settle that ended it (a running attempt is "
+            "not there yet; an attempt whose worker died before settling is not there)",
         },
         "dependents": {
             "type": "array",

@@ -252,6 +252,7 @@ def _not_json(name: str) -> Any:
 
 def _failed(f: FailedJob) -> dict[str, Any]:
     after = stored(f.after)
+    last = f.runs[-1] if f.runs else {}
     return {
         **asdict(f),
         "payload": stored_payload(f.payload),
@@ -259,13 +260,31 @@ def _failed(f: FailedJob) -> dict[str, Any]:
         "after": after if isinstance(after, list) else None,
         # Not kept with a failure: it decided nothing once the job failed.
         "ignore_failed": None,
+        "started_at": None,
+        "progress": last.get("progress"),
+        "logs": None,
+        "logs_truncated": 0,
     }
+
+
+def _progress(view: JobView) -> tuple[dict[str, Any] | None, list[Any] | None, int]:
+    """A job's latest progress as the API shows it ({attempt, value, note?,
+    at}), and, while its attempt runs, the log lines that attempt has
+    written with its progress so far and how many it left out."""
+    stored = view.progress
+    if stored is None:
+        return None, ([] if view.started_at is not None else None), 0
+    progress = {k: v for k, v in stored.items() if k in ("attempt", "value", "note", "at")}
+    if view.started_at is None or stored.get("attempt") != view.job.attempts:
+        return progress, ([] if view.started_at is not None else None), 0
+    return progress, list(stored.get("logs") or []), int(stored.get("logs_truncated") or 0)
 
 
 def _view(view: JobView) -> dict[str, Any]:
     """A live or completed job as the API answers it."""
     job = view.job
     completed = view.state == "completed"
+    progress, logs, truncated = _progress(view)
     return {
         "id": job.id,
         "queue": job.queue,
@@ -286,6 +305,11 @@ def _view(view: JobView) -> dict[str, Any]:
         "batch": job.batch,
         "result": view.result if completed else None,
         "completed_at": view.completed_at if completed else None,
+        "started_at": view.started_at,
+        "progress": progress,
+        "logs": logs,
+        "logs_truncated": truncated,
+        "runs": view.runs,
     }
 
 

@@ -122,6 +122,9 @@ def job_fields(view: JobView) -> dict[str, Any]:
         "after": list(job.after or []),
         "ignore_failed": view.ignore_failed,
         "batch": job.batch,
+        "runs": view.runs,
+        "progress": view.progress,
+        "started_at": view.started_at,
     }
 
 

@@ -12,7 +12,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.bounds import MAX_PAGE_BYTES, MAX_SAFE_INT, NAME_ALPHABET, check_stored_name
@@ -22,6 +22,7 @@ from ..core.registry import Registry
 from ..core.telemetry import messaging
 from . import sql
 from .binding import Binding
+from .rows import stored_runs
 
 log = get(__name__)
 
@@ -46,6 +47,9 @@ class FailedJob:
     """The workflow batch it was a job of (None: none)."""
     after: str | None = None
     """The ids it waited for, as stored (a JSON array; None: none)."""
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    """Its attempt history, oldest first, its failing attempt last
+    (core/history.py)."""
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> FailedJob:
@@ -55,6 +59,7 @@ class FailedJob:
         fields.pop("fits", None)  # a listing's (sql.bytes_bounded)
         # A whole row's (SELECT *): kept for the job a retry makes, not shown.
         fields.pop("traceparent", None)
+        fields["runs"] = stored_runs(fields.get("runs"))
         return cls(**fields)
 
     def __getitem__(self, key: str) -> Any:

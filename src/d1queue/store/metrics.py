@@ -30,7 +30,7 @@ from ..core.metrics import (
     Figures,
     observation,
 )
-from ..core.outcomes import Outcome
+from ..core.outcomes import Outcome, ending
 from . import sql
 from .binding import Binding, Statement
 
@@ -38,7 +38,7 @@ from .binding import Binding, Statement
 def _entry(outcome: Outcome, now: int) -> list[Any]:
     job = outcome.job
     started = job.started_at or now
-    kind, wb, wait, rb, run = observation(outcome.action, job.available_at, started, job.run_ms)
+    kind, wb, wait, rb, run = observation(ending(outcome), job.available_at, started, job.run_ms)
     return [
         job.queue,
         job.name,

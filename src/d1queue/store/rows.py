@@ -53,6 +53,30 @@ def _after(text: Any) -> list[str] | None:
     return [str(i) for i in ids] if isinstance(ids, list) else None
 
 
+def stored_runs(text: Any) -> list[dict[str, Any]]:
+    """A row's attempt history (`runs`, JSON text or NULL) as a list of its
+    entries, oldest first (core/history.py); [] for none or for text that
+    does not decode (written by something other than d1queue)."""
+    if not text:
+        return []
+    try:
+        runs = json.loads(text)
+    except ValueError:
+        return []
+    return [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+
+
+def stored_progress(text: Any) -> dict[str, Any] | None:
+    """A row's `progress` (JSON text or NULL) as a dict; None for none."""
+    if not text:
+        return None
+    try:
+        progress = json.loads(text)
+    except ValueError:
+        return None
+    return progress if isinstance(progress, dict) else None
+
+
 _new_job = object.__new__
 _scan_json: Any = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 

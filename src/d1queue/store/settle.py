@@ -9,6 +9,10 @@ holds the job, fenced by the lease's key and token.
 - **fail**: copied to the failed jobs and deleted (FAIL_RECORD, then the
   delete), in one transaction.
 
+Each outcome that keeps the job (a retry, a completion kept as history, a
+failure) appends its attempt to the job's history in that same statement
+(core/history.py run_entry; sql._runs_set): no statement more.
+
 A workflow's job (one waited for, or a batch's) is ended before it goes,
 which releases its dependents and counts it in its batch: workflow_ends.py.
 Each outcome's mark says how its settle ended (`Mark`): D1's `changes`
@@ -25,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core.bounds import MAX_RESULT_BYTES, clamp_delay_s
+from ..core.history import run_entry
 from ..core.job import QueuedJob
 from ..core.limits import SubrequestLimitExceeded
 from ..core.log import event, get
@@ -70,7 +75,7 @@ def statements(q: QueueState, outcome: Outcome, now: int) -> list[Statement]:
     held = (job.id, job.reservation, job.queue, job.reserved_until)
     if outcome.action == "complete":
         if history_kept(q.keep_completed, q.registry, job.queue):
-            return [(sql.COMPLETE_HELD, (*held, now, outcome.result))]
+            return [(sql.COMPLETE_HELD, (*held, now, outcome.result, run_entry(outcome, now)))]
         if not job.workflow:
             # A waiter may name the job while it runs: if it did, this
             # deletes nothing and its follow-up ends and deletes it.
@@ -81,8 +86,9 @@ def statements(q: QueueState, outcome: Outcome, now: int) -> list[Statement]:
         # push available_at past what D1 binds, failing the whole batch.
         delay_ms = round(clamp_delay_s(outcome.delay_s) * 1000)
         retry = sql.RETRY_FREEING if holds_places(job) else sql.RETRY
-        return [(retry, (now + delay_ms, outcome.error, *held))]
-    record = (sql.FAIL_RECORD, (outcome.error or "failed", now, *held))
+        return [(retry, (now + delay_ms, outcome.error, *held, run_entry(outcome, now)))]
+    entry = run_entry(outcome, now)
+    record = (sql.FAIL_RECORD, (outcome.error or "failed", now, *held, entry))
     if not job.workflow:
         # As a completion's: its follow-up ends it if a waiter named it.
         return [record, (sql.DELETE_HELD_PLAIN, held)]
@@ -169,7 +175,9 @@ def _ack_batch(
     DELETE_HELD_BATCH_PLAIN, which deletes only the jobs no workflow has; a
     job a waiter named while it ran is ended and deleted by the follow-up.
     None: one job (its own statement is as cheap), a batch's job among them
-    without history, or results too large to bind as one value."""
+    without history, a job whose handler added progress or log lines to
+    its attempt (its entry may be kilobytes: its own statement), or results
+    and history entries too large to bind as one value."""
     if len(outcomes) < 2:
         return None, []
     if not history_kept(q.keep_completed, q.registry, held[0]):
@@ -177,11 +185,15 @@ def _ack_batch(
             return None, []  # each its own statements: END_HELD, DELETE_HELD
         done = json.dumps([o.job.id for o in outcomes])
         return (sql.DELETE_HELD_BATCH_PLAIN, held), ending_batch(held, done)
+    if any(o.record for o in outcomes):
+        return None, []
     results = {o.job.id: o.result for o in outcomes}
     text = json.dumps(results, separators=(",", ":"))
-    if len(text) > MAX_RESULT_BYTES:
+    # Ids match ID_RULE: nothing in them to escape in a JSON key.
+    entries = "{" + ",".join(f'"{o.job.id}":{run_entry(o, now)}' for o in outcomes) + "}"
+    if len(text) + len(entries) > MAX_RESULT_BYTES:
         return None, []
-    return (sql.COMPLETE_HELD_BATCH, (*held, text, now)), []
+    return (sql.COMPLETE_HELD_BATCH, (*held, text, now, entries)), []
 
 
 async def settle(q: QueueState, outcomes: Sequence[Outcome]) -> list[bool]:
@@ -308,3 +320,14 @@ async def _gone(
         for n in chunk:
             if outcomes[n].job.id not in present:
                 marks[n] = "resent"
+
+
+async def record_progress(q: QueueState, job: QueuedJob, progress: str, seq: int) -> bool:
+    """Write a running job's progress report (JSON text, with its attempt's
+    log lines so far: core/runs.py) where its worker holds it, fenced by its
+    lease's token and written only over a lower `seq` (sql.SET_PROGRESS).
+    True if it landed now; False if the lease moved on, or an earlier send
+    of this very write landed (its reply lost): either way, safe."""
+    held = (job.id, job.reservation, job.queue, job.reserved_until)
+    result = await q.binding.run(sql.SET_PROGRESS, *held, progress, seq)
+    return result.changes > 0

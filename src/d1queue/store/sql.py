@@ -17,7 +17,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from ..core.bounds import MAX_ERROR_CHARS, PRIORITY_RANGE
+from ..core.bounds import MAX_ERROR_CHARS, MAX_RUNS, PRIORITY_RANGE
 from ..core.flow import LONGEST_WINDOW_MS, RATE_GUARD_MS
 from ..core.metrics import BUCKETS as METRIC_BUCKETS
 from ..core.metrics import HOUR_MS as METRIC_HOUR_MS
@@ -66,7 +66,7 @@ reads their values (rows.JOB_COLUMN_NAMES)."""
 
 FAILED_COLUMNS = (
     "id, queue, name, payload, error, attempts, max_attempts, priority, created_at, failed_at, "
-    "grp, batch, after"
+    "grp, batch, after, runs"
 )
 
 
@@ -161,6 +161,33 @@ def _held(q: int, at: int, id: int, token: int) -> str:
         f"queue = ?{q} AND band = {LOCKED_BAND} AND available_at = ?{at} "
         f"AND id = ?{id} AND reservation = ?{token}"
     )
+
+
+def _runs_set(entry: str) -> str:
+    """The SET terms a settle keeping the job adds (migrations/0013): its
+    attempt history `runs` with the attempt's entry `entry` (an SQL term
+    giving its JSON text, core/history.py run_entry) appended, the oldest
+    dropped past MAX_RUNS; and its `progress`, the attempt's last report if
+    it made one. Keyed by the attempt's number: a settle re-sent after a
+    lost reply (RETRY matches again) finds its attempt last and appends
+    nothing. Scalars of the row being written: no row read, none written
+    more."""
+    return f"runs = {_runs_append(entry)}, " + _progress_set(entry)
+
+
+def _runs_append(entry: str) -> str:
+    """`runs` (the column as read) with `entry` appended, keyed by attempt
+    (see _runs_set); for FAIL_RECORD's copy as for the UPDATEs."""
+    grown = f"json_insert(COALESCE(runs, '[]'), '$[#]', json({entry}))"
+    return (
+        f"CASE WHEN json_extract(runs, '$[#-1].attempt') = json_extract({entry}, '$.attempt') "
+        f"THEN runs WHEN json_array_length(runs) >= {MAX_RUNS} "
+        f"THEN json_remove({grown}, '$[0]') ELSE {grown} END"
+    )
+
+
+def _progress_set(entry: str) -> str:
+    return f"progress = COALESCE(json_extract({entry}, '$.progress'), progress)"
 
 
 # A job's band: its priority if it is due as it is pushed, else the delayed band.
@@ -770,12 +797,14 @@ DELETE_HELD_BATCH = (
 # claim ends it cancelled without running it (outcomes.decided), and a
 # re-send still matches it there. Read from the row the statement writes
 # anyway: no row read more (a third key to probe would be one a retry).
+# The attempt joins the job's history (_runs_set): a re-send matching again
+# appends nothing more.
 # ?1 retry time ?2 last_error (NULL keeps the previous one) ?3 id ?4 reservation
-# ?5 queue ?6 lease end
+# ?5 queue ?6 lease end ?7 the attempt's entry (JSON, core/history.py)
 _RETRY_AT = "CASE WHEN cancel_at IS NULL THEN ?1 ELSE ?6 END"
 RETRY = (
     f"UPDATE d1queue_jobs SET available_at = {_RETRY_AT}, locked_until = {_RETRY_AT}, "
-    "reserved_at = NULL, last_error = COALESCE(?2, last_error) "
+    f"reserved_at = NULL, last_error = COALESCE(?2, last_error), {_runs_set('?7')} "
     f"WHERE queue = ?5 AND band = {LOCKED_BAND} AND available_at IN (?6, ?1) AND id = ?3 "
     "AND reservation = ?4"
 )
@@ -790,12 +819,14 @@ RETRY_FREEING = RETRY.replace(
 # the copy is read from the fenced row itself, so a stale holder records
 # nothing, and a fault in either statement leaves the job where it was.
 # OR REPLACE: a job id that failed before (and was pushed again under the same
-# id) keeps one failure record, the latest.
+# id) keeps one failure record, the latest. The record keeps the job's
+# attempt history with this attempt appended (_runs_append).
 # ?1 error ?2 failed_at ?3 id ?4 reservation ?5 queue ?6 lease end
+# ?7 the attempt's entry (JSON, core/history.py)
 FAIL_RECORD = (
     f"INSERT OR REPLACE INTO d1queue_failed_jobs ({FAILED_COLUMNS}, traceparent) "
     "SELECT id, queue, name, payload, ?1, attempts, max_attempts, priority, created_at, ?2, grp, "
-    "batch, after, traceparent "
+    f"batch, after, {_runs_append('?7')}, traceparent "
     "FROM d1queue_jobs WHERE " + _held(5, 6, 3, 4)
 )
 
@@ -859,17 +890,18 @@ SELECT_JOB = _by_id(f"SELECT {JOB_COLUMNS} FROM d1queue_jobs", "id = ?1") + " LI
 # so a job's allowance costs no row read and the retry needs no read of its
 # name first. It does not take its uniqueness lock again: the lock was
 # released when it failed, and re-taking it could make the retry lose to a
-# fresh dispatch made in between. Cost: 1 row read (the failure by its key),
+# fresh dispatch made in between. Its attempt history comes back with it.
+# Cost: 1 row read (the failure by its key),
 # 2 rows written (the job's row and its id-index entry); the DELETE 1 read and
 # 1 written. Re-sent after a lost reply, the copy finds the failure gone and
 # inserts nothing: the job is queued once, with the attempts the first send
 # gave it. ?1 now ?2 id ?3 allowances (JSON) ?4 the default allowance
 RETRY_FAILED_INSERT = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
-    "available_at, created_at, unique_key, last_error, band, grp, traceparent) "
+    "available_at, created_at, unique_key, last_error, band, grp, traceparent, runs) "
     "SELECT id, queue, name, payload, attempts, "
     "attempts + COALESCE(json_extract(?3, '$.\"' || name || '\"'), ?4), "
-    "priority, ?1, ?1, NULL, error, priority, grp, traceparent "
+    "priority, ?1, ?1, NULL, error, priority, grp, traceparent, runs "
     "FROM d1queue_failed_jobs WHERE id = ?2"
 )
 RETRY_FAILED_DELETE = "DELETE FROM d1queue_failed_jobs WHERE id = ?1"
@@ -1022,7 +1054,7 @@ WATCH_CANCEL = "SELECT cancel_at FROM d1queue_jobs WHERE " + _held(3, 4, 1, 2)
 # repeats a row; cut at ?4 bytes of payloads and errors (bytes_bounded).
 # ?1 cursor failed_at ?2 cursor id ?3 limit (a page and one) ?4 bytes [?5 queue]
 _FAILED_ORDER = "failed_at DESC, id DESC"
-_FAILED_SIZED = ("payload", "error", "after")
+_FAILED_SIZED = ("payload", "error", "after", "runs")
 _FAILED_PAGE = (
     f"SELECT {FAILED_COLUMNS} FROM d1queue_failed_jobs "
     f"WHERE (failed_at, id) < (?1, ?2) ORDER BY {_FAILED_ORDER} LIMIT ?3"
@@ -1366,7 +1398,9 @@ PRUNE_SIGNOUTS = (
 # A workflow's job is marked ended in the same statement, which fires the
 # trigger d1queue_jobs_ended (its waiters and batch count it); any other
 # job's `ended` stays 0 and fires nothing.
-# ?1 id ?2 reservation ?3 queue ?4 lease end ?5 now ?6 result
+# The attempt joins the job's history in the same statement (_runs_set).
+# ?1 id ?2 reservation ?3 queue ?4 lease end ?5 now ?6 result ?7 the
+# attempt's entry (JSON, core/history.py)
 WORKFLOW = "(dependents = 1 OR batch IS NOT NULL)"
 """A job whose end the trigger d1queue_jobs_ended must count: some job waits
 for it, or it is a batch's."""
@@ -1380,23 +1414,27 @@ _DONE_SET = (
     f"reserved_at = NULL, slot = NULL, gslot = NULL, ended = CASE WHEN {WORKFLOW} THEN "
     f"{ENDED_KEPT} ELSE 0 END, result = "
 )
-COMPLETE_HELD = _DONE_SET + "?6 WHERE " + _held(3, 4, 1, 2)
+COMPLETE_HELD = _DONE_SET + f"?6, {_runs_set('?7')} WHERE " + _held(3, 4, 1, 2)
 
 # DELETE_HELD_BATCH's twin for a queue that keeps history: every completed
 # job of a claim batch moves to the done band in one statement, each with
 # its own result read from ?4, a JSON object {id: result as JSON text}, by
 # json_extract (a scalar: no row read). Ids match ID_RULE, which needs no
-# escaping in a JSON path. ?1 queue ?2 lease end ?3 reservation ?4 results
-# ?5 now
+# escaping in a JSON path. Each attempt's history entry likewise from ?6.
+# ?1 queue ?2 lease end ?3 reservation ?4 results ?5 now ?6 the attempts'
+# entries, a JSON object {id: entry}
+_BATCH_ENTRY = "json_extract(?6, '$.\"' || id || '\"')"
 COMPLETE_HELD_BATCH = (
     _DONE_SET
-    + "json_extract(?4, '$.\"' || id || '\"') "
+    + "json_extract(?4, '$.\"' || id || '\"'), "
+    + _runs_set(_BATCH_ENTRY)
+    + " "
     + f"WHERE queue = ?1 AND band = {LOCKED_BAND} AND available_at = ?2 "
     "AND reservation = ?3 AND reserved_at IS NOT NULL "
     "AND json_type(?4, '$.\"' || id || '\"') IS NOT NULL"
 )
 
-_VIEW_COLUMNS = f"{JOB_COLUMNS}, result, ignore_failed"
+_VIEW_COLUMNS = f"{JOB_COLUMNS}, result, ignore_failed, runs, progress"
 
 # A job by id for the API and dashboard, wherever it is: live (through the id
 # index, or the walk of the locked bands), or completed and kept (the done
@@ -1419,7 +1457,7 @@ LIST_COMPLETED = bytes_bounded(
     "AND (available_at < ?2 OR (available_at = ?2 AND id < ?3)) "
     f"ORDER BY {_COMPLETED_ORDER} LIMIT ?4",
     _VIEW_COLUMNS,
-    ("payload", "result", "last_error", "after"),
+    ("payload", "result", "last_error", "after", "runs", "progress"),
     _COMPLETED_ORDER,
     4,
     5,
@@ -1774,7 +1812,8 @@ END_CLEARED = (
 # the all-time totals and of the settle's minute: one UPSERT per guard site,
 # one row written per (queue, name) and shape whatever the number of jobs.
 # What it adds is the jobs of ?1, a JSON array of one entry per attempt,
-# [queue, name, outcome (0 completed, 1 retried, 2 failed), wait bucket,
+# [queue, name, outcome (0 completed, 1 retried, 2 failed, 3 cancelled while
+# it ran), wait bucket,
 # wait ms, run bucket, run ms, id, lease end, token]; ?2 the minute (ms).
 # A job is counted only where its settle lands, and only once however often
 # the batch is sent (D1 may commit it and lose the reply): see the guards.
@@ -1803,7 +1842,7 @@ _M_JOBS = (
 )
 _M_SHAPES = f"(SELECT {METRIC_TOTAL} AS period, 0 AS at UNION ALL SELECT {METRIC_MINUTE_MS}, ?2)"
 _M_SUMS = (
-    "SUM(j.k = 0), SUM(j.k = 1), SUM(j.k = 2), 0, SUM(j.ws), SUM(j.rs), "
+    "SUM(j.k = 0), SUM(j.k = 1), SUM(j.k = 2), SUM(j.k = 3), SUM(j.ws), SUM(j.rs), "
     + ", ".join(f"SUM(j.wb = {i})" for i in _M_BUCKETS)
     + ", "
     + ", ".join(f"SUM(j.rb = {i})" for i in _M_BUCKETS)
@@ -1973,6 +2012,23 @@ PRUNE_METRICS = (
     + "SELECT m.queue, m.period, m.at, m.name FROM q JOIN d1queue_metrics m "
     f"ON m.queue = q.name AND m.period = ?1 AND m.at < ?2 "
     f"AND m.at < COALESCE({_ROLL_CURSOR} + {METRIC_HOUR_MS}, ?2) LIMIT ?3)"
+)
+
+# -- a running job's progress (migrations/0013_attempt_history.sql) ----------
+#
+# A handler's progress report (ctx.progress, core/runs.py), with its
+# attempt's log lines so far: written to the job it holds, found by its
+# held key and fenced by its lease's token (a drain whose lease lapsed, its
+# job claimed again, writes nothing), and only over a lower sequence number
+# (the attempt's, times 2^20, plus its count of reports), so a write re-sent
+# after a lost reply never moves the progress back. One seek: 1 row read,
+# 1 row written (the column is in no index). Sent at most once per
+# runs.PROGRESS_INTERVAL_S per job, and never by a handler that does not
+# report progress. ?1 id ?2 reservation ?3 queue ?4 lease end ?5 progress
+# (JSON) ?6 its sequence number
+SET_PROGRESS = (
+    f"UPDATE d1queue_jobs SET progress = ?5 WHERE {_held(3, 4, 1, 2)} "
+    "AND reserved_at IS NOT NULL AND COALESCE(json_extract(progress, '$.seq') < ?6, 1)"
 )
 
 _VERBS = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "REPLACE")

@@ -16,7 +16,7 @@ from ..core.job import QueuedJob
 from . import sql
 from .binding import Binding, Result, Statement
 from .failed import FailedJob
-from .rows import row_to_job
+from .rows import row_to_job, stored_progress, stored_runs
 
 JobState = Literal[
     "waiting", "ready", "delayed", "reserved", "cancelling", "completed", "failed", "cancelled"
@@ -47,6 +47,13 @@ class JobView:
     result: Any = None
     completed_at: int | None = None
     ignore_failed: bool = False
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    """Its attempt history, oldest first (core/history.py)."""
+    progress: dict[str, Any] | None = None
+    """Its latest progress report (ctx.progress), while it runs with its
+    attempt's log lines so far (`logs`); None: none made."""
+    started_at: int | None = None
+    """When its running attempt was claimed (None: not running)."""
 
 
 @dataclass
@@ -146,6 +153,7 @@ class Workflows:
         if found.rows:
             row = found.rows[0]
             job = row_to_job(row)
+            runs, progress = stored_runs(row.get("runs")), stored_progress(row.get("progress"))
             if job.band == sql.DONE_BAND:
                 return JobView(
                     job,
@@ -153,8 +161,15 @@ class Workflows:
                     stored(row["result"]),
                     int(row["available_at"]),
                     bool(row["ignore_failed"]),
+                    runs,
+                    progress,
                 )
-            return JobView(job, state_of(job, self.clock()), None, None, bool(row["ignore_failed"]))
+            state = state_of(job, self.clock())
+            # A lapsed lease's attempt is over: the next claim runs it again.
+            started = row.get("reserved_at") if state == "reserved" else None
+            return JobView(
+                job, state, None, None, bool(row["ignore_failed"]), runs, progress, started
+            )
         return FailedJob.of(failed.rows[0]) if failed.rows else None
 
     async def completed(
@@ -182,6 +197,8 @@ class Workflows:
                 stored(r["result"]),
                 int(r["available_at"]),
                 bool(r["ignore_failed"]),
+                stored_runs(r.get("runs")),
+                stored_progress(r.get("progress")),
             )
             for r in rows
         ]

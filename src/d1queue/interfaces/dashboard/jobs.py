@@ -18,6 +18,7 @@ from . import html as h
 from .mask import mask, scrub
 from .parts import (
     GONE,
+    Column,
     badge,
     button,
     group,
@@ -28,7 +29,9 @@ from .parts import (
     nav,
     notice,
     props,
+    short,
     stats,
+    table,
 )
 from .request import Request, csrf_field
 
@@ -60,6 +63,9 @@ def shown_fields(found: JobView | FailedJob) -> dict[str, Any]:
         "after": _after_ids(found.after),
         "ignore_failed": False,
         "batch": found.batch,
+        "runs": found.runs,
+        "progress": found.runs[-1].get("progress") if found.runs else None,
+        "started_at": None,
     }
 
 
@@ -229,6 +235,52 @@ def job_error(shown: JobShown) -> str:
     )
 
 
+def job_progress(shown: JobShown) -> str:
+    """Its latest progress report and, while it runs, the log lines its
+    attempt has written with it so far."""
+    job = shown.job
+    progress = job.get("progress")
+    if not progress:
+        return ""
+    note = f" — {h.e(progress['note'])}" if progress.get("note") else ""
+    parts = [
+        "<h2>Progress</h2>",
+        f'<p>{h.e(progress.get("value"))}{note} <span class="muted">(attempt '
+        f"{h.e(progress.get('attempt'))}, "
+        f"{h.when(progress.get('at'), shown.request.now_ms)})</span></p>",
+    ]
+    logs = progress.get("logs") if shown.state == "reserved" else None
+    if logs:
+        parts.append(_log_lines(logs, job["payload"]))
+    return "".join(parts)
+
+
+def _log_lines(lines: list[dict[str, Any]], payload: Any) -> str:
+    text = "\n".join(f"{x.get('level', '')}: {x.get('message', '')}" for x in lines)
+    return f"<pre>{h.e(scrub(text, payload))}</pre>"
+
+
+def job_runs(shown: JobShown) -> str:
+    """Its attempts, newest first: start, run time, outcome, error and
+    what its handler logged."""
+    runs = shown.job.get("runs") or []
+    if not runs:
+        return ""
+    now, payload = shown.request.now_ms, shown.job["payload"]
+    columns: list[Column[dict[str, Any]]] = [
+        Column("Attempt", lambda r: h.e(r.get("attempt")), "num", row_header=True),
+        Column("Started", lambda r: h.when(r.get("started_at"), now)),
+        Column("Ran", lambda r: f"{h.e(r.get('duration_ms'))} ms", "num"),
+        Column("Outcome", lambda r: h.e(r.get("outcome"))),
+        Column("Error", lambda r: h.e(short(scrub(r.get("error"), payload)))),
+        Column(
+            "Log",
+            lambda r: _log_lines(r["logs"], payload) if r.get("logs") else "",
+        ),
+    ]
+    return "<h2>Attempts</h2>" + table("Attempts", columns, list(reversed(runs)))
+
+
 def job_workflow(shown: JobShown) -> str:
     """The job's dependencies (`after`) and dependents, each linked."""
     after, links = shown.job["after"], shown.links
@@ -262,7 +314,19 @@ def job_payload(shown: JobShown) -> str:
 
 JOB = (
     job_heading,
-    live("job", (job_props, job_actions, job_result, job_error, job_workflow, job_payload)),
+    live(
+        "job",
+        (
+            job_props,
+            job_actions,
+            job_progress,
+            job_result,
+            job_error,
+            job_runs,
+            job_workflow,
+            job_payload,
+        ),
+    ),
 )
 
 
