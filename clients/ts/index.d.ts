@@ -685,6 +685,7 @@ export interface Routes<N extends string = string> {
       400: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Push a job to this queue (operationId `dispatch`) */
@@ -702,6 +703,7 @@ export interface Routes<N extends string = string> {
       400: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Delete every job on the queue (operationId `clearQueue`) */
@@ -716,6 +718,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       400: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Push 1 to 100 jobs, all or nothing (operationId `dispatchBatch`) */
@@ -738,6 +741,7 @@ export interface Routes<N extends string = string> {
       400: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Every queue with stats (operationId `queues`) */
@@ -779,6 +783,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       400: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Drain a paused queue again (operationId `resumeQueue`) */
@@ -793,6 +798,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       400: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** A queue's flow limits and their use now (operationId `limits`) */
@@ -824,6 +830,7 @@ export interface Routes<N extends string = string> {
       503: ErrorBody;
       400: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /**
@@ -873,6 +880,7 @@ export interface Routes<N extends string = string> {
       503: ErrorBody;
       404: ErrorBody;
       409: ErrorBody;
+      403: ErrorBody;
     };
   };
   /**
@@ -892,6 +900,7 @@ export interface Routes<N extends string = string> {
       409: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** A batch's progress (operationId `batchState`) */
@@ -926,6 +935,7 @@ export interface Routes<N extends string = string> {
       409: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Failed jobs, newest first (operationId `failed`) */
@@ -954,6 +964,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       400: ErrorBody;
+      403: ErrorBody;
     };
   };
   /**
@@ -971,6 +982,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       404: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Delete a failed job (operationId `deleteFailed`) */
@@ -986,6 +998,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       404: ErrorBody;
+      403: ErrorBody;
     };
   };
   /**
@@ -1020,6 +1033,7 @@ export interface Routes<N extends string = string> {
       409: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Every schedule, by id (operationId `schedules`) */
@@ -1067,6 +1081,7 @@ export interface Routes<N extends string = string> {
       503: ErrorBody;
       404: ErrorBody;
       409: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Pause a schedule: it enqueues nothing until resumed (operationId `pauseSchedule`) */
@@ -1082,6 +1097,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       404: ErrorBody;
+      403: ErrorBody;
     };
   };
   /**
@@ -1099,6 +1115,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       404: ErrorBody;
+      403: ErrorBody;
     };
   };
 }

@@ -91,16 +91,41 @@ class ConfigError(ValueError):
     """A `D1QUEUE_*` var is unknown or has an invalid value."""
 
 
-def token_problem(token: Any) -> str | None:
-    """Why D1QUEUE_TOKEN (the secret's value, None when unset) cannot guard
+SECRETS = ("D1QUEUE_TOKEN", "D1QUEUE_READONLY_TOKEN")
+"""The secrets sharing the `D1QUEUE_` prefix: not drain settings, and never
+quoted in an error (a mistake in one names the secret, not its value)."""
+
+
+def token_problem(token: Any, name: str = "D1QUEUE_TOKEN") -> str | None:
+    """Why a token secret (`name`'s value, None when unset) cannot guard
     the Worker, or None when it can or is unset: a short token is refused
     outright, and nobody counts as signed in with it."""
     if token is not None and len(str(token)) < MIN_TOKEN_CHARS:
         return (
-            f"D1QUEUE_TOKEN must be at least {MIN_TOKEN_CHARS} characters (it guards "
+            f"{name} must be at least {MIN_TOKEN_CHARS} characters (it guards "
             "every queue and the dashboard); make one with: python3 -c "
             "'import secrets; print(secrets.token_urlsafe(32))'"
         )
+    return None
+
+
+def readonly_token_problem(token: Any, readonly: Any) -> str | None:
+    """Why D1QUEUE_READONLY_TOKEN (None when unset) cannot be used beside
+    D1QUEUE_TOKEN (`token`): too short, set without the API token, or the
+    same value (which would make every holder of the API token read-only,
+    or every read-only holder an admin)."""
+    if readonly is None:
+        return None
+    problem = token_problem(readonly, "D1QUEUE_READONLY_TOKEN")
+    if problem is not None:
+        return problem
+    if token is None:
+        return (
+            "D1QUEUE_READONLY_TOKEN is set without D1QUEUE_TOKEN: set the API token too "
+            "(the read-only token signs in beside it)"
+        )
+    if str(token) == str(readonly):
+        return "D1QUEUE_READONLY_TOKEN must differ from D1QUEUE_TOKEN"
     return None
 
 
@@ -379,7 +404,7 @@ class Config:
         known = {f"D1QUEUE_{f.name.upper()}": f for f in fields(cls)}
         unknown = sorted(k for k in env if k.startswith("D1QUEUE_") and k not in known)
         # Secrets share the prefix but are not drain settings.
-        unknown = [k for k in unknown if k not in ("D1QUEUE_TOKEN",)]
+        unknown = [k for k in unknown if k not in SECRETS]
         if unknown:
             raise ConfigError(
                 f"unknown setting {', '.join(unknown)}; known: {', '.join(sorted(known))}"
@@ -394,7 +419,9 @@ class Config:
             except ValueError as exc:
                 why = f": {exc}" if f.name.startswith("http_") else ""
                 raise ConfigError(f"{var}={raw!r} is not a valid value{why}") from None
-        problem = token_problem(env.get("D1QUEUE_TOKEN"))
+        problem = token_problem(env.get("D1QUEUE_TOKEN")) or readonly_token_problem(
+            env.get("D1QUEUE_TOKEN"), env.get("D1QUEUE_READONLY_TOKEN")
+        )
         if problem is not None:
             raise ConfigError(problem)
         config = cls(**values)

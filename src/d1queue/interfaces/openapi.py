@@ -683,6 +683,8 @@ SPEC: dict[str, Any] = {
             for c, d in {
                 400: "Malformed request",
                 401: "Missing or wrong bearer token",
+                403: "read_only: the read-only token (D1QUEUE_READONLY_TOKEN) sent a "
+                "request that is not a read",
                 404: "Not found",
                 405: "Method not allowed",
                 409: "Conflict",
@@ -957,6 +959,8 @@ def _paths(routes: tuple[Route, ...]) -> dict[str, Any]:
         op |= OPERATIONS[(route.method, route.path)]
         if "id" in route.path_params:  # an id not of ID_RULE's shape: 400 invalid_id
             op["responses"] = {"400": {"$ref": "#/components/responses/E400"}} | op["responses"]
+        if route.method != "GET":  # the read-only token reads only
+            op["responses"] = op["responses"] | {"403": {"$ref": "#/components/responses/E403"}}
         if route.handler in TRACED:
             op["parameters"] = [TRACE_PARAM]
         if route.query:

@@ -82,8 +82,11 @@ def options(choices: Iterable[tuple[str, str]], selected: str) -> str:
 NAV = (("/ui", "Overview"), ("/ui/failed", "Failed jobs"), ("/ui/schedules", "Schedules"))
 
 
-def frame(title: str, body: str, *, current: str = "", csrf: str | None = None) -> str:
-    """A whole page. `csrf` None: signed out (no navigation, no sign-out)."""
+def frame(
+    title: str, body: str, *, current: str = "", csrf: str | None = None, readonly: bool = False
+) -> str:
+    """A whole page. `csrf` None: signed out (no navigation, no sign-out).
+    `readonly`: a read-only session, said beside the sign-out button."""
     nav = ""
     session = ""
     if csrf is not None:
@@ -94,7 +97,14 @@ def frame(title: str, body: str, *, current: str = "", csrf: str | None = None) 
         )
         nav = f'<nav aria-label="Main"><ul>{links}</ul></nav>'
         session = (
-            '<div class="session"><span class="refresh" id="refresh" hidden>'
+            '<div class="session">'
+            + (
+                '<span class="badge readonly" title="Signed in with the read-only token: '
+                'pages show no actions">Read-only</span>'
+                if readonly
+                else ""
+            )
+            + '<span class="refresh" id="refresh" hidden>'
             '<span id="refresh-status">Auto-refresh every 15 s</span>'
             '<button type="button" id="refresh-toggle" aria-pressed="true">'
             "Stop auto-refresh</button></span>"

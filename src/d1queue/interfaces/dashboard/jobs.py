@@ -20,6 +20,7 @@ from .parts import (
     GONE,
     badge,
     button,
+    crumbs,
     group,
     inline_form,
     job_link,
@@ -31,6 +32,7 @@ from .parts import (
     stats,
 )
 from .request import Request, csrf_field
+from .svg import share_bar
 
 RESULT_SHOWN = 20_000
 """Characters of a completed job's result its page shows (a result is at
@@ -111,9 +113,12 @@ JOB_GONE = (
 
 def job_heading(shown: JobShown) -> str:
     job = shown.job
+    trail = [("/ui", "Overview"), (f"/ui/queues/{h.q(job['queue'])}", f"Queue {job['queue']}")]
+    if job.get("batch"):
+        trail.append((f"/ui/batches/{h.q(job['batch'])}", f"Batch {job['batch']}"))
     return (
-        f'<p><a href="/ui/queues/{h.q(job["queue"])}">Queue {h.e(job["queue"])}</a> › job</p>'
-        f"<h1>Job {h.e(job['name'])}</h1>{notice(shown.request)}"
+        crumbs(trail, f"Job {job['name']} ({shown.id})")
+        + f"<h1>Job {h.e(job['name'])}</h1>{notice(shown.request)}"
     )
 
 
@@ -192,6 +197,8 @@ def _queued_actions(shown: JobShown, csrf: str) -> str:
 
 
 def job_actions(shown: JobShown) -> str:
+    if shown.request.readonly:
+        return ""
     csrf = csrf_field(shown.request)
     if shown.failed:
         actions = _failed_actions(shown.id, csrf)
@@ -281,7 +288,7 @@ BATCH_GONE = (
 
 
 def batch_heading(shown: BatchShown) -> str:
-    return f'<p><a href="/ui">Overview</a> › batch</p><h1>Batch {h.e(shown.id)}</h1>'
+    return crumbs([("/ui", "Overview")], f"Batch {shown.id}") + f"<h1>Batch {h.e(shown.id)}</h1>"
 
 
 def batch_summary(shown: BatchShown) -> str:
@@ -297,11 +304,16 @@ def batch_summary(shown: BatchShown) -> str:
             (badge(b.state), "state"),
         ]
     )
+    # A bar split by outcome, not one `done` fill: a batch with a failure
+    # must not read as all done well. Each part has its pattern and its
+    # count in words; the progressbar's value is the share ended.
+    said = f"{done} of {b.total} ended ({b.completed} completed, {b.failed} failed)"
+    bar = share_bar("batch-bar", [("completed", b.completed), ("failed", b.failed)], b.total)
     return (
-        f'{counts}<p class="progress"><label for="batch-progress">{done} of {b.total} ended '
-        f"({b.completed} completed, {b.failed} failed)</label>"
-        f'<progress id="batch-progress" max="{max(b.total, 1)}" value="{done}">'
-        f"{done} of {b.total}</progress></p>"
+        f'{counts}<div class="progress"><p id="batch-progress-l">{h.e(said)}</p>'
+        f'<div id="batch-progress" role="progressbar" aria-labelledby="batch-progress-l" '
+        f'aria-valuemin="0" aria-valuemax="{max(b.total, 1)}" aria-valuenow="{done}" '
+        f'aria-valuetext="{h.e(said)}">{bar}</div></div>'
         + props([("Created", h.when(b.created_at, now)), ("Finished", h.when(b.finished_at, now))])
     )
 
