@@ -79,7 +79,12 @@ def options(choices: Iterable[tuple[str, str]], selected: str) -> str:
     )
 
 
-NAV = (("/ui", "Overview"), ("/ui/failed", "Failed jobs"), ("/ui/schedules", "Schedules"))
+NAV = (
+    ("/ui", "Overview"),
+    ("/ui/metrics", "Metrics"),
+    ("/ui/failed", "Failed jobs"),
+    ("/ui/schedules", "Schedules"),
+)
 
 
 def frame(

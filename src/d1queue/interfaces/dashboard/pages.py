@@ -38,6 +38,7 @@ from .jobs import (
     shown_fields,
 )
 from .limits import confirm_limits, limits_of_form
+from .metrics import DEFAULT_SORT, METRICS, SORTS, WINDOW_LABELS, MetricsShown
 from .parts import not_found, page, render, with_notice
 from .queues import COMPLETED, OVERVIEW, QUEUE, CompletedShown, OverviewShown, QueueShown
 from .request import Refused, Request, known, redirect
@@ -136,6 +137,29 @@ class Pages:
 
     async def resume(self, request: Request, queue: str) -> Reply:
         return await self._set_paused(request, queue, False)
+
+    # -- metrics ----------------------------------------------------------------
+
+    async def metrics_page(self, request: Request) -> Reply:
+        """Charts and the job names' table for a window, every queue or one,
+        every job name or one: one read of the stored metrics (one round
+        trip a shard, as GET /v1/metrics), whatever the number of jobs."""
+        known(request, "window", "queue", "name", "sort")
+        window = request.param("window") or "1h"
+        queue, name = request.param("queue"), request.param("name")
+        sort = request.param("sort") or DEFAULT_SORT
+        if window not in WINDOW_LABELS:
+            raise Refused(400, f"window must be one of {', '.join(WINDOW_LABELS)}.")
+        if queue:
+            check_name("queue", queue)
+        if name:
+            check_name("job", name)
+        if sort.lstrip("-") not in SORTS or sort.count("-") > 1:
+            keys = ", ".join(SORTS)
+            raise Refused(400, f"sort is one of {keys}, or one of them after '-' (descending).")
+        read = await self.service.metrics_window(window, queue or None, name or None)
+        shown = MetricsShown(request, window, queue, name, sort, read)
+        return page(request, "Metrics", render(shown, METRICS), current="/ui/metrics")
 
     # -- a job ------------------------------------------------------------------
 

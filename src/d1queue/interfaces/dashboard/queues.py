@@ -191,7 +191,9 @@ def queue_summary(shown: QueueShown) -> str:
     )
     return (
         f'<div id="queue-summary" data-live>{counts}<div class="actions">{control}'
-        f'<a class="button" href="{shown.home}/completed">Completed jobs</a></div></div>'
+        f'<a class="button" href="{shown.home}/completed">Completed jobs</a>'
+        f'<a class="button" href="{h.e("/ui/metrics" + h.qs({"queue": shown.queue}))}">'
+        "Metrics</a></div></div>"
     )
 
 
