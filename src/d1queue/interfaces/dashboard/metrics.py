@@ -232,6 +232,12 @@ def _header(shown: MetricsShown, key: str) -> str:
     )
 
 
+def per_hour(n: int, hours: float) -> str:
+    """Jobs an hour over the window, to a tenth ("< 0.1" for a few in days)."""
+    rate = n / hours
+    return "0" if not n else "&lt; 0.1" if rate < 0.1 else f"{rate:,.1f}"
+
+
 def name_columns(shown: MetricsShown) -> list[Column[NameRow]]:
     hours = WINDOWS[shown.window][0] / 3_600_000
 
@@ -252,7 +258,7 @@ def name_columns(shown: MetricsShown) -> list[Column[NameRow]]:
             lambda r: f'<a href="/ui/queues/{h.q(r.queue)}">{h.e(r.queue)}</a>',
         ),
         Column(_header(shown, "ended"), lambda r: r.ended, "num"),
-        Column("Per hour", lambda r: f"{r.ended / hours:.3g}", "num hide-narrow"),
+        Column("Per hour", lambda r: per_hour(r.ended, hours), "num hide-narrow"),
         Column("Completed", lambda r: r.completed, "num hide-narrow"),
         Column("Retried", lambda r: r.retried, "num hide-narrow"),
         Column("Failed", lambda r: r.failed, "num"),

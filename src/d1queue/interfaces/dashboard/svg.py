@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from . import html as h
 
 WIDTH, HEIGHT = 720, 250
-LEFT, RIGHT, TOP, BOTTOM = 64, 12, 34, 46
+LEFT, RIGHT, TOP, BOTTOM = 64, 12, 52, 46
 """The chart's size and the margins around its plot, in SVG units: the
 y axis's labels on the left, the legend above, the time labels below."""
 
@@ -99,9 +99,12 @@ def time_label(ms: int, step_ms: int) -> str:
     return t.strftime("%H:%M") if step_ms < 3_600_000 else t.strftime("%m-%d %H:%M")
 
 
-def _tick_every(n: int) -> int:
-    """How many steps apart the time labels are: about six along the axis."""
-    for every in (1, 2, 5, 10, 15, 20, 30, 60, 120, 240, 360, 720, 1440):
+def _tick_every(n: int, step_ms: int) -> int:
+    """How many steps apart the time labels are: at most seven along the
+    axis, on round times (minutes by 5, 10, 15 or 30; hours by 3, 6, 12 or
+    a day)."""
+    rounds = (1, 2, 5, 10, 15, 30, 60) if step_ms < 3_600_000 else (1, 2, 3, 6, 12, 24, 48)
+    for every in rounds:
         if n / every <= 7:
             return every
     return max(1, n // 6)
@@ -121,7 +124,7 @@ class Axis:
     def labels(self, step_word: str) -> str:
         """Ticks and labels along the bottom, and the axis's title."""
         out = []
-        every = _tick_every(self.steps)
+        every = _tick_every(self.steps, self.step_ms)
         # Labels fall on round times (a multiple of `every` steps since the epoch).
         first = (-(self.start_ms // self.step_ms)) % every
         for i in range(first, self.steps + 1, every):
@@ -167,19 +170,37 @@ def _frame(id: str, title: str, desc: str, body: str) -> str:
     )
 
 
-def _key(x: float, cls_or_fill: str, label: str, *, fill: str = "", line: str = "") -> str:
-    """One entry of a legend drawn above the plot: a swatch, then its words."""
+KEY_ROW = 18
+"""The height of a row of the legend above the plot (two rows fit)."""
+
+
+def _legend(entries: Sequence[tuple[str, str, str]]) -> str:
+    """The legend above the plot: each (label, fill, line class) in turn,
+    wrapping to a second row where the first is full."""
+    out, x, row = [], float(LEFT), 0
+    for label, fill, line in entries:
+        wide = (30 if line else 22) + 6.5 * len(label) + 14
+        if x + wide > WIDTH and x > LEFT:
+            x, row = float(LEFT), row + 1
+        out.append(_key(x, row * KEY_ROW, label, fill=fill, line=line))
+        x += wide
+    return "".join(out)
+
+
+def _key(x: float, dy: float, label: str, *, fill: str = "", line: str = "") -> str:
+    """One entry of a legend drawn above the plot: a swatch (`fill`, or the
+    `line` class with its marker), then its words. The swatch has no outcome
+    class: counting a chart's bars by class counts bars only."""
     if line:
-        swatch = f'<line class="{line}" x1="{x}" y1="14" x2="{x + 22}" y2="14"/>' + _marker(
-            line, x + 11, 14
+        swatch = (
+            f'<line class="{line}" x1="{x}" y1="{14 + dy}" x2="{x + 22}" y2="{14 + dy}"/>'
+            + _marker(line, x + 11, 14 + dy)
         )
         width = 26
     else:
-        swatch = (
-            f'<rect class="key {cls_or_fill}" x="{x}" y="8" width="14" height="12" fill="{fill}"/>'
-        )
+        swatch = f'<rect class="key" x="{x}" y="{8 + dy}" width="14" height="12" fill="{fill}"/>'
         width = 18
-    return f'{swatch}<text class="kl" x="{x + width}" y="18">{h.e(label)}</text>'
+    return f'{swatch}<text class="kl" x="{x + width}" y="{18 + dy}">{h.e(label)}</text>'
 
 
 def _marker(cls: str, x: float, y: float) -> str:
@@ -206,7 +227,7 @@ def bars(
     `series` is (outcome, a count per step) with outcomes OUTCOME_LOOK names."""
     classes = [OUTCOME_LOOK[name][0] for name, _ in series]
     per_step = [sum(values[i] for _, values in series) for i in range(axis.steps)]
-    top = nice_top(max(per_step, default=0))
+    top = 4 * max(1.0, nice_top(max(per_step, default=0) / 4))  # whole jobs a tick
     width = PLOT_W / max(axis.steps, 1)
     gap = 1 if width > 3 else 0
     rects = []
@@ -229,18 +250,18 @@ def bars(
         ", ".join(f"{n} {name}" for name, n in totals.items())
         + f"; at most {max(per_step, default=0)} in one {step_word}"
     )
-    keys, x = [], LEFT
-    for (name, _), cls in zip(series, classes, strict=True):
-        look = OUTCOME_LOOK[name][1]
-        label = f"{name} ({look}): {totals[name]}"
-        keys.append(_key(x, cls, label, fill=f"url(#{id}-{cls})"))
-        x += 30 + 7 * len(label)
+    keys = _legend(
+        [
+            (f"{name} ({OUTCOME_LOOK[name][1]}): {totals[name]}", f"url(#{id}-{cls})", "")
+            for (name, _), cls in zip(series, classes, strict=True)
+        ]
+    )
     body = (
         patterns(id, classes)
         + _y_axis(top, f"Jobs per {step_word}", count_label)
         + axis.labels(step_word)
         + "".join(rects)
-        + "".join(keys)
+        + keys
     )
     return _frame(id, title, desc, body)
 
@@ -260,7 +281,7 @@ def lines(
     step or None where nothing ran), a line each, broken where none ran,
     a marker at each step that has a value."""
     values = [v for _, _, vs in series for v in vs if v is not None]
-    top = nice_top(max(values, default=0))
+    top = 4 * nice_top(max(values, default=0) / 4)
     drawn: list[str] = []
     for cls, _label, vs in series:
         run: list[str] = []
@@ -284,15 +305,12 @@ def lines(
         summary.append(
             f"{label}: highest {seconds_label(max(seen))}" if seen else f"{label}: no jobs ran"
         )
-    keys, x = [], LEFT
-    for cls, label, _ in series:
-        keys.append(_key(x, "", label, line=cls))
-        x += 40 + 7 * len(label)
+    keys = _legend([(label, "", cls) for cls, label, _ in series])
     body = (
         _y_axis(top, "Seconds (p50, p95)", seconds_label)
         + axis.labels(step_word)
         + "".join(drawn)
-        + "".join(keys)
+        + keys
     )
     return _frame(id, title, "; ".join(summary), body)
 
