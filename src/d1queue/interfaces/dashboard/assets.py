@@ -128,6 +128,9 @@ h3 { font-size: 1rem; margin: 1rem 0 .4rem; }
 .windows { display: flex; gap: .75rem; flex-wrap: wrap; margin: .5rem 0; }
 .windows a[aria-current=page] { font-weight: 700; color: var(--fg); text-decoration: none; }
 th a.sort { color: inherit; }
+form.search { display: flex; gap: .35rem; align-items: center; }
+form.search.top input { width: 16rem; max-width: 50vw; }
+form.search.page { margin: .5rem 0 1rem; } form.search.page input { width: min(36rem, 100%); }
 .badge.readonly { border-color: var(--warn); color: var(--warn); }
 .refresh { font-size: .85rem; color: var(--muted); display: flex; gap: .5rem;
   align-items: center; }

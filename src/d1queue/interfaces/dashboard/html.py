@@ -79,6 +79,17 @@ def options(choices: Iterable[tuple[str, str]], selected: str) -> str:
     )
 
 
+def search_form(value: str = "", where: str = "top") -> str:
+    """The search box: in the page's header (`top`), or on the search page."""
+    return (
+        f'<form method="get" action="/ui/search" class="search {where}" role="search" '
+        f'aria-label="Search jobs"><label for="q-{where}" class="visually-hidden">Search by id, '
+        f'queue:, name:, state:, batch:, error:</label><input type="search" id="q-{where}" '
+        f'name="q" value="{e(value)}" placeholder="Job id, or queue:mail state:failed …" '
+        'maxlength="300"><button type="submit">Search</button></form>'
+    )
+
+
 NAV = (
     ("/ui", "Overview"),
     ("/ui/metrics", "Metrics"),
@@ -100,7 +111,7 @@ def frame(
             f"{label}</a></li>"
             for href, label in NAV
         )
-        nav = f'<nav aria-label="Main"><ul>{links}</ul></nav>'
+        nav = f'<nav aria-label="Main"><ul>{links}</ul></nav>{search_form()}'
         session = (
             '<div class="session">'
             + (

@@ -43,6 +43,7 @@ from .parts import not_found, page, render, with_notice
 from .queues import COMPLETED, OVERVIEW, QUEUE, CompletedShown, OverviewShown, QueueShown
 from .request import Refused, Request, known, redirect
 from .schedules import SCHEDULES, SCHEDULES_PAGE, SchedulesShown
+from .search import parse, results, target
 
 
 def check_name(kind: str, value: str) -> str:
@@ -160,6 +161,27 @@ class Pages:
         read = await self.service.metrics_window(window, queue or None, name or None)
         shown = MetricsShown(request, window, queue, name, sort, read)
         return page(request, "Metrics", render(shown, METRICS), current="/ui/metrics")
+
+    # -- search -----------------------------------------------------------------
+
+    async def search(self, request: Request) -> Reply:
+        """The search box's answer (search.py): an id's job or batch (a
+        point read each, at most two), the view its qualifiers name (no
+        read), or the views it may mean."""
+        known(request, "q")
+        q = " ".join(request.param("q").split())
+        if len(q) > 300:
+            raise Refused(400, "A search is at most 300 characters.")
+        query = parse(q)
+        if q and not query.fields and STORED_ID_PATTERN.fullmatch(q):
+            if await self.store.job(q) is not None:
+                return redirect(f"/ui/jobs/{h.q(q)}")
+            if await self.store.batch(q) is not None:
+                return redirect(f"/ui/batches/{h.q(q)}")
+        to = target(query)
+        if to is not None:
+            return redirect(to)
+        return page(request, "Search", results(q, query))
 
     # -- a job ------------------------------------------------------------------
 
