@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ...core.bounds import STORED_ID_PATTERN, STORED_NAME_RULE, is_stored_name
-from ...store.dashboard import PAGE, STATES, Store
+from ...store.dashboard import FIRST, PAGE, STATES, Store
 from ..router import Reply
 from ..service import Service
 from . import html as h
@@ -43,7 +43,7 @@ from .parts import not_found, page, render, with_notice
 from .queues import COMPLETED, OVERVIEW, QUEUE, CompletedShown, OverviewShown, QueueShown
 from .request import Refused, Request, known, redirect
 from .schedules import SCHEDULES, SCHEDULES_PAGE, SchedulesShown
-from .search import parse, results, target
+from .search import MAX_QUERY, SEARCH, SearchShown, parse
 
 
 def check_name(kind: str, value: str) -> str:
@@ -166,22 +166,29 @@ class Pages:
 
     async def search(self, request: Request) -> Reply:
         """The search box's answer (search.py): an id's job or batch (a
-        point read each, at most two), the view its qualifiers name (no
-        read), or the views it may mean."""
-        known(request, "q")
+        point read each, at most two), a batch's page, or a page of the
+        jobs matching (one query a shard, reading at most SEARCH_ROWS
+        rows each)."""
+        known(request, "q", "cursor")
         q = " ".join(request.param("q").split())
-        if len(q) > 300:
-            raise Refused(400, "A search is at most 300 characters.")
+        cursor = request.param("cursor")
+        if len(q) > MAX_QUERY:
+            raise Refused(400, f"A search is at most {MAX_QUERY} characters.")
+        if cursor and not STORED_ID_PATTERN.fullmatch(cursor):
+            raise Refused(400, "the page cursor is not one this dashboard made")
         query = parse(q)
-        if q and not query.fields and STORED_ID_PATTERN.fullmatch(q):
+        if q and not cursor and not query.fields and STORED_ID_PATTERN.fullmatch(q):
             if await self.store.job(q) is not None:
                 return redirect(f"/ui/jobs/{h.q(q)}")
             if await self.store.batch(q) is not None:
                 return redirect(f"/ui/batches/{h.q(q)}")
-        to = target(query)
-        if to is not None:
-            return redirect(to)
-        return page(request, "Search", results(q, query))
+        if list(query.fields) == ["batch"] and not query.text and not query.problem:
+            return redirect(f"/ui/batches/{h.q(query.fields['batch'])}")
+        found = None
+        if q and not query.problem:
+            found = await self.store.search(query.source, query.filters(), cursor or FIRST)
+        shown = SearchShown(request, q, query, cursor, found)
+        return page(request, "Search", render(shown, SEARCH))
 
     # -- a job ------------------------------------------------------------------
 
