@@ -200,7 +200,7 @@ def test_a_chart_escapes_what_it_is_given() -> None:
 
 def test_a_share_bar_shows_the_failed_part_apart() -> None:
     out = share_bar("b", [("completed", 1), ("failed", 1)], 2)
-    assert re.findall(r'<rect class="(c|f)" x="([0-9.]+)" y="0" width="([0-9.]+)"', out) == [
+    assert re.findall(r'<rect class="(c|f)" x="([0-9.]+)%" y="0" width="([0-9.]+)%"', out) == [
         ("c", "0.0", "50.0"),
         ("f", "50.0", "50.0"),
     ]

@@ -276,7 +276,7 @@ async def test_a_batch_page_shows_its_progress_jobs_and_callbacks(
     # Not one green fill: the failed share is its own cross-hatched part.
     bar = re.search(r'<svg class="share".*?</svg>', body, re.S)
     assert bar is not None
-    parts = re.findall(r'<rect class="(c|f)" x="[0-9.]+" y="0" width="([0-9.]+)"', bar.group())
+    parts = re.findall(r'<rect class="(c|f)" x="[0-9.]+%" y="0" width="([0-9.]+)%"', bar.group())
     assert parts == [("c", "80.0"), ("f", "20.0")], parts
     assert 'fill="url(#batch-bar-f)"' in bar.group()
     assert "1 failed (cross-hatched)" in body and "4 completed (solid)" in body

@@ -528,7 +528,7 @@ def test_the_readonly_token_sees_pages_but_gets_no_action(
     failed = ui_host.api("GET", "/v1/failed?queue=math").json()["jobs"][0]["id"]
     page.goto(f"/ui/jobs/{failed}")
     expect(page.get_by_role("heading", name="Job example.add")).to_be_visible()
-    expect(page.get_by_role("button")).to_have_text(["Stop auto-refresh", "Sign out"])
+    expect(page.get_by_role("button")).to_have_text(["Search", "Stop auto-refresh", "Sign out"])
     shot(page, "23-read-only-job")
     # The server refuses an action sent anyway, with the session's own CSRF token.
     csrf = page.locator('input[name="csrf"]').first.get_attribute("value") or ""
@@ -564,8 +564,8 @@ return [batch, ids]
     expect(bar).to_have_attribute("aria-valuetext", "2 of 2 ended (1 completed, 1 failed)")
     # Half the bar is the failed share, cross-hatched, beside the completed half.
     parts = bar.locator("svg.share")
-    expect(parts.locator("rect.c")).to_have_attribute("width", "50.0")
-    expect(parts.locator("rect.f")).to_have_attribute("width", "50.0")
+    expect(parts.locator("rect.c")).to_have_attribute("width", "50.0%")
+    expect(parts.locator("rect.f")).to_have_attribute("width", "50.0%")
     expect(parts.locator("rect.f")).to_have_attribute("fill", "url(#batch-bar-f)")
     expect(page.get_by_text("1 failed (cross-hatched)")).to_be_visible()
     # The breadcrumbs name the batch, and a member's its queue and its name.
@@ -577,3 +577,35 @@ return [batch, ids]
     expect(page.get_by_role("navigation", name="Breadcrumb")).to_have_text(
         f"Overview › Queue batch › Batch {batch} › Job example.add ({ids[1]})"
     )
+
+
+def test_a_pushed_job_is_found_by_its_id_its_name_and_a_payload_word(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    pushed = ui_host.api(
+        "POST", "/v1/queues/mail/jobs", {"name": "example.echo", "payload": {"to": "zebrafish"}}
+    ).json()["id"]
+    ui_host.api("POST", "/v1/queues/other/jobs", {"name": "example.echo", "payload": {"to": "x"}})
+    page = context.new_page()
+    errors = console_errors(page)
+    sign_in(page)
+    box = page.get_by_role("search", name="Search jobs").get_by_role("searchbox")
+    box.fill(pushed)
+    box.press("Enter")
+    expect(page).to_have_url(re.compile(f"/ui/jobs/{pushed}$"))
+    expect(page.get_by_role("heading", name="Job example.echo")).to_be_visible()
+    # By a payload word, from the job's page: the box is on every page.
+    box = page.get_by_role("search", name="Search jobs").first.get_by_role("searchbox")
+    box.fill("ZebraFish")
+    box.press("Enter")
+    expect(page).to_have_url(re.compile(r"/ui/search\?q=ZebraFish$"))
+    results = page.get_by_role("region", name="Jobs found")
+    expect(results.get_by_role("link", name=pushed)).to_be_visible()
+    expect(results.locator("tbody tr")).to_have_count(1)
+    shot(page, "25-search-payload")
+    # By its name and queue: the filter is in the URL, to share.
+    page.goto("/ui/search?q=name:example.echo+queue:mail")
+    expect(page.get_by_role("region", name="Jobs found").locator("tbody tr")).to_have_count(1)
+    page.goto("/ui/search?q=name:example.echo")
+    expect(page.get_by_role("region", name="Jobs found").locator("tbody tr")).to_have_count(2)
+    assert errors == [], errors

@@ -114,7 +114,7 @@ h3 { font-size: 1rem; margin: 1rem 0 .4rem; }
 .k-c { fill: var(--ok); } .k-r { fill: var(--warn); } .k-f { fill: var(--bad); }
 .k-x { fill: var(--muted); } .k-p { fill: var(--panel); }
 .mark { stroke: var(--bg); stroke-width: 1.3; } .mark-dot { fill: var(--bg); }
-.chart .key, .share rect, .swatch rect { stroke: var(--fg); stroke-width: .4; }
+.chart .key, .share > rect, .swatch > rect { stroke: var(--fg); stroke-width: .4; }
 .chart polyline { fill: none; stroke-width: 2; }
 .chart .p50 { stroke: var(--accent); } .chart .p95 { stroke: var(--bad); stroke-dasharray: 6 3; }
 .chart circle.pt.p50 { fill: var(--accent); stroke: none; }

@@ -85,7 +85,7 @@ def search_form(value: str = "", where: str = "top") -> str:
         f'<form method="get" action="/ui/search" class="search {where}" role="search" '
         f'aria-label="Search jobs"><label for="q-{where}" class="visually-hidden">Search by id, '
         f'queue:, name:, state:, batch:, error:</label><input type="search" id="q-{where}" '
-        f'name="q" value="{e(value)}" placeholder="Job id, or queue:mail state:failed …" '
+        f'name="q" value="{e(value)}" placeholder="Id, name:…, queue:…, a word" '
         'maxlength="300"><button type="submit">Search</button></form>'
     )
 

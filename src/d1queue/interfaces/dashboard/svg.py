@@ -329,14 +329,15 @@ def share_bar(id: str, parts: Sequence[tuple[str, int]], total: int) -> str:
             continue
         w = 100 * n / total
         rects.append(
-            f'<rect class="{cls}" x="{round(x, 3)}" y="0" width="{round(w, 3)}" height="10" '
+            f'<rect class="{cls}" x="{round(x, 3)}%" y="0" width="{round(w, 3)}%" height="100%" '
             f'fill="url(#{id}-{cls})"/>'
         )
         x += w
+    # Sized in percent with no viewBox: the bar stretches to its width
+    # while its patterns keep their shape (a stretched viewBox would skew them).
     bar = (
-        f'<svg class="share" viewBox="0 0 100 10" preserveAspectRatio="none" '
-        f'aria-hidden="true" focusable="false">{patterns(id, classes)}'
-        f'<rect class="track" width="100" height="10"/>{"".join(rects)}</svg>'
+        f'<svg class="share" aria-hidden="true" focusable="false">{patterns(id, classes)}'
+        f'<rect class="track" width="100%" height="100%"/>{"".join(rects)}</svg>'
     )
     left = max(total - sum(n for _, n in parts), 0)
     keys = "".join(
