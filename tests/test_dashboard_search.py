@@ -196,3 +196,15 @@ async def test_what_a_search_shows_is_escaped_and_bad_input_is_a_400(browser: Br
     assert (await browser.get("/ui/search?q=x&cursor=%3Cb%3E")).status == 400
     assert (await browser.get("/ui/search?query=x")).status == 400
     assert "Words are looked for in payloads and errors" in (await browser.get("/ui/search")).body
+
+
+async def test_search_under_a_prefix(service: Service, clock: Clock) -> None:
+    await push(service, "mail", "echo", {"w": "needle"})
+    b = Browser(Dashboard(service, TOKEN, prefix="/queue"), clock)
+    await b.post("/queue/ui/signin", {"token": TOKEN, "next": "/ui"})
+    body = (await b.get("/queue/ui/search?q=needle")).body
+    addresses = re.findall(r'(?:href|action|src)="(/[^"]*)"', body)
+    assert addresses and all(a.startswith("/queue/ui") for a in addresses), addresses
+    assert len(found(body.replace('href="/queue/ui/jobs/', 'href="/ui/jobs/'))) == 1
+    reply = await b.get("/queue/ui/search?q=state:reserved")
+    assert "Jobs a worker holds now are not searched" in reply.body

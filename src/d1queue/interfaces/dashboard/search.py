@@ -151,7 +151,13 @@ def search_results(shown: SearchShown) -> str:
         return f'<p class="error-box" role="alert">{h.e(shown.query.problem)}</p>{HELP}'
     found = shown.found
     assert found is not None
-    said = (
+    held = (
+        '<p class="notice" role="status">Jobs a worker holds now are not searched: each '
+        "queue's page lists its reserved jobs.</p>"
+        if shown.query.fields.get("state") == "reserved"
+        else ""
+    )
+    said = held + (
         f'<p class="notice" role="status">Stopped early: this page read {found.scanned:,} '
         f"jobs (at most {SEARCH_ROWS:,} a database a page) and more are left to read; "
         "more may match further on.</p>"
