@@ -192,9 +192,10 @@ MAX_PAGE = 500
 """Rows in one page of a listing (`?limit=`): failed jobs, completed jobs,
 schedules."""
 SEARCH_ROWS = 1_000
-"""The rows one page of the dashboard's search reads on each shard, at most
-(store/sql.py SEARCH_LIVE): whatever the number of jobs, a search page
-costs this, and says when it stopped before the end."""
+"""The jobs one page of the dashboard's search reads on each shard, at most
+(store/sql.py SEARCH_LIVE, and its span reading as many index entries):
+whatever the number of jobs, a search page reads at most twice this a
+shard, and says when it stopped before the end."""
 
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 """The stored bytes one page of a listing carries, at most: its rows'

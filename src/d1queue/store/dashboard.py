@@ -38,9 +38,9 @@ from .workflows import COMPLETED_CURSOR_RULE, BatchState, JobView, Workflows
 STATES = ("waiting", "ready", "delayed", "reserved")
 
 SEARCH_SOURCES = {
-    "live": sql.SEARCH_LIVE,
-    "completed": sql.SEARCH_COMPLETED,
-    "failed": sql.SEARCH_FAILED,
+    "live": (sql.SEARCH_LIVE, sql.SEARCH_LIVE_SPAN),
+    "completed": (sql.SEARCH_COMPLETED, sql.SEARCH_COMPLETED_SPAN),
+    "failed": (sql.SEARCH_FAILED, sql.SEARCH_FAILED_SPAN),
 }
 """Where a search reads (one a page): queued jobs (but those held by a
 worker or waiting out a retry), completed jobs kept, failed jobs."""
@@ -71,18 +71,16 @@ class SearchPage:
 
 
 def _search_part(
-    rows: list[dict[str, Any]], cap: int
+    hits: list[dict[str, Any]], span: dict[str, Any], cap: int
 ) -> tuple[list[dict[str, Any]], str | None, int, bool]:
     """One shard's answer: its matches, where its read may resume (the
     PAGE-th match when it has more, else the last row read when it read
     its cap; None when it read to the end), rows read, stopped at the cap."""
-    hits = [r for r in rows if r["hit"]]
-    scanned = int(rows[-1]["scanned"]) if rows else 0
-    last = rows[-1]["id"] if rows else None
+    scanned = int(span["scanned"] or 0)
     if len(hits) > PAGE:
         return hits[:PAGE], str(hits[PAGE - 1]["id"]), scanned, False
     if scanned >= cap:
-        return hits, str(last), scanned, True
+        return hits, str(span["last"]), scanned, True
     return hits, None, scanned, False
 
 
@@ -386,22 +384,31 @@ class ShardStore:
 
 async def _shard_search(
     store: ShardStore, source: str, filters: SearchFilters, cursor: str, cap: int
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A shard's matches and the span of its read: one batch."""
     f = filters
-    result = await store.binding.run(
-        SEARCH_SOURCES[source],
-        cursor,
-        cap,
-        f.get("queue", ""),
-        f.get("name", ""),
-        f.get("state", ""),
-        f.get("group", ""),
-        f.get("batch", ""),
-        f.get("text", ""),
-        store.queue.clock(),
-        PAGE + 1,
+    matches, span = SEARCH_SOURCES[source]
+    found, read = await store.binding.batch(
+        [
+            (
+                matches,
+                (
+                    cursor,
+                    cap,
+                    f.get("queue", ""),
+                    f.get("name", ""),
+                    f.get("state", ""),
+                    f.get("group", ""),
+                    f.get("batch", ""),
+                    f.get("text", ""),
+                    store.queue.clock(),
+                    PAGE + 1,
+                ),
+            ),
+            (span, (cursor, cap)),
+        ]
     )
-    return [dict(r) for r in result.rows]
+    return [dict(r) for r in found.rows], dict(read.rows[0])
 
 
 class Store:
@@ -425,7 +432,7 @@ class Store:
     ) -> SearchPage:
         """A page of `source`'s jobs (SEARCH_SOURCES) matching `filters`,
         newest id first, after `cursor`: each shard reads at most `cap` rows
-        (sql.SEARCH_LIVE; one query a shard). The page holds the matches at
+        (sql.SEARCH_LIVE and its span: one batch a shard). The page holds the matches at
         or after the highest id where some shard's read stopped, so the next
         page (after that id) misses none, over any number of shards.
         ValueError for a cursor that is not an id."""
@@ -434,8 +441,8 @@ class Store:
         if cursor != FIRST and not re.fullmatch(STORED_ID_RULE, cursor):
             raise ValueError("the page cursor is not one this dashboard made")
         parts = [
-            _search_part(rows, cap)
-            for rows in await self.shards.each(
+            _search_part(hits, span, cap)
+            for hits, span in await self.shards.each(
                 lambda q: _shard_search(self.stores[q.shard], source, filters, cursor, cap)
             )
         ]
