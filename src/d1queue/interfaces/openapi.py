@@ -631,7 +631,9 @@ SPEC: dict[str, Any] = {
         "version": "1",
         "description": (
             "A durable job queue in Cloudflare D1. Every route but / and /health needs "
-            "`Authorization: Bearer <D1QUEUE_TOKEN>`. Every error is "
+            "`Authorization: Bearer <D1QUEUE_TOKEN>`; the read-only token "
+            "(D1QUEUE_READONLY_TOKEN), where one is set, reads every GET route and is "
+            "refused anything else with 403 `read_only`. Every error is "
             f"{{error: {{code, message}}}}. Request bodies are at most {MAX_BODY_BYTES} bytes; "
             "nothing is written when a request is refused. D1 failing past the Worker's "
             "retries is 503 `unavailable` with Retry-After; a failure inside the Worker is "
