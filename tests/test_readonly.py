@@ -110,7 +110,13 @@ async def test_every_action_of_a_readonly_session_is_refused_and_writes_nothing(
     assert db.query("SELECT id FROM d1queue_failed_jobs")[0]["id"] == failed
     assert db.query("SELECT id, available_at FROM d1queue_jobs ORDER BY id") == jobs_before
     assert (await service.schedule("nightly"))["paused"] is False
-    # Signing out is the one thing it may do.
+    # Signing in again with the API token gives a session that may act.
+    switched = Browser(viewer.board, viewer.clock)
+    switched.cookie = viewer.cookie
+    reply = await switched.post("/ui/signin", {"token": TOKEN, "next": "/ui"})
+    assert reply.status == 303 and switched.cookie != viewer.cookie
+    assert "Read-only" not in (await switched.get("/ui")).body
+    # Signing out is the other thing it may do.
     assert (await viewer.post("/ui/signout", {"csrf": csrf})).status == 303
     assert (await viewer.get("/ui")).status == 303
 

@@ -24,8 +24,8 @@ Security, in one place:
   (docs/security.md) sees every sign-in.
 - Payloads are shown with their secrets masked (mask.py).
 - A session of the read-only token (D1QUEUE_READONLY_TOKEN) sees every
-  page without its actions, and any POST of it but sign-out is a 403
-  (auth.py).
+  page without its actions, and any POST of it but signing out or in is a
+  403 (auth.py).
 
 Mounted under a prefix (`prefix="/queue"`: the dashboard at /queue/ui), the
 pages still route and build their addresses as `/ui/...`: the prefix is taken

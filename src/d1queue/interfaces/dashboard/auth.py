@@ -12,7 +12,7 @@ check of where a form or link says to go next (`next`, `back`).
 - A wrong sign-in costs its sender what a wrong API token does (guard.py).
 - Signing out ends the session on the server, not only in this browser.
 - A session signed in with the read-only token (D1QUEUE_READONLY_TOKEN)
-  sees every page and may POST nothing but its sign-out (403 otherwise,
+  sees every page and may POST nothing but a sign-out or sign-in (403 otherwise,
   before the form is read); its pages show no action (Request.readonly).
 - `next` and `back`: resolved as the browser resolves a path, then a
   dashboard path (under /ui) on this origin, else the action's own page;
@@ -94,8 +94,9 @@ def _resolved(path: str) -> str | None:
     return "/" + "/".join(h.q(s) for s in segments)
 
 
-READONLY_POSTS = frozenset({"/ui/signout"})
-"""The only action (route path) a read-only session may send."""
+READONLY_POSTS = frozenset({"/ui/signout", "/ui/signin"})
+"""The only forms (route paths) a read-only session may send: signing out,
+and signing in again (with the API token, to act): neither changes a job."""
 
 
 class Auth:
