@@ -106,7 +106,7 @@ ul.links li { overflow-wrap: anywhere; }
 td.result code { overflow-wrap: anywhere; }
 h3 { font-size: 1rem; margin: 1rem 0 .4rem; }
 .crumbs p { margin: 0 0 .2rem; color: var(--muted); overflow-wrap: anywhere; }
-.chart { width: 100%; max-width: 48rem; height: auto; display: block; }
+.chart { width: 100%; max-width: 60rem; height: auto; display: block; }
 .chart text { fill: var(--fg); font: 11px system-ui, sans-serif; }
 .chart .at, .chart .kl { font-size: 12px; }
 .chart .axis, .chart .tick { stroke: var(--muted); stroke-width: 1; }

@@ -100,12 +100,12 @@ def time_label(ms: int, step_ms: int) -> str:
 
 
 def _tick_every(n: int, step_ms: int) -> int:
-    """How many steps apart the time labels are: at most seven along the
-    axis, on round times (minutes by 5, 10, 15 or 30; hours by 3, 6, 12 or
-    a day)."""
+    """How many steps apart the time labels are: at most eight along the
+    axis (a week's 169 hour steps: a label a day), on round times (minutes
+    by 5, 10, 15 or 30; hours by 3, 6, 12 or a day)."""
     rounds = (1, 2, 5, 10, 15, 30, 60) if step_ms < 3_600_000 else (1, 2, 3, 6, 12, 24, 48)
     for every in rounds:
-        if n / every <= 7:
+        if n / every <= 8:
             return every
     return max(1, n // 6)
 
