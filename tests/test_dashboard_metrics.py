@@ -131,6 +131,15 @@ async def test_the_job_names_table_per_queue_and_overall_sorts_and_links(
     assert 'href="/ui/queues/reports">Queue reports</a>' in body  # the breadcrumb
     body = (await browser.get("/ui/metrics?queue=mail&name=boom")).body
     assert "completed (solid): 0" in body and "failed (cross-hatched): 2" in body
+    # A job's page links to its name's metrics.
+    (job,) = [
+        r["id"]
+        for r in (
+            await service.queue.binding.run("SELECT id FROM d1queue_failed_jobs LIMIT 1")
+        ).rows
+    ]
+    body = (await browser.get(f"/ui/jobs/{job}")).body
+    assert 'href="/ui/metrics?queue=mail&amp;name=boom">(its metrics)</a>' in body
     # The queue page links to its metrics.
     assert 'href="/ui/metrics?queue=mail"' in (await browser.get("/ui/queues/mail")).body
 

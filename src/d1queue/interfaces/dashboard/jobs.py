@@ -144,7 +144,12 @@ def job_props(shown: JobShown) -> str:
     items = [
         ("Id", f'<span class="mono">{h.e(job["id"])}</span>'),
         ("Queue", f'<a href="/ui/queues/{h.q(job["queue"])}">{h.e(job["queue"])}</a>'),
-        ("Name", h.e(job["name"])),
+        (
+            "Name",
+            f'{h.e(job["name"])} <a class="muted" href="'
+            f'{h.e("/ui/metrics" + h.qs({"queue": job["queue"], "name": job["name"]}))}">'
+            "(its metrics)</a>",
+        ),
         ("Group", group(job.get("group"))),
         ("State", badge(shown.state)),
         ("Attempts", f"{job['attempts']} of {job['max_attempts']}"),
