@@ -264,15 +264,22 @@ async def test_a_batch_page_shows_its_progress_jobs_and_callbacks(
     )
     body = (await browser.get(f"/ui/batches/{batch}")).body
     assert 'badge running">running' in body
-    assert '<progress id="batch-progress" max="5" value="0">' in body
+    assert 'aria-valuemax="5" aria-valuenow="0"' in body
     assert "0 of 5 ended" in body
     assert links(body) == [f"{batch}:on_success", f"{batch}:on_failure", *ids]
     assert body.count("not enqueued yet") == 2 and "on_finish" not in body
     await run(service)
     body = (await browser.get(f"/ui/batches/{batch}")).body
     assert 'badge failed">failed' in body
-    assert '<progress id="batch-progress" max="5" value="5">' in body
+    assert 'aria-valuemax="5" aria-valuenow="5"' in body
     assert "(4 completed, 1 failed)" in body
+    # Not one green fill: the failed share is its own cross-hatched part.
+    bar = re.search(r'<svg class="share".*?</svg>', body, re.S)
+    assert bar is not None
+    parts = re.findall(r'<rect class="(c|f)" x="[0-9.]+%" y="0" width="([0-9.]+)%"', bar.group())
+    assert parts == [("c", "80.0"), ("f", "20.0")], parts
+    assert 'fill="url(#batch-bar-f)"' in bar.group()
+    assert "1 failed (cross-hatched)" in body and "4 completed (solid)" in body
     assert re.search(rf'{batch}:on_failure</a> <span class="badge completed">', body), body
     assert "on_success" in body and "its case did not occur" in body
     assert re.search(rf'{ids[2]}</a> <span class="badge failed">', body)

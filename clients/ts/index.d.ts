@@ -774,6 +774,7 @@ export interface Routes<N extends string = string> {
       400: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Push a job to this queue (operationId `dispatch`) */
@@ -791,6 +792,7 @@ export interface Routes<N extends string = string> {
       400: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Delete every job on the queue (operationId `clearQueue`) */
@@ -805,6 +807,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       400: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Push 1 to 100 jobs, all or nothing (operationId `dispatchBatch`) */
@@ -827,6 +830,7 @@ export interface Routes<N extends string = string> {
       400: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Every queue with stats (operationId `queues`) */
@@ -868,6 +872,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       400: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Drain a paused queue again (operationId `resumeQueue`) */
@@ -882,6 +887,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       400: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** A queue's flow limits and their use now (operationId `limits`) */
@@ -913,6 +919,7 @@ export interface Routes<N extends string = string> {
       503: ErrorBody;
       400: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /**
@@ -965,6 +972,7 @@ export interface Routes<N extends string = string> {
       503: ErrorBody;
       404: ErrorBody;
       409: ErrorBody;
+      403: ErrorBody;
     };
   };
   /**
@@ -984,6 +992,7 @@ export interface Routes<N extends string = string> {
       409: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** A batch's progress (operationId `batchState`) */
@@ -1018,6 +1027,7 @@ export interface Routes<N extends string = string> {
       409: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Failed jobs, newest first (operationId `failed`) */
@@ -1046,6 +1056,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       400: ErrorBody;
+      403: ErrorBody;
     };
   };
   /**
@@ -1063,6 +1074,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       404: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Delete a failed job (operationId `deleteFailed`) */
@@ -1078,6 +1090,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       404: ErrorBody;
+      403: ErrorBody;
     };
   };
   /**
@@ -1112,6 +1125,7 @@ export interface Routes<N extends string = string> {
       409: ErrorBody;
       413: ErrorBody;
       422: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Every schedule, by id (operationId `schedules`) */
@@ -1159,6 +1173,7 @@ export interface Routes<N extends string = string> {
       503: ErrorBody;
       404: ErrorBody;
       409: ErrorBody;
+      403: ErrorBody;
     };
   };
   /** Pause a schedule: it enqueues nothing until resumed (operationId `pauseSchedule`) */
@@ -1174,6 +1189,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       404: ErrorBody;
+      403: ErrorBody;
     };
   };
   /**
@@ -1191,6 +1207,7 @@ export interface Routes<N extends string = string> {
       401: ErrorBody;
       503: ErrorBody;
       404: ErrorBody;
+      403: ErrorBody;
     };
   };
 }

@@ -17,6 +17,8 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_play
 from .conftest import ROOT, TOKEN, Host, start_host
 
 CHROMIUM = Path("/usr/bin/chromium")
+READONLY = "runtime-read-only-token-of-32-characters"
+"""The D1QUEUE_READONLY_TOKEN secret the dashboard's host is started with."""
 SHOTS = ROOT / "build" / "screenshots"
 
 
@@ -24,7 +26,7 @@ SHOTS = ROOT / "build" / "screenshots"
 def ui_host() -> Iterator[Host]:
     """A host of its own: these tests read the counters, which other tests'
     drains would add to."""
-    h = start_host()
+    h = start_host("--var", f"D1QUEUE_READONLY_TOKEN={READONLY}")
     yield h
     h.stop()
 
@@ -427,8 +429,8 @@ return [batch, ids]
     page.goto(f"/ui/batches/{batch}")
     expect(page.get_by_role("heading", name=f"Batch {batch}")).to_be_visible()
     bar = page.get_by_role("progressbar")
-    expect(bar).to_have_attribute("value", "0")
-    expect(bar).to_have_attribute("max", "3")
+    expect(bar).to_have_attribute("aria-valuenow", "0")
+    expect(bar).to_have_attribute("aria-valuemax", "3")
     expect(page.get_by_text("0 of 3 ended")).to_be_visible()
     expect(page.get_by_role("list", name="Jobs of the batch").get_by_role("link")).to_have_text(ids)
     callbacks = page.get_by_role("list", name="Callbacks")
@@ -438,7 +440,7 @@ return [batch, ids]
     ui_host.scheduled()
     page.reload()
     expect(page.locator(".stats .badge")).to_have_text("succeeded")
-    expect(bar).to_have_attribute("value", "3")
+    expect(bar).to_have_attribute("aria-valuenow", "3")
     expect(page.get_by_text("3 of 3 ended (3 completed, 0 failed)")).to_be_visible()
     expect(callbacks.get_by_role("link")).to_have_text([f"{batch}:on_success"])
     expect(callbacks.locator(".badge")).to_have_count(1)  # enqueued: ready, or done by now
@@ -448,5 +450,162 @@ return [batch, ids]
     assert page.evaluate("document.documentElement.scrollWidth") <= 375 + 1
     # A member's page links back to its batch.
     page.get_by_role("link", name=ids[0]).click()
-    page.get_by_role("link", name=batch).click()
+    page.get_by_role("link", name=batch, exact=True).click()
     expect(page).to_have_url(re.compile(f"/ui/batches/{batch}$"))
+
+
+# -- charts, read-only, a failed batch -------------------------------------------------
+
+
+def console_errors(page: Page) -> list[str]:
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    return errors
+
+
+def test_charts_carry_axis_labels_units_and_a_legend(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    for i in range(3):
+        ui_host.api("POST", "/v1/queues/mail/jobs", {"name": "example.echo", "payload": i})
+    ui_host.api("POST", "/v1/queues/math/jobs", {"name": "example.add", "payload": {}})
+    ui_host.scheduled()
+    page = context.new_page()
+    errors = console_errors(page)
+    sign_in(page)
+    # The overview's chart has its axes now.
+    hour = page.locator("svg#chart-hour")
+    expect(hour.locator("text.at")).to_have_text(["Jobs per minute", re.compile("^Time \\(UTC\\)")])
+    page.get_by_role("link", name="Metrics").click()
+    expect(page.get_by_role("heading", name="Metrics", exact=True)).to_be_visible()
+    outcomes = page.locator("svg#chart-outcomes")
+    expect(outcomes.locator("text.at")).to_have_text(
+        ["Jobs per minute", "Time (UTC), one minute a step"]
+    )
+    expect(
+        outcomes.locator("text.tl").filter(has_text=re.compile(r"^\d\d:\d0$")).first
+    ).to_be_visible()
+    expect(outcomes.locator("text.kl")).to_contain_text(
+        ["completed (solid): 3", "retried (striped): 0", "failed (cross-hatched): 1"]
+    )
+    wait = page.locator("svg#chart-wait")
+    expect(wait.locator("text.at").first).to_have_text("Seconds (p50, p95)")
+    expect(wait.locator("text.kl")).to_have_text(["p50 wait", "p95 wait"])
+    assert re.search(
+        r"(ms|s|min|h)$", wait.locator('text.tl[text-anchor="end"]').last.text_content() or ""
+    )
+    shot(page, "21-metrics")
+    # The job names' table, sorted on the server by failure rate.
+    page.get_by_role("link", name=re.compile("^Failure rate")).click()
+    expect(page).to_have_url(re.compile(r"/ui/metrics\?sort=-failure$"))
+    first = page.locator("#names tbody tr").first
+    expect(first.get_by_role("rowheader")).to_have_text("example.add")
+    expect(first).to_contain_text("100.0 %")
+    # Its row links to its charts, and its charts say whose they are.
+    first.get_by_role("link", name="example.add", exact=True).click()
+    expect(page.get_by_role("heading", name="Metrics of example.add")).to_be_visible()
+    page.get_by_role("link", name="Last 7 days").click()
+    expect(page.locator("svg#chart-outcomes text.at").first).to_have_text("Jobs per hour")
+    shot(page, "22-metrics-name-7d")
+    assert errors == [], errors
+
+
+def test_the_readonly_token_sees_pages_but_gets_no_action(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    pushed = ui_host.api("POST", "/v1/queues/mail/jobs", {"name": "example.echo", "payload": 1})
+    ui_host.api("POST", "/v1/queues/math/jobs", {"name": "example.add", "payload": {}})
+    ui_host.scheduled()
+    page = context.new_page()
+    errors = console_errors(page)
+    sign_in(page, token=READONLY)
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    expect(page.get_by_text("Read-only", exact=True)).to_be_visible()
+    for path in ("/ui", "/ui/queues/mail", "/ui/failed", "/ui/schedules", "/ui/metrics"):
+        page.goto(path)
+        for name in ("Pause", "Resume", "Retry", "Delete", "Change limits"):
+            expect(page.get_by_role("button", name=name, exact=True)).to_have_count(0)
+    failed = ui_host.api("GET", "/v1/failed?queue=math").json()["jobs"][0]["id"]
+    page.goto(f"/ui/jobs/{failed}")
+    expect(page.get_by_role("heading", name="Job example.add")).to_be_visible()
+    expect(page.get_by_role("button")).to_have_text(["Search", "Stop auto-refresh", "Sign out"])
+    shot(page, "23-read-only-job")
+    # The server refuses an action sent anyway, with the session's own CSRF token.
+    csrf = page.locator('input[name="csrf"]').first.get_attribute("value") or ""
+    reply = page.request.post("/ui/queues/mail/pause", form={"csrf": csrf, "back": "/ui"})
+    assert reply.status == 403 and "read-only token" in reply.text()
+    assert ui_host.api("GET", "/v1/queues/mail").json()["paused"] is False
+    # And the API: reads pass, writes are refused.
+    assert ui_host.api("GET", f"/v1/jobs/{pushed.json()['id']}", token=READONLY).status == 200
+    refused = ui_host.api("POST", "/v1/queues/mail/pause", token=READONLY)
+    assert refused.status == 403 and refused.json()["error"]["code"] == "read_only"
+    assert ui_host.api("GET", "/v1/queues/mail").json()["paused"] is False
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_url(re.compile(r"/ui/signin"))
+    assert errors == [], errors
+
+
+def test_a_failed_batch_does_not_show_as_success(context: BrowserContext, ui_host: Host) -> None:
+    batch, ids = workflow_python(
+        ui_host,
+        """
+members = [q.new_job("example.echo", 1, queue="batch"), q.new_job("example.add", {},
+           queue="batch")]
+batch, ids = await q.batch(members)
+return [batch, ids]
+""",
+    )
+    ui_host.scheduled()
+    page = context.new_page()
+    sign_in(page)
+    page.goto(f"/ui/batches/{batch}")
+    expect(page.locator(".stats .badge")).to_have_text("failed")
+    bar = page.get_by_role("progressbar")
+    expect(bar).to_have_attribute("aria-valuetext", "2 of 2 ended (1 completed, 1 failed)")
+    # Half the bar is the failed share, cross-hatched, beside the completed half.
+    parts = bar.locator("svg.share")
+    expect(parts.locator("rect.c")).to_have_attribute("width", "50.0%")
+    expect(parts.locator("rect.f")).to_have_attribute("width", "50.0%")
+    expect(parts.locator("rect.f")).to_have_attribute("fill", "url(#batch-bar-f)")
+    expect(page.get_by_text("1 failed (cross-hatched)")).to_be_visible()
+    # The breadcrumbs name the batch, and a member's its queue and its name.
+    expect(page.get_by_role("navigation", name="Breadcrumb")).to_have_text(
+        f"Overview › Batch {batch}"
+    )
+    shot(page, "24-batch-failed")
+    page.get_by_role("link", name=ids[1]).click()
+    expect(page.get_by_role("navigation", name="Breadcrumb")).to_have_text(
+        f"Overview › Queue batch › Batch {batch} › Job example.add ({ids[1]})"
+    )
+
+
+def test_a_pushed_job_is_found_by_its_id_its_name_and_a_payload_word(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    pushed = ui_host.api(
+        "POST", "/v1/queues/mail/jobs", {"name": "example.echo", "payload": {"to": "zebrafish"}}
+    ).json()["id"]
+    ui_host.api("POST", "/v1/queues/other/jobs", {"name": "example.echo", "payload": {"to": "x"}})
+    page = context.new_page()
+    errors = console_errors(page)
+    sign_in(page)
+    box = page.get_by_role("search", name="Search jobs").get_by_role("searchbox")
+    box.fill(pushed)
+    box.press("Enter")
+    expect(page).to_have_url(re.compile(f"/ui/jobs/{pushed}$"))
+    expect(page.get_by_role("heading", name="Job example.echo")).to_be_visible()
+    # By a payload word, from the job's page: the box is on every page.
+    box = page.get_by_role("search", name="Search jobs").first.get_by_role("searchbox")
+    box.fill("ZebraFish")
+    box.press("Enter")
+    expect(page).to_have_url(re.compile(r"/ui/search\?q=ZebraFish$"))
+    results = page.get_by_role("region", name="Jobs found")
+    expect(results.get_by_role("link", name=pushed)).to_be_visible()
+    expect(results.locator("tbody tr")).to_have_count(1)
+    shot(page, "25-search-payload")
+    # By its name and queue: the filter is in the URL, to share.
+    page.goto("/ui/search?q=name:example.echo+queue:mail")
+    expect(page.get_by_role("region", name="Jobs found").locator("tbody tr")).to_have_count(1)
+    page.goto("/ui/search?q=name:example.echo")
+    expect(page.get_by_role("region", name="Jobs found").locator("tbody tr")).to_have_count(2)
+    assert errors == [], errors

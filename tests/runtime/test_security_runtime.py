@@ -1,7 +1,8 @@
 """The security review's probes, run against the real Worker in the host as
 `make dev` serves it (jobs may reach loopback, nothing else internal):
 outbound requests, bounded reads, bodies read only with the token, the
-token's length, the Rate Limiting binding, API caching, RPC ids."""
+token's length, the read-only token, the Rate Limiting binding, API
+caching, RPC ids."""
 
 from __future__ import annotations
 
@@ -226,6 +227,47 @@ def test_a_short_token_is_refused_at_start() -> None:
         assert (
             "at least 32 characters" in line["error"] and "secrets.token_urlsafe" in line["error"]
         )
+    finally:
+        h.stop()
+
+
+READONLY = "a-read-only-token-of-32-characters-or-more"
+
+
+def test_the_readonly_token_reads_and_its_writes_are_refused_unread() -> None:
+    """The read-only token: a GET answers; a chunked POST is refused 403
+    after its first chunk, its body never read, and nothing is pushed."""
+    h = start_host("--var", f"D1QUEUE_READONLY_TOKEN={READONLY}")
+    try:
+        assert h.api("GET", "/v1/queues", token=READONLY).status == 200
+        port = int(h.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+            head = (
+                "POST /v1/queues/default/jobs HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+                f"authorization: Bearer {READONLY}\r\n"
+                "content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
+            sock.sendall(head.encode() + b"10000\r\n" + b" " * 0x10000 + b"\r\n")
+            answer = sock.recv(4096).decode("latin-1")  # more body never comes
+        assert answer.startswith("HTTP/1.1 403"), answer[:200]
+        assert '"read_only"' in answer
+        assert h.api("GET", "/v1/queues").json()["queues"] == []
+    finally:
+        h.stop()
+
+
+def test_a_readonly_token_like_the_api_token_is_refused_at_start() -> None:
+    """The same value for both secrets would make every reader an admin: the
+    Worker refuses to start with it, and says why naming the secret only."""
+    h = start_host("--var", f"D1QUEUE_READONLY_TOKEN={TOKEN}")
+    try:
+        reply = h.api("GET", "/v1/queues", token=None)
+        assert reply.status == 500 and reply.json()["error"]["code"] == "misconfigured"
+        assert "READONLY" not in reply.text
+        h.wait_for_output('"d1queue.misconfigured"')
+        (line, *_) = h.events("d1queue.misconfigured")
+        assert "D1QUEUE_READONLY_TOKEN must differ from D1QUEUE_TOKEN" in line["error"]
+        assert TOKEN not in str(line)
     finally:
         h.stop()
 

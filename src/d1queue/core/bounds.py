@@ -216,6 +216,12 @@ A larger one fails the job with an error that says so."""
 MAX_PAGE = 500
 """Rows in one page of a listing (`?limit=`): failed jobs, completed jobs,
 schedules."""
+SEARCH_ROWS = 1_000
+"""The jobs one page of the dashboard's search reads on each shard, at most
+(store/sql.py SEARCH_LIVE, and its span reading as many index entries):
+whatever the number of jobs, a search page reads at most twice this a
+shard, and says when it stopped before the end."""
+
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 """The stored bytes one page of a listing carries, at most: its rows'
 payloads, results and errors added up (a single row past it still makes a

@@ -91,25 +91,50 @@ ANALYTICS_BINDING = "D1QUEUE_ANALYTICS"
 """The Workers Analytics Engine binding d1queue writes to when the Worker
 has one (wrangler.toml [[analytics_engine_datasets]]; features/analytics.py)."""
 
-NOT_SETTINGS = ("D1QUEUE_TOKEN", ANALYTICS_BINDING)
-"""Env names with the D1QUEUE_ prefix that are a secret or a binding, not a
-drain setting: never refused as unknown."""
-
 
 class ConfigError(ValueError):
     """A `D1QUEUE_*` var is unknown or has an invalid value."""
 
 
-def token_problem(token: Any) -> str | None:
-    """Why D1QUEUE_TOKEN (the secret's value, None when unset) cannot guard
+SECRETS = ("D1QUEUE_TOKEN", "D1QUEUE_READONLY_TOKEN")
+"""The secrets sharing the `D1QUEUE_` prefix: not drain settings, and never
+quoted in an error (a mistake in one names the secret, not its value)."""
+
+NOT_SETTINGS = (*SECRETS, ANALYTICS_BINDING)
+"""Env names with the D1QUEUE_ prefix that are a secret or a binding, not a
+drain setting: never refused as unknown."""
+
+
+def token_problem(token: Any, name: str = "D1QUEUE_TOKEN") -> str | None:
+    """Why a token secret (`name`'s value, None when unset) cannot guard
     the Worker, or None when it can or is unset: a short token is refused
     outright, and nobody counts as signed in with it."""
     if token is not None and len(str(token)) < MIN_TOKEN_CHARS:
         return (
-            f"D1QUEUE_TOKEN must be at least {MIN_TOKEN_CHARS} characters (it guards "
+            f"{name} must be at least {MIN_TOKEN_CHARS} characters (it guards "
             "every queue and the dashboard); make one with: python3 -c "
             "'import secrets; print(secrets.token_urlsafe(32))'"
         )
+    return None
+
+
+def readonly_token_problem(token: Any, readonly: Any) -> str | None:
+    """Why D1QUEUE_READONLY_TOKEN (None when unset) cannot be used beside
+    D1QUEUE_TOKEN (`token`): too short, set without the API token, or the
+    same value (which would make every holder of the API token read-only,
+    or every read-only holder an admin)."""
+    if readonly is None:
+        return None
+    problem = token_problem(readonly, "D1QUEUE_READONLY_TOKEN")
+    if problem is not None:
+        return problem
+    if token is None:
+        return (
+            "D1QUEUE_READONLY_TOKEN is set without D1QUEUE_TOKEN: set the API token too "
+            "(the read-only token signs in beside it)"
+        )
+    if str(token) == str(readonly):
+        return "D1QUEUE_READONLY_TOKEN must differ from D1QUEUE_TOKEN"
     return None
 
 
@@ -403,7 +428,9 @@ class Config:
             except ValueError as exc:
                 why = f": {exc}" if f.name.startswith("http_") else ""
                 raise ConfigError(f"{var}={raw!r} is not a valid value{why}") from None
-        problem = token_problem(env.get("D1QUEUE_TOKEN"))
+        problem = token_problem(env.get("D1QUEUE_TOKEN")) or readonly_token_problem(
+            env.get("D1QUEUE_TOKEN"), env.get("D1QUEUE_READONLY_TOKEN")
+        )
         if problem is not None:
             raise ConfigError(problem)
         config = cls(**values)

@@ -152,6 +152,12 @@ class Figures:
     wait: Histogram = field(default_factory=Histogram)
     run: Histogram = field(default_factory=Histogram)
 
+    def merge(self, other: Figures) -> None:
+        """Add `other`'s counts and histograms (another shard's, name's or step's)."""
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        self.wait.add(other.wait.counts, other.wait.sum_s * 1000)
+        self.run.add(other.run.counts, other.run.sum_s * 1000)
+
     def add_row(self, row: Mapping[str, Any]) -> None:
         """Add a stored row (sql.METRICS_COLUMNS)."""
         self.counts = [a + int(row[k] or 0) for a, k in zip(self.counts, OUTCOMES, strict=True)]

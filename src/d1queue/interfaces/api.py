@@ -101,7 +101,9 @@ class Api:
     `guard` slows a client that sends wrong tokens (guard.py). `prefix`:
     where the Worker mounts d1queue ("" the root, else a path such as
     "/queue"); the API routes its paths without it, and puts it before
-    every path it names (GET /'s links and redirect)."""
+    every path it names (GET /'s links and redirect). `readonly_token`: the
+    D1QUEUE_READONLY_TOKEN secret (None: none), which reads every GET route
+    and is refused every other with 403 `read_only`."""
 
     def __init__(
         self,
@@ -112,18 +114,21 @@ class Api:
         guard: Guard | None = None,
         *,
         prefix: str = "",
+        readonly_token: str | None = None,
     ) -> None:
         self.service, self.token, self.version, self.openapi = service, token, version, openapi
+        self.readonly_token = readonly_token
         self.guard = guard if guard is not None else Guard()
         self.prefix = prefix
         self.router = Router((INDEX_ROUTE, HEALTH, *ROUTES))
 
-    def authorized(self, headers: Mapping[str, str]) -> bool:
-        """Whether the request carries the API token: checked before its body
-        is read (entry.py), so no one without the token makes the Worker
-        read a body."""
+    def authorized(self, headers: Mapping[str, str], method: str = "POST") -> bool:
+        """Whether the request carries a token that may send it (the API
+        token; the read-only one for GET and HEAD only): checked before its
+        body is read (entry.py), so no one without the token makes the
+        Worker read a body."""
         try:
-            self._authorize(headers)
+            self._authorize(headers, method)
         except ApiError:
             return False
         return True
@@ -151,7 +156,7 @@ class Api:
             # /health answers without the token and whatever its query (a
             # probe's cache-buster must not fail it), and so does a 405 there.
             if not found.public:
-                self._authorize(headers)
+                self._authorize(headers, method)
             if found.status == 404:
                 raise ApiError(404, "not_found", f"no route {method} {path}")
             if found.status == 405:
@@ -198,7 +203,10 @@ class Api:
             message = "the request failed inside the Worker; its log says why (d1queue.api.failed)"
             return _error(ApiError(500, "internal", message))
 
-    def _authorize(self, headers: Mapping[str, str]) -> None:
+    def _authorize(self, headers: Mapping[str, str], method: str) -> None:
+        """The API token passes any request; the read-only token a GET or
+        HEAD (every GET route reads only), and is refused anything else
+        with 403 before its body is read; anything else is a 401."""
         if not self.token:
             raise ApiError(
                 503,
@@ -206,8 +214,18 @@ class Api:
                 "no API token is configured: set the D1QUEUE_TOKEN secret "
                 "(wrangler secret put D1QUEUE_TOKEN; .dev.vars locally)",
             )
-        if not bearer_matches(headers, self.token):
-            raise ApiError(401, "unauthorized", "missing or wrong bearer token")
+        if bearer_matches(headers, self.token):
+            return
+        if self.readonly_token and bearer_matches(headers, self.readonly_token):
+            if method in ("GET", "HEAD"):
+                return
+            raise ApiError(
+                403,
+                "read_only",
+                "the read-only token (D1QUEUE_READONLY_TOKEN) reads and changes nothing: "
+                "send this request with the API token",
+            )
+        raise ApiError(401, "unauthorized", "missing or wrong bearer token")
 
     # -- endpoints: from HTTP to Service calls ------------------------------------
 

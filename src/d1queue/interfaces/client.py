@@ -48,6 +48,7 @@ ERROR_STATUS: dict[str, int] = {
     "invalid_query": 400,
     "invalid_older_than_s": 400,
     "unauthorized": 401,
+    "read_only": 403,
     "not_found": 404,
     "method_not_allowed": 405,
     "conflict": 409,

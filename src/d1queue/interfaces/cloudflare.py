@@ -481,6 +481,8 @@ class D1QueueWorker:
             return _too_large()
         raw_token = getattr(_raw_env(self.env), "D1QUEUE_TOKEN", None)
         token = str(raw_token) if raw_token else None
+        raw_readonly = getattr(_raw_env(self.env), "D1QUEUE_READONLY_TOKEN", None)
+        readonly = str(raw_readonly) if raw_readonly else None
         # The SDK's Request.method is an HTTPMethod enum and raises for any
         # other method (QUERY, say); the JS Request underneath has the string.
         method = str(getattr(request, "js_object", request).method)
@@ -498,13 +500,15 @@ class D1QueueWorker:
             if body is None:
                 return _too_large()
             headers = {k: str(request.headers.get(k) or "") for k in DASHBOARD_HEADERS}
-            board = Dashboard(service, token, guard, prefix=prefix)
+            board = Dashboard(service, token, guard, prefix=prefix, readonly_token=readonly)
             reply = await board.handle(method, url, headers, body, service.queue.clock())
             # None for HEAD and 204: a 204 Response with any body, "" included,
             # is refused by the runtime.
             return Response(reply.body, status=reply.status, headers=reply.headers)
         openapi = _openapi(self.registry, prefix)
-        api = Api(service, token, _version(), openapi, guard, prefix=prefix)
+        api = Api(
+            service, token, _version(), openapi, guard, prefix=prefix, readonly_token=readonly
+        )
         headers = {k: str(request.headers.get(k) or "") for k in API_HEADERS}
         if request.headers.get(TRACE_HEADER) is None:
             # Absent, not empty: an empty traceparent is a bad one (422).
@@ -512,7 +516,7 @@ class D1QueueWorker:
         body = b""
         # Without the token the answer is 401 whatever the body holds: it is
         # never read, so no one without the token makes the Worker read one.
-        if method not in ("GET", "HEAD") and api.authorized(headers):
+        if method not in ("GET", "HEAD") and api.authorized(headers, method):
             read = await _body(request)
             if read is None:
                 return _too_large()

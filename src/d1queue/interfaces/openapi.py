@@ -748,7 +748,9 @@ SPEC: dict[str, Any] = {
         "version": "1",
         "description": (
             "A durable job queue in Cloudflare D1. Every route but / and /health needs "
-            "`Authorization: Bearer <D1QUEUE_TOKEN>`. Every error is "
+            "`Authorization: Bearer <D1QUEUE_TOKEN>`; the read-only token "
+            "(D1QUEUE_READONLY_TOKEN), where one is set, reads every GET route and is "
+            "refused anything else with 403 `read_only`. Every error is "
             f"{{error: {{code, message}}}}. Request bodies are at most {MAX_BODY_BYTES} bytes; "
             "nothing is written when a request is refused. D1 failing past the Worker's "
             "retries is 503 `unavailable` with Retry-After; a failure inside the Worker is "
@@ -801,6 +803,8 @@ SPEC: dict[str, Any] = {
             for c, d in {
                 400: "Malformed request",
                 401: "Missing or wrong bearer token",
+                403: "read_only: the read-only token (D1QUEUE_READONLY_TOKEN) sent a "
+                "request that is not a read",
                 404: "Not found",
                 405: "Method not allowed",
                 409: "Conflict",
@@ -1082,6 +1086,8 @@ def _paths(routes: tuple[Route, ...]) -> dict[str, Any]:
         op |= OPERATIONS[(route.method, route.path)]
         if "id" in route.path_params:  # an id not of ID_RULE's shape: 400 invalid_id
             op["responses"] = {"400": {"$ref": "#/components/responses/E400"}} | op["responses"]
+        if route.method != "GET":  # the read-only token reads only
+            op["responses"] = op["responses"] | {"403": {"$ref": "#/components/responses/E403"}}
         if route.handler in TRACED:
             op["parameters"] = [TRACE_PARAM]
         if route.query:

@@ -212,9 +212,7 @@ def _stats(s: QueueStats) -> dict[str, Any]:
 
 
 def _merge(into: Figures, other: Figures) -> None:
-    into.counts = [a + b for a, b in zip(into.counts, other.counts, strict=True)]
-    into.wait.add(other.wait.counts, other.wait.sum_s * 1000)
-    into.run.add(other.run.counts, other.run.sum_s * 1000)
+    into.merge(other)
 
 
 def _point(at: int, f: Figures) -> dict[str, Any]:
@@ -685,6 +683,14 @@ class Service:
                 for at, f in points.items():
                     _merge(into.setdefault(at, Figures()), f)
         return merged
+
+    async def metrics_window(
+        self, window: str = "1h", queue: str | None = None, name: str | None = None
+    ) -> store_metrics.Window:
+        """What `metrics` answers, as the store's figures (with their
+        histograms) merged over the shards: the dashboard's charts. One
+        round trip a shard (store/metrics.py read)."""
+        return await self._metrics_window(window, queue, name)
 
     async def metrics(
         self, window: str = "1h", queue: str | None = None, name: str | None = None

@@ -2,7 +2,8 @@
 a queue's jobs page by page, failed jobs filtered, "run now", bulk retry or
 delete, the sessions signed out (session.py), and the workflow views: a job
 wherever it is in its life with its dependencies and dependents, a queue's
-completed jobs, a batch's progress (workflows.py). Same layer as admin.py:
+completed jobs, a batch's progress (workflows.py), and the search, capped
+in rows read (`search`). Same layer as admin.py:
 statements from sql.py, sent through the queue's binding, each page a
 bounded number of round trips.
 """
@@ -16,7 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Unpack
 
-from ..core.bounds import MAX_PAGE_BYTES, PRIORITY_RANGE, SIGNOUT_PRUNE, STORED_ID_RULE, page_bytes
+from ..core.bounds import (
+    MAX_PAGE_BYTES,
+    PRIORITY_RANGE,
+    SEARCH_ROWS,
+    SIGNOUT_PRUNE,
+    STORED_ID_RULE,
+    page_bytes,
+)
 from ..core.log import get
 from ..core.shards import merge_pages
 from . import sql
@@ -28,6 +36,54 @@ from .shardset import ShardSet
 from .workflows import COMPLETED_CURSOR_RULE, BatchState, JobView, Workflows
 
 STATES = ("waiting", "ready", "delayed", "reserved", "cancelling")
+
+SEARCH_SOURCES = {
+    "live": (sql.SEARCH_LIVE, sql.SEARCH_LIVE_SPAN),
+    "completed": (sql.SEARCH_COMPLETED, sql.SEARCH_COMPLETED_SPAN),
+    "failed": (sql.SEARCH_FAILED, sql.SEARCH_FAILED_SPAN),
+}
+"""Where a search reads (one a page): queued jobs (but those held by a
+worker or waiting out a retry), completed jobs kept, failed jobs."""
+
+FIRST = "~"
+"""The search's cursor before its first page: sorts after every id."""
+
+
+class SearchFilters(TypedDict, total=False):
+    queue: str
+    name: str
+    state: str
+    group: str
+    batch: str
+    text: str
+
+
+@dataclass
+class SearchPage:
+    """A page of a search: its matches (newest id first), the cursor of the
+    next page (None: nothing is left to read), how many rows it read, and
+    whether it stopped at its cap of rows read with rows left to read."""
+
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+    scanned: int
+    stopped_early: bool
+
+
+def _search_part(
+    hits: list[dict[str, Any]], span: dict[str, Any], cap: int
+) -> tuple[list[dict[str, Any]], str | None, int, bool]:
+    """One shard's answer: its matches, where its read may resume (the
+    PAGE-th match when it has more, else the last row read when it read
+    its cap; None when it read to the end), rows read, stopped at the cap."""
+    scanned = int(span["scanned"] or 0)
+    if len(hits) > PAGE:
+        return hits[:PAGE], str(hits[PAGE - 1]["id"]), scanned, False
+    if scanned >= cap:
+        return hits, str(span["last"]), scanned, True
+    return hits, None, scanned, False
+
+
 PAGE = 50
 """Rows per page. Also the most jobs one bulk action takes: a retry is two
 statements a job, so 50 fit one batch (one subrequest) with room to spare."""
@@ -329,6 +385,35 @@ class ShardStore:
         )
 
 
+async def _shard_search(
+    store: ShardStore, source: str, filters: SearchFilters, cursor: str, cap: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A shard's matches and the span of its read: one batch."""
+    f = filters
+    matches, span = SEARCH_SOURCES[source]
+    found, read = await store.binding.batch(
+        [
+            (
+                matches,
+                (
+                    cursor,
+                    cap,
+                    f.get("queue", ""),
+                    f.get("name", ""),
+                    f.get("state", ""),
+                    f.get("group", ""),
+                    f.get("batch", ""),
+                    f.get("text", ""),
+                    store.queue.clock(),
+                    PAGE + 1,
+                ),
+            ),
+            (span, (cursor, cap)),
+        ]
+    )
+    return [dict(r) for r in found.rows], dict(read.rows[0])
+
+
 class Store:
     """What the dashboard reads and does, over every shard: pages merged in
     their order from each shard's page after the same cursor (a position in
@@ -344,6 +429,41 @@ class Store:
     def _for(self, id: str) -> ShardStore | None:
         queue = self.shards.for_id(id)
         return None if queue is None else self.stores[queue.shard]
+
+    async def search(
+        self, source: str, filters: SearchFilters, cursor: str = FIRST, cap: int = SEARCH_ROWS
+    ) -> SearchPage:
+        """A page of `source`'s jobs (SEARCH_SOURCES) matching `filters`,
+        newest id first, after `cursor`: each shard reads at most `cap` rows
+        (sql.SEARCH_LIVE and its span: one batch a shard). The page holds the matches at
+        or after the highest id where some shard's read stopped, so the next
+        page (after that id) misses none, over any number of shards.
+        ValueError for a cursor that is not an id."""
+        if source not in SEARCH_SOURCES:
+            raise ValueError(f"a search reads one of {', '.join(SEARCH_SOURCES)}")
+        if cursor != FIRST and not re.fullmatch(STORED_ID_RULE, cursor):
+            raise ValueError("the page cursor is not one this dashboard made")
+        parts = [
+            _search_part(hits, span, cap)
+            for hits, span in await self.shards.each(
+                lambda q: _shard_search(self.stores[q.shard], source, filters, cursor, cap)
+            )
+        ]
+        resumes = [r for _, r, _, _ in parts if r is not None]
+        edge = max(resumes) if resumes else None
+        hits = sorted(
+            (h for found, _, _, _ in parts for h in found if edge is None or h["id"] >= edge),
+            key=lambda h: str(h["id"]),
+            reverse=True,
+        )
+        if len(hits) > PAGE:
+            hits, edge = hits[:PAGE], str(hits[PAGE - 1]["id"])
+        return SearchPage(
+            rows=hits,
+            next_cursor=edge,
+            scanned=sum(n for _, _, n, _ in parts),
+            stopped_early=any(stopped for _, _, _, stopped in parts),
+        )
 
     async def queue_jobs(
         self, queue: str, *, state: str = "", name: str = "", cursor: str | None = None

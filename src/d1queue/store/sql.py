@@ -1361,6 +1361,61 @@ LIST_FAILED_FILTERED_IN_QUEUE = bytes_bounded(
     7,
 )
 
+# The dashboard's search (interfaces/dashboard/search.py): one source a
+# page, read newest id first (ids sort by creation time) after the cursor
+# ?1 (an id; "~" sorts after every id for the first page), at most ?2 rows,
+# whatever matches: each pair below goes in one batch, the matches and
+# where the read ends (its SPAN), each reading at most ?2 rows of one index
+# (D1 counts an index entry and its row as one), so a page reads at most
+# 2 x ?2 rows at 1,000 jobs or 100,000; the matches stop early once ?10
+# (a page and one) are found. Filters, '' for any: ?3 queue ?4 name ?5 state
+# ?6 group ?7 batch ?8 text in the payload or error (case-insensitive for
+# ASCII); ?9 now (a live job's state). They are checked on the rows read,
+# so a rare filter over many jobs stops at ?2 rows ("stopped early") and
+# pages on from the SPAN's `last`, rather than read further.
+_SEARCH_HIT = (
+    "(?3 = '' OR queue = ?3) AND (?4 = '' OR name = ?4) AND (?5 = '' OR state = ?5) "
+    "AND (?6 = '' OR grp = ?6) AND (?7 = '' OR batch = ?7) AND (?8 = '' "
+    "OR instr(lower(payload), lower(?8)) > 0 OR instr(lower(ifnull(err, '')), lower(?8)) > 0)"
+)
+_SEARCH_COLUMNS = "id, queue, name, grp, batch, attempts, max_attempts, state, at"
+
+
+def _search(read: str) -> str:
+    """The matches among the rows `read` yields (each with `state`, `at`
+    and `err`; at most ?2 of them, newest id first), at most ?10."""
+    return f"SELECT {_SEARCH_COLUMNS} FROM ({read}) WHERE {_SEARCH_HIT} ORDER BY id DESC LIMIT ?10"
+
+
+def _span(table: str, where: str) -> str:
+    """Where a search's read ends: the last (oldest) id of the ?2 it reads
+    after ?1, and how many it reads (?2: more may follow)."""
+    return (
+        "SELECT MIN(id) AS last, COUNT(*) AS scanned FROM (SELECT id FROM "
+        f"{table} WHERE id < ?1 AND {where} ORDER BY id DESC LIMIT ?2)"
+    )
+
+
+# Live jobs but those a worker holds or that wait out a retry (the locked
+# band has no id index): through the id index (d1queue_jobs_id, id<?).
+SEARCH_LIVE = _search(
+    f"SELECT *, {_job_state('?9')} AS state, available_at AS at, last_error AS err "
+    f"FROM d1queue_jobs WHERE id < ?1 AND {LISTED} ORDER BY id DESC LIMIT ?2"
+)
+SEARCH_LIVE_SPAN = _span("d1queue_jobs", LISTED)
+# Completed jobs kept as history: through the done index (d1queue_jobs_done, id<?).
+SEARCH_COMPLETED = _search(
+    "SELECT *, 'completed' AS state, available_at AS at, last_error AS err "
+    f"FROM d1queue_jobs WHERE id < ?1 AND band = {DONE_BAND} ORDER BY id DESC LIMIT ?2"
+)
+SEARCH_COMPLETED_SPAN = _span("d1queue_jobs", f"band = {DONE_BAND}")
+# Failed jobs: their table's primary key (id<?).
+SEARCH_FAILED = _search(
+    "SELECT *, 'failed' AS state, failed_at AS at, error AS err "
+    "FROM d1queue_failed_jobs WHERE id < ?1 ORDER BY id DESC LIMIT ?2"
+)
+SEARCH_FAILED_SPAN = _span("d1queue_failed_jobs", "1")
+
 # -- the dashboard's sign-outs (migrations/0008_dashboard_signouts.sql) ---------
 
 # Which of a request's session nonces were signed out: one seek of the

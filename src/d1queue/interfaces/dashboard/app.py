@@ -23,6 +23,9 @@ Security, in one place:
   a 404, so a rule in front of the Worker that matches the exact path
   (docs/security.md) sees every sign-in.
 - Payloads are shown with their secrets masked (mask.py).
+- A session of the read-only token (D1QUEUE_READONLY_TOKEN) sees every
+  page without its actions, and any POST of it but signing out or in is a
+  403 (auth.py).
 
 Mounted under a prefix (`prefix="/queue"`: the dashboard at /queue/ui), the
 pages still route and build their addresses as `/ui/...`: the prefix is taken
@@ -95,7 +98,8 @@ ASSET_CACHE = "public, max-age=31536000, immutable"
 
 class Dashboard:
     """`token` is the D1QUEUE_TOKEN secret (None: not configured, and every
-    page says so). `guard`: what a wrong sign-in costs its sender."""
+    page says so); `readonly_token` the D1QUEUE_READONLY_TOKEN secret (None:
+    no read-only sign-in). `guard`: what a wrong sign-in costs its sender."""
 
     def __init__(
         self,
@@ -104,6 +108,7 @@ class Dashboard:
         guard: Guard | None = None,
         *,
         prefix: str = "",
+        readonly_token: str | None = None,
     ) -> None:
         self.service = service
         self.prefix = prefix
@@ -111,7 +116,7 @@ class Dashboard:
         path such as "/queue" (the dashboard at /queue/ui)."""
         self.guard = guard if guard is not None else Guard()
         self.store = Store(service.queue, service.shards)
-        self.auth = Auth(token, self.store, self.guard)
+        self.auth = Auth(token, self.store, self.guard, readonly_token)
         self.pages = Pages(service, self.store)
         auth, pages = self.auth, self.pages
         self.router = Router(
@@ -126,6 +131,8 @@ class Dashboard:
                 Route("POST", "/ui/queues/{queue}/pause", pages.pause),
                 Route("POST", "/ui/queues/{queue}/resume", pages.resume),
                 Route("POST", "/ui/queues/{queue}/limits", pages.set_limits),
+                Route("GET", "/ui/metrics", pages.metrics_page),
+                Route("GET", "/ui/search", pages.search),
                 Route("GET", "/ui/jobs/{id}", pages.job_page),
                 Route("POST", "/ui/jobs/{id}/cancel", pages.cancel),
                 Route("POST", "/ui/jobs/{id}/run", pages.run_now),

@@ -102,18 +102,36 @@ ul.links { list-style: none; margin: 0; padding: 0; display: grid; gap: .25rem;
   grid-template-columns: repeat(auto-fill, minmax(min(22rem, 100%), 1fr)); }
 ul.links li { overflow-wrap: anywhere; }
 .progress { display: grid; gap: .35rem; max-width: 40rem; }
-.progress progress { width: 100%; height: 1rem; accent-color: var(--ok); }
+.progress p { margin: 0; }
 td.result code { overflow-wrap: anywhere; }
 h3 { font-size: 1rem; margin: 1rem 0 .4rem; }
-.chart { width: 100%; max-width: 48rem; height: auto; display: block; }
-.chart .c { fill: var(--ok); } .chart .f { fill: var(--bad); } .chart .r { fill: var(--warn); }
-.chart .axis { stroke: var(--line); }
+.crumbs p { margin: 0 0 .2rem; color: var(--muted); overflow-wrap: anywhere; }
+.chart { width: 100%; max-width: 60rem; height: auto; display: block; }
+.chart text { fill: var(--fg); font: 11px system-ui, sans-serif; }
+.chart .at, .chart .kl { font-size: 12px; }
+.chart .axis, .chart .tick { stroke: var(--muted); stroke-width: 1; }
+.chart .grid { stroke: var(--line); stroke-width: .5; stroke-dasharray: 2 3; }
+.k-c { fill: var(--ok); } .k-r { fill: var(--warn); } .k-f { fill: var(--bad); }
+.k-x { fill: var(--muted); } .k-p { fill: var(--panel); }
+.mark { stroke: var(--bg); stroke-width: 1.3; } .mark-dot { fill: var(--bg); }
+.chart .key, .share > rect, .swatch > rect { stroke: var(--fg); stroke-width: .4; }
+.chart polyline { fill: none; stroke-width: 2; }
+.chart .p50 { stroke: var(--accent); } .chart .p95 { stroke: var(--bad); stroke-dasharray: 6 3; }
+.chart circle.pt.p50 { fill: var(--accent); stroke: none; }
+.chart rect.pt.p95 { fill: var(--bad); stroke: none; }
+.share { width: 100%; height: 1.1rem; display: block; border: 1px solid var(--line);
+  border-radius: 3px; }
+.share .track, .swatch .track { fill: var(--panel); }
+.swatch { width: .9rem; height: .9rem; vertical-align: -2px; margin-right: .3rem; }
 .legend { display: flex; gap: 1rem; flex-wrap: wrap; font-size: .85rem; color: var(--muted);
   margin: .25rem 0 0; padding: 0; list-style: none; }
-.legend .sw { display: inline-block; width: .8rem; height: .8rem; border-radius: 2px;
-  vertical-align: -1px; margin-right: .3rem; }
-.sw.c { background: var(--ok); } .sw.f { background: var(--bad); }
-.sw.r { background: var(--warn); }
+.windows { display: flex; gap: .75rem; flex-wrap: wrap; margin: .5rem 0; }
+.windows a[aria-current=page] { font-weight: 700; color: var(--fg); text-decoration: none; }
+th a.sort { color: inherit; }
+form.search { display: flex; gap: .35rem; align-items: center; }
+form.search.top input { width: 16rem; max-width: 50vw; }
+form.search.page { margin: .5rem 0 1rem; } form.search.page input { width: min(36rem, 100%); }
+.badge.readonly { border-color: var(--warn); color: var(--warn); }
 .refresh { font-size: .85rem; color: var(--muted); display: flex; gap: .5rem;
   align-items: center; }
 .visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden;

@@ -11,6 +11,9 @@ check of where a form or link says to go next (`next`, `back`).
   Sec-Fetch-Site), which also covers sign-in CSRF.
 - A wrong sign-in costs its sender what a wrong API token does (guard.py).
 - Signing out ends the session on the server, not only in this browser.
+- A session signed in with the read-only token (D1QUEUE_READONLY_TOKEN)
+  sees every page and may POST nothing but a sign-out or sign-in (403 otherwise,
+  before the form is read); its pages show no action (Request.readonly).
 - `next` and `back`: resolved as the browser resolves a path, then a
   dashboard path (under /ui) on this origin, else the action's own page;
   a control character is refused with a 400.
@@ -91,12 +94,20 @@ def _resolved(path: str) -> str | None:
     return "/" + "/".join(h.q(s) for s in segments)
 
 
+READONLY_POSTS = frozenset({"/ui/signout", "/ui/signin"})
+"""The only forms (route paths) a read-only session may send: signing out,
+and signing in again (with the API token, to act): neither changes a job."""
+
+
 class Auth:
     """Sessions for one API token (None: not configured, and nobody can
-    sign in). `store` holds the sign-outs; `guard` slows wrong sign-ins."""
+    sign in) and the read-only token, if any. `store` holds the sign-outs;
+    `guard` slows wrong sign-ins."""
 
-    def __init__(self, token: str | None, store: Store, guard: Guard) -> None:
-        self.sessions = Sessions(token) if token else None
+    def __init__(
+        self, token: str | None, store: Store, guard: Guard, readonly_token: str | None = None
+    ) -> None:
+        self.sessions = Sessions(token, readonly_token) if token else None
         self.store = store
         self.guard = guard
 
@@ -121,6 +132,16 @@ class Auth:
         if request.session is not None:
             request.csrf = sessions.csrf(request.session)
         if request.method == "POST":
+            if (
+                request.session is not None
+                and request.session.readonly
+                and route.path not in READONLY_POSTS
+            ):
+                raise Refused(
+                    403,
+                    "You are signed in with the read-only token: it shows every page and "
+                    "changes nothing. Sign in with the API token to act.",
+                )
             self.check_post(request, route.signed_in)
         elif route.signed_in and request.session is None:
             target = request.path + h.qs({k: v[-1] for k, v in request.query.items()})
@@ -181,7 +202,9 @@ class Auth:
         return (
             '<div class="signin"><h1>d1queue dashboard</h1>'
             "<p>Enter this Worker's API token (the <code>D1QUEUE_TOKEN</code> secret; "
-            "<code>.dev.vars</code> under <code>make dev</code>) to continue.</p>"
+            "<code>.dev.vars</code> under <code>make dev</code>) to continue, or its "
+            "read-only token (<code>D1QUEUE_READONLY_TOKEN</code>) to look without "
+            "changing anything.</p>"
             f'{alert}<form method="post" action="/ui/signin">'
             '<div class="field"><label for="token">API token</label>'
             '<input type="password" id="token" name="token" autocomplete="current-password" '
@@ -200,7 +223,8 @@ class Auth:
     async def signin(self, request: Request) -> Reply:
         sessions = self.configured()
         next_path = safe_back(request.field("next"), "/ui", "next")
-        if not sessions.check_token(request.field("token")):
+        role = sessions.check_token(request.field("token"))
+        if role is None:
             if await self.guard.failed(request.headers):
                 form = self._signin_form(next_path, "Too many wrong tokens: wait a minute.")
                 reply = Reply(429, html_page(request, "Sign in", form))
@@ -208,7 +232,7 @@ class Auth:
                 return reply
             form = self._signin_form(next_path, "That is not this Worker's API token.")
             return Reply(401, html_page(request, "Sign in", form))
-        cookie = set_cookie(sessions.issue(request.now_ms), secure=request.secure)
+        cookie = set_cookie(sessions.issue(request.now_ms, role), secure=request.secure)
         return redirect(next_path, {"set-cookie": cookie})
 
     async def signout(self, request: Request) -> Reply:

@@ -85,9 +85,10 @@ def failed_filters(shown: FailedShown) -> str:
     return filters("/ui/failed", "Filter failed jobs", fields)
 
 
-def failed_columns(now: int) -> list[Column[Row]]:
+def failed_columns(now: int, readonly: bool = False) -> list[Column[Row]]:
+    """The failed list's columns: a check box each (none when read-only)."""
     return [
-        SELECT,
+        *(() if readonly else (SELECT,)),
         JOB_ID,
         Column("Queue", lambda r: queue_link(r["queue"])),
         NAME,
@@ -99,8 +100,9 @@ def failed_columns(now: int) -> list[Column[Row]]:
 
 def _listing(shown: FailedShown) -> str:
     if shown.jobs.rows:
-        return bulk_actions(ACTIONS) + table(
-            "Failed jobs", failed_columns(shown.request.now_ms), shown.jobs.rows
+        readonly = shown.request.readonly
+        return ("" if readonly else bulk_actions(ACTIONS)) + table(
+            "Failed jobs", failed_columns(shown.request.now_ms, readonly), shown.jobs.rows
         )
     if any(shown.filters.values()) or shown.cursor:
         return empty(
@@ -118,6 +120,9 @@ def failed_list(shown: FailedShown) -> str:
     sends those chosen to a bulk action."""
     here = "/ui/failed" + h.qs({**shown.filters, "cursor": shown.cursor})
     more = pager("/ui/failed", shown.filters, shown.cursor, shown.jobs.next_cursor)
+    listed = f'<section id="failed" data-live aria-label="Failed jobs list">{_listing(shown)}'
+    if shown.request.readonly:
+        return f"{listed}{more}</section>"
     return (
         '<form method="post" action="/ui/failed/bulk" aria-label="Act on selected jobs">'
         f"{csrf_field(shown.request)}{h.hidden('back', here)}"

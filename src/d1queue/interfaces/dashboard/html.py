@@ -79,11 +79,30 @@ def options(choices: Iterable[tuple[str, str]], selected: str) -> str:
     )
 
 
-NAV = (("/ui", "Overview"), ("/ui/failed", "Failed jobs"), ("/ui/schedules", "Schedules"))
+def search_form(value: str = "", where: str = "top") -> str:
+    """The search box: in the page's header (`top`), or on the search page."""
+    return (
+        f'<form method="get" action="/ui/search" class="search {where}" role="search" '
+        f'aria-label="Search jobs"><label for="q-{where}" class="visually-hidden">Search by id, '
+        f'queue:, name:, state:, batch:, error:</label><input type="search" id="q-{where}" '
+        f'name="q" value="{e(value)}" placeholder="Id, name:…, queue:…, a word" '
+        'maxlength="300"><button type="submit">Search</button></form>'
+    )
 
 
-def frame(title: str, body: str, *, current: str = "", csrf: str | None = None) -> str:
-    """A whole page. `csrf` None: signed out (no navigation, no sign-out)."""
+NAV = (
+    ("/ui", "Overview"),
+    ("/ui/metrics", "Metrics"),
+    ("/ui/failed", "Failed jobs"),
+    ("/ui/schedules", "Schedules"),
+)
+
+
+def frame(
+    title: str, body: str, *, current: str = "", csrf: str | None = None, readonly: bool = False
+) -> str:
+    """A whole page. `csrf` None: signed out (no navigation, no sign-out).
+    `readonly`: a read-only session, said beside the sign-out button."""
     nav = ""
     session = ""
     if csrf is not None:
@@ -92,9 +111,16 @@ def frame(title: str, body: str, *, current: str = "", csrf: str | None = None) 
             f"{label}</a></li>"
             for href, label in NAV
         )
-        nav = f'<nav aria-label="Main"><ul>{links}</ul></nav>'
+        nav = f'<nav aria-label="Main"><ul>{links}</ul></nav>{search_form()}'
         session = (
-            '<div class="session"><span class="refresh" id="refresh" hidden>'
+            '<div class="session">'
+            + (
+                '<span class="badge readonly" title="Signed in with the read-only token: '
+                'pages show no actions">Read-only</span>'
+                if readonly
+                else ""
+            )
+            + '<span class="refresh" id="refresh" hidden>'
             '<span id="refresh-status">Auto-refresh every 15 s</span>'
             '<button type="button" id="refresh-toggle" aria-pressed="true">'
             "Stop auto-refresh</button></span>"

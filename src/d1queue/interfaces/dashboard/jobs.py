@@ -21,6 +21,7 @@ from .parts import (
     Column,
     badge,
     button,
+    crumbs,
     group,
     inline_form,
     job_link,
@@ -34,6 +35,7 @@ from .parts import (
     table,
 )
 from .request import Request, csrf_field
+from .svg import share_bar
 
 RESULT_SHOWN = 20_000
 """Characters of a completed job's result its page shows (a result is at
@@ -117,9 +119,12 @@ JOB_GONE = (
 
 def job_heading(shown: JobShown) -> str:
     job = shown.job
+    trail = [("/ui", "Overview"), (f"/ui/queues/{h.q(job['queue'])}", f"Queue {job['queue']}")]
+    if job.get("batch"):
+        trail.append((f"/ui/batches/{h.q(job['batch'])}", f"Batch {job['batch']}"))
     return (
-        f'<p><a href="/ui/queues/{h.q(job["queue"])}">Queue {h.e(job["queue"])}</a> › job</p>'
-        f"<h1>Job {h.e(job['name'])}</h1>{notice(shown.request)}"
+        crumbs(trail, f"Job {job['name']} ({shown.id})")
+        + f"<h1>Job {h.e(job['name'])}</h1>{notice(shown.request)}"
     )
 
 
@@ -145,7 +150,12 @@ def job_props(shown: JobShown) -> str:
     items = [
         ("Id", f'<span class="mono">{h.e(job["id"])}</span>'),
         ("Queue", f'<a href="/ui/queues/{h.q(job["queue"])}">{h.e(job["queue"])}</a>'),
-        ("Name", h.e(job["name"])),
+        (
+            "Name",
+            f'{h.e(job["name"])} <a class="muted" href="'
+            f'{h.e("/ui/metrics" + h.qs({"queue": job["queue"], "name": job["name"]}))}">'
+            "(its metrics)</a>",
+        ),
         ("Group", group(job.get("group"))),
         ("State", badge(shown.state)),
         ("Attempts", f"{job['attempts']} of {job['max_attempts']}"),
@@ -204,6 +214,8 @@ def _queued_actions(shown: JobShown, csrf: str) -> str:
 
 
 def job_actions(shown: JobShown) -> str:
+    if shown.request.readonly:
+        return ""
     csrf = csrf_field(shown.request)
     if shown.failed:
         actions = _failed_actions(shown.id, csrf)
@@ -351,7 +363,7 @@ BATCH_GONE = (
 
 
 def batch_heading(shown: BatchShown) -> str:
-    return f'<p><a href="/ui">Overview</a> › batch</p><h1>Batch {h.e(shown.id)}</h1>'
+    return crumbs([("/ui", "Overview")], f"Batch {shown.id}") + f"<h1>Batch {h.e(shown.id)}</h1>"
 
 
 def batch_summary(shown: BatchShown) -> str:
@@ -367,11 +379,16 @@ def batch_summary(shown: BatchShown) -> str:
             (badge(b.state), "state"),
         ]
     )
+    # A bar split by outcome, not one `done` fill: a batch with a failure
+    # must not read as all done well. Each part has its pattern and its
+    # count in words; the progressbar's value is the share ended.
+    said = f"{done} of {b.total} ended ({b.completed} completed, {b.failed} failed)"
+    bar = share_bar("batch-bar", [("completed", b.completed), ("failed", b.failed)], b.total)
     return (
-        f'{counts}<p class="progress"><label for="batch-progress">{done} of {b.total} ended '
-        f"({b.completed} completed, {b.failed} failed)</label>"
-        f'<progress id="batch-progress" max="{max(b.total, 1)}" value="{done}">'
-        f"{done} of {b.total}</progress></p>"
+        f'{counts}<div class="progress"><p id="batch-progress-l">{h.e(said)}</p>'
+        f'<div id="batch-progress" role="progressbar" aria-labelledby="batch-progress-l" '
+        f'aria-valuemin="0" aria-valuemax="{max(b.total, 1)}" aria-valuenow="{done}" '
+        f'aria-valuetext="{h.e(said)}">{bar}</div></div>'
         + props([("Created", h.when(b.created_at, now)), ("Finished", h.when(b.finished_at, now))])
     )
 

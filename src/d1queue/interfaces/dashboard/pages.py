@@ -1,7 +1,7 @@
 """The dashboard's pages and the actions behind their forms: what each
 reads and does. The overview, a queue (and its flow limits), its completed
 jobs, a job (with its dependencies, dependents and batch), a batch, the
-failed jobs, the schedules.
+failed jobs, the schedules, the metrics (charts and job names), the search.
 
 Each handler gets a request the dashboard already admitted (auth.py):
 signed in, and for an action carrying the session's CSRF token. It checks
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ...core.bounds import STORED_ID_PATTERN, STORED_NAME_RULE, is_stored_name
-from ...store.dashboard import PAGE, STATES, Store
+from ...store.dashboard import FIRST, PAGE, STATES, Store
 from ..router import Reply
 from ..service import Service
 from . import html as h
@@ -38,10 +38,12 @@ from .jobs import (
     shown_fields,
 )
 from .limits import confirm_limits, limits_of_form
+from .metrics import DEFAULT_SORT, METRICS, SORTS, WINDOW_LABELS, MetricsShown
 from .parts import not_found, page, render, with_notice
 from .queues import COMPLETED, OVERVIEW, QUEUE, CompletedShown, OverviewShown, QueueShown
 from .request import Refused, Request, known, redirect
 from .schedules import SCHEDULES, SCHEDULES_PAGE, SchedulesShown
+from .search import MAX_QUERY, SEARCH, SearchShown, parse
 
 
 def check_name(kind: str, value: str) -> str:
@@ -136,6 +138,57 @@ class Pages:
 
     async def resume(self, request: Request, queue: str) -> Reply:
         return await self._set_paused(request, queue, False)
+
+    # -- metrics ----------------------------------------------------------------
+
+    async def metrics_page(self, request: Request) -> Reply:
+        """Charts and the job names' table for a window, every queue or one,
+        every job name or one: one read of the stored metrics (one round
+        trip a shard, as GET /v1/metrics), whatever the number of jobs."""
+        known(request, "window", "queue", "name", "sort")
+        window = request.param("window") or "1h"
+        queue, name = request.param("queue"), request.param("name")
+        sort = request.param("sort") or DEFAULT_SORT
+        if window not in WINDOW_LABELS:
+            raise Refused(400, f"window must be one of {', '.join(WINDOW_LABELS)}.")
+        if queue:
+            check_name("queue", queue)
+        if name:
+            check_name("job", name)
+        if sort.lstrip("-") not in SORTS or sort.count("-") > 1:
+            keys = ", ".join(SORTS)
+            raise Refused(400, f"sort is one of {keys}, or one of them after '-' (descending).")
+        read = await self.service.metrics_window(window, queue or None, name or None)
+        shown = MetricsShown(request, window, queue, name, sort, read)
+        return page(request, "Metrics", render(shown, METRICS), current="/ui/metrics")
+
+    # -- search -----------------------------------------------------------------
+
+    async def search(self, request: Request) -> Reply:
+        """The search box's answer (search.py): an id's job or batch (a
+        point read each, at most two), a batch's page, or a page of the
+        jobs matching (one query a shard, reading at most SEARCH_ROWS
+        rows each)."""
+        known(request, "q", "cursor")
+        q = " ".join(request.param("q").split())
+        cursor = request.param("cursor")
+        if len(q) > MAX_QUERY:
+            raise Refused(400, f"A search is at most {MAX_QUERY} characters.")
+        if cursor and not STORED_ID_PATTERN.fullmatch(cursor):
+            raise Refused(400, "the page cursor is not one this dashboard made")
+        query = parse(q)
+        if q and not cursor and not query.fields and STORED_ID_PATTERN.fullmatch(q):
+            if await self.store.job(q) is not None:
+                return redirect(f"/ui/jobs/{h.q(q)}")
+            if await self.store.batch(q) is not None:
+                return redirect(f"/ui/batches/{h.q(q)}")
+        if list(query.fields) == ["batch"] and not query.text and not query.problem:
+            return redirect(f"/ui/batches/{h.q(query.fields['batch'])}")
+        found = None
+        if q and not query.problem:
+            found = await self.store.search(query.source, query.filters(), cursor or FIRST)
+        shown = SearchShown(request, q, query, cursor, found)
+        return page(request, "Search", render(shown, SEARCH))
 
     # -- a job ------------------------------------------------------------------
 

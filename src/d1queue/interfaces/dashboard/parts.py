@@ -100,6 +100,16 @@ def table(
     )
 
 
+def crumbs(trail: Iterable[tuple[str, str]], here: str) -> str:
+    """Where a page is: each (address, name) up to it as a link, then its
+    own name; names are escaped here (a queue's, a job's, from the rows)."""
+    links = "".join(f'<a href="{h.e(href)}">{h.e(name)}</a> › ' for href, name in trail)
+    return (
+        f'<nav class="crumbs" aria-label="Breadcrumb"><p>{links}'
+        f'<span aria-current="page">{h.e(here)}</span></p></nav>'
+    )
+
+
 def empty(text: str, more: str = "") -> str:
     """What a list shows with nothing in it: `text` (markup), then `more`."""
     return f'<div class="empty"><p>{text}</p>{more}</div>'

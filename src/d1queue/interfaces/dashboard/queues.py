@@ -23,6 +23,7 @@ from .parts import (
     Row,
     attempts,
     badge,
+    crumbs,
     curl,
     empty,
     filters,
@@ -78,9 +79,10 @@ def _failed_link(r: QueueRow) -> str:
     return f'<a href="/ui/failed{h.qs({"queue": r.name})}">{failed}</a>' if failed else "0"
 
 
-def queue_columns(csrf: str) -> list[Column[QueueRow]]:
-    """The overview's columns (`csrf`: the field its buttons send)."""
-    return [
+def queue_columns(csrf: str | None) -> list[Column[QueueRow]]:
+    """The overview's columns (`csrf`: the field its buttons send; None:
+    read-only, no buttons)."""
+    columns = [
         Column("Queue", lambda r: queue_link(r.name), row_header=True),
         Column("Ready", lambda r: r.stats.ready, "num"),
         Column("Delayed", lambda r: r.stats.delayed, "num hide-narrow"),
@@ -91,6 +93,11 @@ def queue_columns(csrf: str) -> list[Column[QueueRow]]:
         Column("Done 1 h", lambda r: r.done.hour, "num"),
         Column("Done 24 h", lambda r: r.done.day, "num hide-narrow"),
         Column("Limits", lambda r: limits_brief(r.stats.limits, r.stats.reserved), "hide-narrow"),
+    ]
+    if csrf is None:
+        return columns
+    return [
+        *columns,
         Column(
             "Action",
             lambda r: pause_form(
@@ -108,7 +115,8 @@ def queues(shown: OverviewShown) -> str:
     """Every queue, with its counts and a button pausing or resuming it."""
     rows = shown.rows()
     if rows:
-        listing = table("Queues", queue_columns(csrf_field(shown.request)), rows)
+        csrf = None if shown.request.readonly else csrf_field(shown.request)
+        listing = table("Queues", queue_columns(csrf), rows)
     else:
         listing = empty(
             "<strong>No queues yet.</strong> A queue appears here when a job is pushed to "
@@ -158,8 +166,8 @@ class QueueShown:
 
 def queue_heading(shown: QueueShown) -> str:
     return (
-        f'<p><a href="/ui">Overview</a> › queue</p><h1>Queue {h.e(shown.queue)}</h1>'
-        f"{notice(shown.request)}"
+        crumbs([("/ui", "Overview")], f"Queue {shown.queue}")
+        + f"<h1>Queue {h.e(shown.queue)}</h1>{notice(shown.request)}"
     )
 
 
@@ -176,19 +184,29 @@ def queue_summary(shown: QueueShown) -> str:
             ("Paused" if s.paused else "Running", "state"),
         ]
     )
-    control = pause_form(shown.home, s.paused, csrf_field(shown.request), shown.here)
+    control = (
+        ""
+        if shown.request.readonly
+        else pause_form(shown.home, s.paused, csrf_field(shown.request), shown.here)
+    )
     return (
         f'<div id="queue-summary" data-live>{counts}<div class="actions">{control}'
-        f'<a class="button" href="{shown.home}/completed">Completed jobs</a></div></div>'
+        f'<a class="button" href="{shown.home}/completed">Completed jobs</a>'
+        f'<a class="button" href="{h.e("/ui/metrics" + h.qs({"queue": shown.queue}))}">'
+        "Metrics</a></div></div>"
     )
 
 
 def queue_limits(shown: QueueShown) -> str:
     """The queue's flow limits, their use now, and the form changing them."""
+    form = (
+        ""
+        if shown.request.readonly
+        else limits_form(shown.request, shown.queue, shown.flow["limits"], shown.here)
+    )
     return (
         '<h2 id="limits-h">Flow limits</h2>'
-        f'<div id="queue-limits" data-live>{limits_usage(shown.flow)}</div>'
-        f"{limits_form(shown.request, shown.queue, shown.flow['limits'], shown.here)}"
+        f'<div id="queue-limits" data-live>{limits_usage(shown.flow)}</div>{form}'
     )
 
 
@@ -295,8 +313,8 @@ def completed_columns(now: int) -> list[Column[Row]]:
 def completed_heading(shown: CompletedShown) -> str:
     queue = shown.queue
     return (
-        f'<p><a href="/ui">Overview</a> › <a href="/ui/queues/{h.q(queue)}">queue '
-        f"{h.e(queue)}</a> › completed</p><h1>Completed jobs of {h.e(queue)}</h1>"
+        crumbs([("/ui", "Overview"), (f"/ui/queues/{h.q(queue)}", f"Queue {queue}")], "Completed")
+        + f"<h1>Completed jobs of {h.e(queue)}</h1>"
         '<p class="muted">Newest first. Results are shown with their secrets masked; '
         "a job's page shows its whole result.</p>"
     )

@@ -38,6 +38,11 @@ class Request:
     prefix such as "/queue"): what goes before `/ui` and `/v1` in an
     address shown to the user. `path` is the dashboard's own, without it."""
 
+    @property
+    def readonly(self) -> bool:
+        """Signed in with the read-only token: its pages show no action."""
+        return self.session is not None and self.session.readonly
+
     def param(self, name: str) -> str:
         values = self.query.get(name)
         return values[-1] if values else ""
@@ -53,7 +58,7 @@ def redirect(location: str, headers: dict[str, str] | None = None) -> Reply:
 
 def html_page(request: Request, title: str, body: str, *, current: str = "") -> str:
     """A whole page: navigation and sign-out only for a signed-in request."""
-    return h.frame(title, body, current=current, csrf=request.csrf)
+    return h.frame(title, body, current=current, csrf=request.csrf, readonly=request.readonly)
 
 
 def csrf_field(request: Request) -> str:

@@ -29,14 +29,16 @@ class SchedulesShown:
     """Service.schedules: `schedules` and `next_cursor`."""
 
 
-def schedule_columns(now: int, csrf: str, back: str) -> list[Column[Schedule]]:
-    """The list's columns (`back`: where its buttons return)."""
+def schedule_columns(now: int, csrf: str | None, back: str) -> list[Column[Schedule]]:
+    """The list's columns (`back`: where its buttons return; `csrf` None:
+    read-only, no buttons)."""
 
     def toggle(s: Schedule) -> str:
+        assert csrf is not None
         path = f"/ui/schedules/{h.q(s['id'])}"
         return pause_form(path, bool(s["paused"]), csrf, back, f"schedule {s['id']}")
 
-    return [
+    columns: list[Column[Schedule]] = [
         Column("Schedule", lambda s: h.e(s["id"]), row_header=True),
         Column(
             "Cron",
@@ -48,8 +50,8 @@ def schedule_columns(now: int, csrf: str, back: str) -> list[Column[Schedule]]:
         Column("Last run", lambda s: h.when(s.get("last_run_at"), now), "hide-narrow"),
         Column("State", lambda s: paused_badge(bool(s["paused"]))),
         Column("Declared in", lambda s: h.e(s.get("source", "")), "hide-narrow"),
-        Column("Action", toggle),
     ]
+    return columns if csrf is None else [*columns, Column("Action", toggle)]
 
 
 def schedules_heading(shown: SchedulesShown) -> str:
@@ -61,7 +63,8 @@ def schedules(shown: SchedulesShown) -> str:
     rows = shown.page["schedules"]
     if rows:
         back = "/ui/schedules" + h.qs({"cursor": cursor})
-        columns = schedule_columns(request.now_ms, csrf_field(request), back)
+        csrf = None if request.readonly else csrf_field(request)
+        columns = schedule_columns(request.now_ms, csrf, back)
         listing = table("Schedules", columns, rows) + pager(
             "/ui/schedules", {}, cursor or "", shown.page.get("next_cursor")
         )

@@ -66,29 +66,55 @@ def _b64(data: bytes) -> str:
 class Session:
     nonce: str
     expires_ms: int
+    readonly: bool = False
+    """Signed in with the read-only token (D1QUEUE_READONLY_TOKEN): sees
+    every page, may change nothing but sign out."""
+
+
+FULL, READONLY = "full", "readonly"
+"""Which token signed a session in: the API token, or the read-only one."""
 
 
 class Sessions:
-    """Signs and checks sessions and CSRF tokens for one API token."""
+    """Signs and checks sessions and CSRF tokens for one API token, and for
+    the read-only token when there is one (`readonly_token`).
 
-    def __init__(self, token: str) -> None:
+    A read-only session is a cookie of the same shape whose MAC is made
+    under a key derived from the read-only token: which key verifies a
+    cookie says which token signed it in, so no field of the cookie can
+    claim the full role, and rotating either token ends its sessions only."""
+
+    def __init__(self, token: str, readonly_token: str | None = None) -> None:
         # A key of its own, derived from the token, so a MAC shown to the
         # browser is never a value the API would accept as a credential.
-        self._key = hmac.new(token.encode(), b"d1queue dashboard sessions v1", "sha256").digest()
-        self._token = token
+        self._keys = {
+            FULL: hmac.new(token.encode(), b"d1queue dashboard sessions v1", "sha256").digest()
+        }
+        self._tokens = {FULL: token}
+        if readonly_token:
+            self._keys[READONLY] = hmac.new(
+                readonly_token.encode(), b"d1queue dashboard read-only sessions v1", "sha256"
+            ).digest()
+            self._tokens[READONLY] = readonly_token
 
-    def _mac(self, message: str) -> str:
-        return _b64(hmac.new(self._key, message.encode(), hashlib.sha256).digest())
+    def _mac(self, message: str, role: str = FULL) -> str:
+        return _b64(hmac.new(self._keys[role], message.encode(), hashlib.sha256).digest())
 
-    def check_token(self, given: str) -> bool:
-        """Whether `given` is the API token, in constant time."""
-        return hmac.compare_digest(given.strip().encode(), self._token.encode())
+    def check_token(self, given: str) -> str | None:
+        """Which token `given` is (FULL or READONLY), or None; each compared
+        in constant time, and both always compared."""
+        sent = given.strip().encode()
+        found = None
+        for role, token in self._tokens.items():
+            if hmac.compare_digest(sent, token.encode()):
+                found = role
+        return found
 
-    def issue(self, now_ms: int) -> str:
+    def issue(self, now_ms: int, role: str = FULL) -> str:
         """A fresh session's cookie value, valid for SESSION_S. The nonce is
         drawn at sign-in, never at import (Workers refuse randomness then)."""
         body = f"v1.{now_ms + SESSION_S * 1000}.{secrets.token_urlsafe(18)}"
-        return f"{body}.{self._mac(body)}"
+        return f"{body}.{self._mac(body, role)}"
 
     def verify(self, value: str | None, now_ms: int) -> Session | None:
         """The session a cookie value holds, or None: malformed, forged (made
@@ -100,16 +126,20 @@ class Sessions:
         if m is None:
             return None
         body = value.rsplit(".", 1)[0]
-        if not hmac.compare_digest(self._mac(body).encode(), m.group(3).encode()):
+        mac = m.group(3).encode()
+        role = next(
+            (r for r in self._keys if hmac.compare_digest(self._mac(body, r).encode(), mac)), None
+        )
+        if role is None:
             return None
         expires = int(m.group(1))
         if expires <= now_ms:
             return None
-        return Session(nonce=m.group(2), expires_ms=expires)
+        return Session(nonce=m.group(2), expires_ms=expires, readonly=role == READONLY)
 
     def csrf(self, session: Session) -> str:
         """The CSRF token of `session`: the same for every form it is shown."""
-        return self._mac(f"csrf.{session.nonce}")
+        return self._mac(f"csrf.{session.nonce}", READONLY if session.readonly else FULL)
 
     def check_csrf(self, session: Session, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(

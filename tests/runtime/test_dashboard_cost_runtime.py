@@ -1,0 +1,77 @@
+"""What the dashboard's search reads on Miniflare's D1, which counts rows
+read as D1 does: at 100,000 queued jobs and 5,000 completed ones, a page
+reads at most twice its cap (bounds.SEARCH_ROWS: the matches' read and the
+span's), the same as at 2,000, and a lookup by id a row: no page scans the
+jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from d1queue.core.bounds import SEARCH_ROWS
+
+from .conftest import Host
+from .test_flow_runtime import hook
+
+DONE_BAND = -1004
+"""sql.DONE_BAND: the band of a completed job kept."""
+
+
+def _seed(host: Host, queued: int, done: int) -> None:
+    hook(
+        host,
+        """
+        async def main(env):
+            walk = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) "
+            insert = (
+                "INSERT INTO d1queue_jobs (queue, band, available_at, id, name, payload, "
+                "max_attempts, created_at) SELECT 'bulk', ?2, 1000 + i, printf(?3, i), "
+                "'example.echo', printf('{\\"i\\": %d}', i), 3, 1000 + i FROM n"
+            )
+            await env.DB.prepare(walk + insert).bind(VALUES["queued"], 0, "q%08d").run()
+            await env.DB.prepare(walk + insert).bind(VALUES["done"], VALUES["band"], "d%08d").run()
+        """,
+        queued=queued,
+        done=done,
+        band=DONE_BAND,
+    )
+
+
+def _reads(host: Host) -> dict[str, Any]:
+    """Rows read by a search page of each source, and by an id's lookup."""
+    return dict(
+        hook(
+            host,
+            """
+            from d1queue import D1Queue
+            from d1queue.store.dashboard import Store
+
+            async def main(env):
+                queue = D1Queue(env.DB)
+                store = Store(queue)
+                out = {}
+                for source in ("live", "completed", "failed"):
+                    before = queue.binding.usage.rows_read
+                    page = await store.search(source, {"text": "no such word"})
+                    out[source] = [queue.binding.usage.rows_read - before, page.scanned]
+                before = queue.binding.usage.rows_read
+                await store.job("q00000001")
+                out["by_id"] = [queue.binding.usage.rows_read - before, 1]
+                return out
+            """,
+        )
+    )
+
+
+@pytest.mark.parametrize("queued", [2_000, 100_000])
+def test_a_search_page_reads_its_cap_whatever_the_jobs(clean_host: Host, queued: int) -> None:
+    _seed(clean_host, queued, 5_000)
+    reads = _reads(clean_host)
+    live, completed = reads["live"], reads["completed"]
+    assert live[1] == completed[1] == SEARCH_ROWS
+    # The matches read their cap of rows, the span its cap of index entries.
+    assert live[0] == completed[0] == 2 * SEARCH_ROWS, reads
+    assert reads["failed"][0] <= 2, reads  # no failed jobs: next to nothing to read
+    assert reads["by_id"][0] <= 2, reads
