@@ -64,7 +64,12 @@ which is http.request's, so the lease already covers it."""
 
 
 @registry.job(
-    "example.steps", max_attempts=3, timeout_s=65, backoff=Backoff(base_s=1), subrequests=20
+    "example.steps",
+    max_attempts=3,
+    timeout_s=65,
+    backoff=Backoff(base_s=1),
+    subrequests=20,
+    cancel_watch_s=5,
 )
 async def steps(payload: Any, ctx: JobContext) -> dict[str, Any]:
     """Runs `steps` steps of `sleep_ms` each, reporting its progress and
@@ -72,8 +77,9 @@ async def steps(payload: Any, ctx: JobContext) -> dict[str, Any]:
     and kept in its attempt history): `{"steps": n, "sleep_ms": t,
     "fail_at": k?}`. With `fail_at`, step k raises on every attempt but the
     job's last: with its 3 attempts it fails twice, then completes, and its
-    history shows the three. It checks `ctx.cancelled` between steps and
-    stops there when the job is cancelled. Its progress writes (at most one
+    history shows the three. It watches for a cancel every 5 s
+    (`cancel_watch_s`): a cancel of the running job stops it at its step,
+    with a log line saying which. Its progress writes (at most one
     per two seconds) are the subrequests it declares: past the twentieth,
     its progress waits for its settle."""
     if not isinstance(payload, dict):
@@ -87,11 +93,16 @@ async def steps(payload: Any, ctx: JobContext) -> dict[str, Any]:
         raise Fail("fail_at must be a step number from 1 to steps")
     last_attempt = ctx.attempt >= ctx.job.max_attempts
     for i in range(1, n + 1):
-        if getattr(ctx, "cancelled", False):  # a cancel of the running job
+        if ctx.cancelled:  # a cancel of the running job, found by its watch
             ctx.log.warning("cancelled before step %d of %d", i, n)
             return {"steps": i - 1, "cancelled": True}
         if sleep_ms:
-            await asyncio.sleep(sleep_ms / 1000)
+            try:
+                await asyncio.sleep(sleep_ms / 1000)
+            except asyncio.CancelledError:
+                # Its watch found the job cancelled: say where, then stop.
+                ctx.log.warning("cancelled during step %d of %d", i, n)
+                raise
         if i == fail_at and not last_attempt:
             ctx.log.error("step %d of %d failed (attempt %d)", i, n, ctx.attempt)
             raise RuntimeError(f"example.steps failed at step {i} on attempt {ctx.attempt}")
