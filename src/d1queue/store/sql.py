@@ -17,7 +17,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from ..core.bounds import MAX_ERROR_CHARS, MAX_RUNS, PRIORITY_RANGE
+from ..core.bounds import MAX_ERROR_CHARS, MAX_RUNS, PRIORITY_RANGE, SCHEDULE_RUNS_KEPT
 from ..core.flow import LONGEST_WINDOW_MS, RATE_GUARD_MS
 from ..core.metrics import BUCKETS as METRIC_BUCKETS
 from ..core.metrics import HOUR_MS as METRIC_HOUR_MS
@@ -1135,14 +1135,34 @@ INSERT_SCHEDULED_JOBS = (
     "AND s.paused = 0 ON CONFLICT DO NOTHING"
 )
 
+
+def _runs_kept(entries: str, runs: str) -> str:
+    """A schedule's `runs` (migrations/0016_schedule_runs.sql) with
+    `entries` (an SQL term: a JSON array of [time, job id, ...], newest
+    first) before the runs it held (`runs`, the column as read), cut to the
+    newest SCHEDULE_RUNS_KEPT: the row stays small however long it runs.
+    json(v): an entry is an array, kept as JSON, not as its text."""
+    return (
+        "(SELECT json_group_array(json(v)) FROM (SELECT v FROM ("
+        f"SELECT value AS v, 0 AS part, key AS k FROM json_each({entries}) UNION ALL "
+        f"SELECT value, 1, key FROM json_each(COALESCE({runs}, '[]'))) "
+        f"ORDER BY part, k LIMIT {SCHEDULE_RUNS_KEPT}))"
+    )
+
+
 # The advance, after INSERT_SCHEDULED_JOBS in the same batch: ?1 is a JSON
 # array of [schedule id, next_run_at as read, version as read, new
-# next_run_at, last slot enqueued or null]. meta.changes counts the
-# schedules this run won; a loser (or a re-send of a batch that landed)
-# changes nothing.
+# next_run_at, last slot enqueued or null, the slots' [slot, job id] newest
+# first (at most SCHEDULE_RUNS_KEPT)]. meta.changes counts the schedules
+# this run won; a loser (or a re-send of a batch that landed) changes
+# nothing. The runs enqueued join the schedule's `runs` in this statement
+# (_runs_kept): the same row written, no statement more per cron run.
 UPDATE_SCHEDULES_RAN = (
     f"UPDATE d1queue_schedules SET next_run_at = {_slot(3)}, "
-    f"last_run_at = COALESCE({_slot(4)}, last_run_at) "
+    f"last_run_at = COALESCE({_slot(4)}, last_run_at), "
+    "runs = CASE WHEN json_array_length(j.value, '$[5]') > 0 THEN "
+    + _runs_kept("json_extract(j.value, '$[5]')", "d1queue_schedules.runs")
+    + " ELSE d1queue_schedules.runs END "
     "FROM json_each(?1) AS j WHERE d1queue_schedules.id = "
     f"{_slot(0)} AND d1queue_schedules.next_run_at = {_slot(1)} "
     f"AND d1queue_schedules.version = {_slot(2)} AND d1queue_schedules.paused = 0"
@@ -1211,6 +1231,35 @@ PUT_API_SCHEDULE = (
     + ", ".join(f"{f} = excluded.{f}" for f in _DEFINITION)
     + ", next_run_at = excluded.next_run_at, updated_at = excluded.updated_at "
     "WHERE d1queue_schedules.source = 'api' AND d1queue_schedules.version != excluded.version"
+)
+# A schedule's last runs (the dashboard's schedule pages): a primary-key
+# seek an id, 1 row read each. ?1 JSON array of ids
+SCHEDULE_RUNS = (
+    "SELECT id, runs FROM d1queue_schedules WHERE id IN (SELECT value FROM json_each(?1))"
+)
+# "Run now" (the dashboard): the schedule's job pushed once now, with the id
+# the click chose. Safe to re-send: a job id already in the schedule's runs
+# (SCHEDULE_RUN_NOW_RECORD, sent after it in the same transaction) inserts
+# nothing, even once that job completed and left the table; while it is
+# queued its id is a second lock (ON CONFLICT). A primary-key seek of the
+# schedule, 1 row read; the job's row written (and its index entries).
+# ?1 schedule id ?2 job id ?3 queue ?4 max_attempts ?5 priority ?6 now
+_NOT_RUN = (
+    "NOT EXISTS (SELECT 1 FROM json_each(COALESCE({runs}, '[]')) "
+    "WHERE json_extract(value, '$[1]') = ?2)"
+)
+SCHEDULE_RUN_NOW_JOB = (
+    "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
+    "available_at, created_at, band) "
+    "SELECT ?2, ?3, s.name, s.payload, 0, ?4, ?5, ?6, ?6, ?5 FROM d1queue_schedules AS s "
+    f"WHERE s.id = ?1 AND {_NOT_RUN.format(runs='s.runs')} ON CONFLICT DO NOTHING"
+)
+# The run joins the schedule's runs, marked "now"; nothing when its job id
+# is there already (a re-send). 1 row written. ?1 schedule id ?2 job id ?3 now
+SCHEDULE_RUN_NOW_RECORD = (
+    "UPDATE d1queue_schedules SET runs = "
+    + _runs_kept("json_array(json_array(?3, ?2, 'now'))", "runs")
+    + f" WHERE id = ?1 AND {_NOT_RUN.format(runs='runs')}"
 )
 # ?1 id
 DELETE_API_SCHEDULE = "DELETE FROM d1queue_schedules WHERE id = ?1 AND source = 'api'"
@@ -1817,6 +1866,21 @@ SELECT_BATCH_VIEW = (
     "FROM d1queue_batches b LEFT JOIN d1queue_batch_parts p ON p.id = b.id WHERE b.id = ?1"
 )
 
+# The batches index (the dashboard's): a shard's batches newest first (a
+# batch id is a job.new_id, which sorts by creation time, behind the
+# shard's mark), each with its counters and which callbacks it was given,
+# after a keyset cursor. A walk of the primary key down from ?1, at most ?3
+# batches, and a primary-key seek of each one's parts: about 2 x ?3 rows
+# read, however many batches are kept. ?1 the id to start below (the
+# shard's mark before the cursor, or before '~' for the first page) ?2 the
+# shard's mark ('' for shard 0: the ids that sort at or after it) ?3 limit
+LIST_BATCHES = (
+    "SELECT b.id, b.total, b.pending, b.completed, b.failed, b.fired, b.created_at, "
+    "b.finished_at, NULL AS ids, p.on_success IS NOT NULL AS has_on_success, "
+    "p.on_failure IS NOT NULL AS has_on_failure, p.on_finish IS NOT NULL AS has_on_finish "
+    "FROM d1queue_batches b LEFT JOIN d1queue_batch_parts p ON p.id = b.id "
+    "WHERE b.id < ?1 AND b.id >= ?2 ORDER BY b.id DESC LIMIT ?3"
+)
 
 # Ending a workflow's job that is deleted next (a failure, or a completion on
 # a queue that keeps no history): its `ended` set in place, which fires the

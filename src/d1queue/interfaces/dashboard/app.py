@@ -136,6 +136,7 @@ class Dashboard:
                 Route("GET", "/ui/jobs/{id}", pages.job_page),
                 Route("POST", "/ui/jobs/{id}/cancel", pages.cancel),
                 Route("POST", "/ui/jobs/{id}/run", pages.run_now),
+                Route("GET", "/ui/batches", pages.batches_page),
                 Route("GET", "/ui/batches/{id}", pages.batch_page),
                 Route("GET", "/ui/failed", pages.failed_page),
                 Route("POST", "/ui/failed/bulk", pages.bulk),

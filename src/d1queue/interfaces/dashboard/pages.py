@@ -27,6 +27,7 @@ from ..router import Reply
 from ..service import Service
 from . import html as h
 from .auth import safe_back
+from .batches import BATCHES, BatchesShown
 from .failed import AGES, FAILED, FailedShown, age_range, confirm_bulk
 from .jobs import (
     BATCH,
@@ -220,6 +221,17 @@ class Pages:
         if found is None:
             return not_found(request, "Batch", id, BATCH_GONE)
         return page(request, f"Batch {id}", render(BatchShown(request, id, found), BATCH))
+
+    async def batches_page(self, request: Request) -> Reply:
+        """Every batch, newest first, a page at a time after a keyset cursor:
+        one query a shard (sql.LIST_BATCHES), reading about two rows a
+        batch listed, however many batches are kept."""
+        known(request, "cursor")
+        cursor = request.param("cursor")
+        with unreadable_as_400():
+            found = await self.store.batches(cursor or None)
+        shown = BatchesShown(request, cursor, found)
+        return page(request, "Batches", render(shown, BATCHES), current="/ui/batches")
 
     async def cancel(self, request: Request, id: str) -> Reply:
         check_id(id)
