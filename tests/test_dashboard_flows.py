@@ -9,6 +9,7 @@ tests/runtime/test_dashboard_browser.py."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -16,12 +17,14 @@ from typing import Any
 import pytest
 
 from d1queue import Config, D1Queue, Registry, drain
+from d1queue.core.bounds import SCHEDULE_RUNS_KEPT
 from d1queue.core.errors import Fail
 from d1queue.core.shards import Routing
 from d1queue.interfaces.dashboard import Dashboard
 from d1queue.interfaces.service import Service
 from d1queue.interfaces.testing import SqliteD1
 from d1queue.store.dashboard import PAGE, Store
+from d1queue.store.schedules import Schedules
 from d1queue.store.shardset import ShardSet
 
 from .conftest import MIGRATIONS
@@ -159,3 +162,244 @@ async def test_batches_are_merged_over_shards_newest_first(sharded: ShardSet, cl
     rest = await store.batches(page.next_cursor)
     assert rest.next_cursor is None
     assert [r["id"] for r in page.rows + rest.rows] == made[::-1]
+
+
+# -- schedules: the page, its last runs, Run now, Edit --------------------------------
+
+
+def jobs_named(db: SqliteD1, name: str) -> list[dict[str, Any]]:
+    return db.query("SELECT id, queue, payload, band FROM d1queue_jobs WHERE name = ?1", name)
+
+
+def schedule_row(db: SqliteD1, id: str) -> dict[str, Any]:
+    (row,) = db.query("SELECT * FROM d1queue_schedules WHERE id = ?1", id)
+    return dict(row)
+
+
+def run_nonce(body: str) -> str:
+    m = re.search(r'name="run" value="([0-9a-f]{32})"', body)
+    assert m, "no Run now form"
+    return m.group(1)
+
+
+async def test_a_schedules_page_shows_it_escaped_and_masked_with_its_actions(
+    browser: Browser, service: Service, db: SqliteD1
+) -> None:
+    payload = {"note": "<script>alert(1)</script>", "api_key": "sk-live-123456"}
+    await service.put_schedule(
+        {"id": "night", "cron": "0 3 * * *", "name": "tick", "payload": payload}
+    )
+    reply = await browser.get("/ui/schedules/night")
+    assert reply.status == 200
+    body = reply.body
+    assert "<script>alert" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "sk-live-123456" not in body
+    assert 'action="/ui/schedules/night/run"' in body
+    assert (
+        'action="/ui/schedules/night/edit"' in body and 'action="/ui/schedules/night/pause"' in body
+    )
+    # A payload with a secret is not put in the form: empty keeps it.
+    assert re.search(r'<textarea id="e-payload" name="payload" rows="6"></textarea>', body)
+    assert "None yet" in body
+    assert (await browser.get("/ui/schedules/nope")).status == 404
+    assert (await browser.get("/ui/schedules/bad%20id")).status == 400
+    assert (await browser.get("/ui/schedules/night?x=1")).status == 400
+    listing = (await browser.get("/ui/schedules")).body
+    assert 'href="/ui/schedules/night"' in listing and 'action="/ui/schedules/night/run"' in listing
+
+
+async def test_run_now_pushes_once_however_often_the_click_is_sent(
+    browser: Browser, service: Service, db: SqliteD1, clock: Clock
+) -> None:
+    await service.put_schedule({"id": "night", "cron": "0 3 * * *", "name": "tick", "payload": [1]})
+    nonce = run_nonce((await browser.get("/ui/schedules/night")).body)
+    form = {"csrf": browser.csrf(), "run": nonce, "back": "/ui/schedules/night"}
+    reply = await browser.post("/ui/schedules/night/run", form)
+    assert reply.status == 303
+    assert reply.headers["location"] == "/ui/schedules/night?notice=schedule_run"
+    (job,) = jobs_named(db, "tick")
+    assert job["id"] == nonce and job["queue"] == "ticks" and job["payload"] == "[1]"
+    assert job["band"] == 2  # ready now, at the job's priority
+    # The same click again (a double click, a re-send after a lost reply):
+    reply = await browser.post("/ui/schedules/night/run", form)
+    assert reply.headers["location"] == "/ui/schedules/night?notice=schedule_run_again"
+    assert len(jobs_named(db, "tick")) == 1
+    # Even once its job ran and left the table, the click pushes nothing more.
+    await run(service, "ticks")
+    assert jobs_named(db, "tick") == [] or all(r["band"] == -1004 for r in jobs_named(db, "tick"))
+    kept = len(jobs_named(db, "tick"))
+    await browser.post("/ui/schedules/night/run", form)
+    assert len(jobs_named(db, "tick")) == kept
+    body = (await browser.get("/ui/schedules/night")).body
+    assert f'href="/ui/jobs/{nonce}"' in body and "Run now</td>" in body
+    # A new page's click is a new run.
+    second = run_nonce(body)
+    assert second != nonce
+    await browser.post("/ui/schedules/night/run", {**form, "run": second})
+    assert {r["id"] for r in jobs_named(db, "tick")} >= {second}
+    runs = json.loads(schedule_row(db, "night")["runs"])
+    assert [r[1] for r in runs] == [second, nonce] and runs[0][2] == "now"
+
+
+async def test_run_now_is_csrf_checked_and_refuses_a_made_up_form(
+    browser: Browser, service: Service, db: SqliteD1
+) -> None:
+    await service.put_schedule({"id": "night", "cron": "0 3 * * *", "name": "tick"})
+    await browser.get("/ui/schedules/night")
+    for form, status in (
+        ({"run": "a" * 32}, 403),
+        ({"csrf": "forged", "run": "a" * 32}, 403),
+        ({"csrf": browser.csrf(), "run": "not-an-id"}, 400),
+        ({"csrf": browser.csrf()}, 400),
+    ):
+        reply = await browser.post("/ui/schedules/night/run", form)
+        assert reply.status == status, form
+    reply = await browser.post("/ui/schedules/gone/run", {"csrf": browser.csrf(), "run": "a" * 32})
+    assert reply.status == 404
+    assert jobs_named(db, "tick") == []
+    assert schedule_row(db, "night")["runs"] is None
+
+
+async def test_edit_saves_by_the_apis_rules_and_a_bad_value_writes_nothing(
+    browser: Browser, service: Service, db: SqliteD1
+) -> None:
+    await service.put_schedule(
+        {
+            "id": "night",
+            "cron": "0 3 * * *",
+            "name": "tick",
+            "payload": {"a": 1},
+            "catch_up": "latest",
+        }
+    )
+    await browser.get("/ui/schedules/night")
+    csrf = browser.csrf()
+    before = schedule_row(db, "night")
+    for form, status, said in (
+        ({"cron": "61 * * * *", "tz": "UTC", "payload": "{}"}, 422, "cron"),
+        ({"cron": "0 3 * * *", "tz": "Mars/Base", "payload": "{}"}, 422, "tz"),
+        ({"cron": "0 3 * * *", "tz": "UTC", "payload": "{not json"}, 422, "not JSON"),
+        ({"cron": "", "tz": "UTC", "payload": "{}"}, 422, "cron"),
+        (
+            {"cron": "0 3 * * *", "tz": "UTC", "payload": "[" * 65 + "]" * 65},
+            422,
+            "deeper",
+        ),
+    ):
+        reply = await browser.post("/ui/schedules/night/edit", {"csrf": csrf, **form})
+        assert reply.status == status, (form, reply.body)
+        assert "Nothing was changed" in reply.body and said in reply.body
+        assert 'role="alert"' in reply.body
+        assert schedule_row(db, "night") == before
+    reply = await browser.post(
+        "/ui/schedules/night/edit",
+        {"csrf": csrf, "cron": "30 6 * * 1", "tz": "Europe/Berlin", "payload": '{"b": [2]}'},
+    )
+    assert reply.status == 303
+    assert reply.headers["location"] == "/ui/schedules/night?notice=schedule_edited"
+    got = await service.schedule("night")
+    assert (got["cron"], got["tz"], got["payload"]) == ("30 6 * * 1", "Europe/Berlin", {"b": [2]})
+    assert (got["name"], got["catch_up"], got["queue"]) == ("tick", "latest", "ticks")
+    assert schedule_row(db, "night")["queue"] is None  # still the job's registered queue
+    # An empty payload keeps it; an empty zone is UTC, the API's default.
+    await browser.post(
+        "/ui/schedules/night/edit", {"csrf": csrf, "cron": "@daily", "tz": "", "payload": " "}
+    )
+    got = await service.schedule("night")
+    assert (got["cron"], got["tz"], got["payload"]) == ("@daily", "UTC", {"b": [2]})
+    # Without the CSRF token: refused, nothing written.
+    before = schedule_row(db, "night")
+    reply = await browser.post("/ui/schedules/night/edit", {"cron": "* * * * *", "tz": "UTC"})
+    assert reply.status == 403 and schedule_row(db, "night") == before
+
+
+async def test_a_code_declared_schedule_is_not_edited_here(clock: Clock, db: SqliteD1) -> None:
+    reg = registry()
+    reg.schedule("t.code", "0 * * * *", "tick")
+    service = Service(D1Queue(db, clock=clock, registry=reg), reg)
+    await Schedules(service.queue, reg).run()  # syncs the declared set
+    browser = Browser(Dashboard(service, TOKEN), clock)
+    await browser.sign_in()
+    body = (await browser.get("/ui/schedules/t.code")).body
+    assert "Declared in the Worker" in body and "/edit" not in body
+    assert 'action="/ui/schedules/t.code/run"' in body  # run now still works
+    before = schedule_row(db, "t.code")
+    reply = await browser.post(
+        "/ui/schedules/t.code/edit", {"csrf": browser.csrf(), "cron": "* * * * *", "tz": "UTC"}
+    )
+    assert reply.status == 409 and schedule_row(db, "t.code") == before
+
+
+async def test_the_cron_records_each_schedules_last_runs_in_its_advance(
+    browser: Browser, service: Service, db: SqliteD1, clock: Clock
+) -> None:
+    await service.put_schedule({"id": "every", "cron": "* * * * *", "name": "tick"})
+    store = Schedules(service.queue, service.registry)
+    pushed = []
+    for _ in range(SCHEDULE_RUNS_KEPT + 3):
+        clock.advance(60)
+        report = await store.run()
+        assert report.queries == 2 and report.enqueued == 1
+        (newest,) = [r for r in jobs_named(db, "tick") if r["id"] not in pushed]
+        pushed.append(newest["id"])
+    runs = json.loads(schedule_row(db, "every")["runs"])
+    assert [r[1] for r in runs] == pushed[::-1][:SCHEDULE_RUNS_KEPT]
+    slots = [r[0] for r in runs]
+    assert (
+        slots == sorted(slots, reverse=True)
+        and slots[0] == schedule_row(db, "every")["last_run_at"]
+    )
+    body = (await browser.get("/ui/schedules/every")).body
+    assert body.count("its cron</td>") == SCHEDULE_RUNS_KEPT
+    assert f'href="/ui/jobs/{pushed[-1]}"' in (await browser.get("/ui/schedules")).body
+
+
+async def test_a_catch_up_records_its_newest_runs_only(
+    service: Service, db: SqliteD1, clock: Clock
+) -> None:
+    await service.put_schedule(
+        {"id": "all", "cron": "* * * * *", "name": "tick", "catch_up": "all"}
+    )
+    store = Schedules(service.queue, service.registry)
+    clock.advance(60)
+    await store.run()
+    clock.advance(60 * 30)  # an outage: 30 missed slots, all caught up
+    report = await store.run()
+    assert report.enqueued == 30
+    runs = json.loads(schedule_row(db, "all")["runs"])
+    assert len(runs) == SCHEDULE_RUNS_KEPT
+    ids = {r["id"] for r in jobs_named(db, "tick")}
+    assert {r[1] for r in runs} <= ids
+    assert [r[0] for r in runs] == sorted((r[0] for r in runs), reverse=True)
+
+
+async def test_a_schedule_on_another_shard_runs_now_there(sharded: ShardSet, clock: Clock) -> None:
+    reg = registry()
+    service = Service(sharded.home, reg, shards=sharded)
+    queue = next(f"q{i}" for i in range(20) if sharded.routing.shard_of(f"q{i}") == 1)
+    await service.put_schedule({"id": "far", "cron": "0 3 * * *", "name": "tick", "queue": queue})
+    done = await service.run_schedule_now("far", "b" * 32)
+    assert done == {"id": "s1-" + "b" * 32, "queue": queue, "pushed": True}
+    again = await service.run_schedule_now("far", "b" * 32)
+    assert again["pushed"] is False
+    assert await sharded.queue(1).job(done["id"]) is not None
+    assert (await service.schedule_runs(["far"]))["far"][0][1] == done["id"]
+
+
+async def test_the_pages_work_under_a_prefix(service: Service, db: SqliteD1, clock: Clock) -> None:
+    q = service.queue
+    batch, _ = await q.batch([q.new_job("step", 1, queue="mail")])
+    await service.put_schedule({"id": "night", "cron": "0 3 * * *", "name": "tick"})
+    board = Dashboard(service, TOKEN, prefix="/queue")
+    b = Browser(board, clock)
+    reply = await b.post("/queue/ui/signin", {"token": TOKEN, "next": "/ui"})
+    assert reply.status == 303
+    body = (await b.get("/queue/ui/batches")).body
+    assert f'href="/queue/ui/batches/{batch}"' in body and 'href="/queue/ui/batches"' in body
+    body = (await b.get("/queue/ui/schedules/night")).body
+    assert 'action="/queue/ui/schedules/night/run"' in body
+    assert 'action="/queue/ui/schedules/night/edit"' in body
+    form = {"csrf": b.csrf(), "run": run_nonce(body), "back": "/ui/schedules/night"}
+    reply = await b.post("/queue/ui/schedules/night/run", form)
+    assert reply.headers["location"] == "/queue/ui/schedules/night?notice=schedule_run"
+    assert len(jobs_named(db, "tick")) == 1
