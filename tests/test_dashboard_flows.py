@@ -403,3 +403,19 @@ async def test_the_pages_work_under_a_prefix(service: Service, db: SqliteD1, clo
     reply = await b.post("/queue/ui/schedules/night/run", form)
     assert reply.headers["location"] == "/queue/ui/schedules/night?notice=schedule_run"
     assert len(jobs_named(db, "tick")) == 1
+
+
+@pytest.mark.parametrize("stored", ["not json", '{"a": 1}', "[]", '"text"'])
+async def test_runs_written_by_something_else_never_stop_the_cron(
+    service: Service, db: SqliteD1, clock: Clock, browser: Browser, stored: str
+) -> None:
+    await service.put_schedule({"id": "odd", "cron": "* * * * *", "name": "tick"})
+    db.query("UPDATE d1queue_schedules SET runs = ?1 WHERE id = 'odd'", stored)
+    assert schedule_row(db, "odd")["runs"] == stored
+    assert (await browser.get("/ui/schedules/odd")).status == 200  # shown as none
+    clock.advance(60)
+    report = await Schedules(service.queue, service.registry).run()
+    assert report.enqueued == 1 and report.advanced == 1 and not report.error
+    (job,) = jobs_named(db, "tick")
+    runs = json.loads(schedule_row(db, "odd")["runs"])
+    assert [r[1] for r in runs] == [job["id"]]

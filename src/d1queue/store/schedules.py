@@ -306,7 +306,11 @@ def _runs(text: Any) -> list[list[Any]]:
         return []
     if not isinstance(runs, list):
         return []
-    return [r for r in runs if isinstance(r, list) and len(r) >= 2]
+    return [
+        r
+        for r in runs
+        if isinstance(r, list) and len(r) >= 2 and type(r[0]) is int and isinstance(r[1], str)
+    ]
 
 
 class Schedules:

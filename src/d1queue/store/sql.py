@@ -1138,16 +1138,27 @@ INSERT_SCHEDULED_JOBS = (
 
 def _runs_kept(entries: str, runs: str) -> str:
     """A schedule's `runs` (migrations/0016_schedule_runs.sql) with
-    `entries` (an SQL term: a JSON array of [time, job id, ...], newest
-    first) before the runs it held (`runs`, the column as read), cut to the
-    newest SCHEDULE_RUNS_KEPT: the row stays small however long it runs.
-    json(v): an entry is an array, kept as JSON, not as its text."""
-    return (
-        "(SELECT json_group_array(json(v)) FROM (SELECT v FROM ("
-        f"SELECT value AS v, 0 AS part, key AS k FROM json_each({entries}) UNION ALL "
-        f"SELECT value, 1, key FROM json_each(COALESCE({runs}, '[]'))) "
-        f"ORDER BY part, k LIMIT {SCHEDULE_RUNS_KEPT}))"
+    `entries` (an SQL term: a non-empty JSON array of [time, job id, ...],
+    newest first, at most SCHEDULE_RUNS_KEPT) before the runs it held
+    (`runs`, the column as read), cut to the newest SCHEDULE_RUNS_KEPT: the
+    row stays small however long it runs.
+
+    Scalar JSON functions only, no json_each: D1 bills a table-valued
+    function's rows as rows read, so the cron's advance reads no row more
+    than it did. The two arrays are joined as text (both are compact JSON
+    arrays made by JSON functions), then the entries past the kept ones are
+    removed: each '$[K]' path removes the then K+1-th element, and one past
+    the end removes nothing. A `runs` that is not a JSON array (written by
+    something else) is replaced, never an error that would stop the cron's
+    write."""
+    k = SCHEDULE_RUNS_KEPT
+    joined = (
+        f"CASE WHEN {runs} IS NULL THEN {entries} WHEN NOT json_valid({runs}) THEN {entries} "
+        f"WHEN json_type({runs}) != 'array' THEN {entries} "
+        f"WHEN json_array_length({runs}) = 0 THEN {entries} "
+        f"ELSE substr({entries}, 1, length({entries}) - 1) || ',' || substr({runs}, 2) END"
     )
+    return f"json_remove({joined}, {', '.join([repr(f'$[{k}]')] * k)})"
 
 
 # The advance, after INSERT_SCHEDULED_JOBS in the same batch: ?1 is a JSON
@@ -1244,10 +1255,9 @@ SCHEDULE_RUNS = (
 # queued its id is a second lock (ON CONFLICT). A primary-key seek of the
 # schedule, 1 row read; the job's row written (and its index entries).
 # ?1 schedule id ?2 job id ?3 queue ?4 max_attempts ?5 priority ?6 now
-_NOT_RUN = (
-    "NOT EXISTS (SELECT 1 FROM json_each(COALESCE({runs}, '[]')) "
-    "WHERE json_extract(value, '$[1]') = ?2)"
-)
+_NOT_RUN = "instr(COALESCE({runs}, ''), '\"' || ?2 || '\"') = 0"
+"""The job id ?2 is in none of the runs: its quoted text is not in the
+column (an id is letters, digits and dashes: nothing JSON escapes)."""
 SCHEDULE_RUN_NOW_JOB = (
     "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
     "available_at, created_at, band) "
