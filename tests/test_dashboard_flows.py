@@ -419,3 +419,14 @@ async def test_runs_written_by_something_else_never_stop_the_cron(
     (job,) = jobs_named(db, "tick")
     runs = json.loads(schedule_row(db, "odd")["runs"])
     assert [r[1] for r in runs] == [job["id"]]
+
+
+async def test_a_runs_time_stored_as_a_real_reads_as_its_ms(service: Service, db: SqliteD1) -> None:
+    """A JS number bound from Pyodide arrives as a REAL: a time kept as
+    1.7e12 reads as the same ms; entries of another shape are left out."""
+    await service.put_schedule({"id": "r", "cron": "* * * * *", "name": "tick"})
+    stored = '[[1700000000000.0,"a","now"],[true,"b"],["x","c"],[5],[1700000000001,"d"]]'
+    db.query("UPDATE d1queue_schedules SET runs = ?1 WHERE id = 'r'", stored)
+    assert await service.schedule_runs(["r", "none"]) == {
+        "r": [[1_700_000_000_000, "a", "now"], [1_700_000_000_001, "d"]]
+    }

@@ -307,9 +307,14 @@ def _runs(text: Any) -> list[list[Any]]:
     if not isinstance(runs, list):
         return []
     return [
-        r
+        [int(r[0]), *r[1:]]
         for r in runs
-        if isinstance(r, list) and len(r) >= 2 and type(r[0]) is int and isinstance(r[1], str)
+        if isinstance(r, list)
+        and len(r) >= 2
+        and isinstance(r[0], int | float)
+        and not isinstance(r[0], bool)
+        and 0 <= r[0] < 2**53
+        and isinstance(r[1], str)
     ]
 
 

@@ -1265,10 +1265,11 @@ SCHEDULE_RUN_NOW_JOB = (
     f"WHERE s.id = ?1 AND {_NOT_RUN.format(runs='s.runs')} ON CONFLICT DO NOTHING"
 )
 # The run joins the schedule's runs, marked "now"; nothing when its job id
-# is there already (a re-send). 1 row written. ?1 schedule id ?2 job id ?3 now
+# is there already (a re-send). 1 row written. ?1 schedule id ?2 job id ?3
+# now (CAST: a JS number arrives as a REAL, which JSON would write as 1.0)
 SCHEDULE_RUN_NOW_RECORD = (
     "UPDATE d1queue_schedules SET runs = "
-    + _runs_kept("json_array(json_array(?3, ?2, 'now'))", "runs")
+    + _runs_kept("json_array(json_array(CAST(?3 AS INTEGER), ?2, 'now'))", "runs")
     + f" WHERE id = ?1 AND {_NOT_RUN.format(runs='runs')}"
 )
 # ?1 id
