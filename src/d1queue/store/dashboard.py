@@ -2,8 +2,8 @@
 a queue's jobs page by page, failed jobs filtered, "run now", bulk retry or
 delete, the sessions signed out (session.py), and the workflow views: a job
 wherever it is in its life with its dependencies and dependents, a queue's
-completed jobs, a batch's progress (workflows.py), and the search, capped
-in rows read (`search`). Same layer as admin.py:
+completed jobs, a batch's progress (workflows.py), the batches index, and
+the search, capped in rows read (`search`). Same layer as admin.py:
 statements from sql.py, sent through the queue's binding, each page a
 bounded number of round trips.
 """

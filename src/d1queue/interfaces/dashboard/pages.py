@@ -1,7 +1,8 @@
 """The dashboard's pages and the actions behind their forms: what each
 reads and does. The overview, a queue (and its flow limits), its completed
 jobs, a job (with its dependencies, dependents and batch), a batch, the
-failed jobs, the schedules, the metrics (charts and job names), the search.
+batches index, the failed jobs, the schedules and a schedule (its last runs,
+Run now, Edit), the metrics (charts and job names), the search.
 
 Each handler gets a request the dashboard already admitted (auth.py):
 signed in, and for an action carrying the session's CSRF token. It checks
