@@ -361,3 +361,33 @@ async def test_0013_on_a_0012_schema_keeps_every_row_and_starts_each_history(
     (row,) = db.query("SELECT runs FROM d1queue_jobs WHERE id = ?", job_id)
     (entry,) = json.loads(row["runs"])
     assert (entry["attempt"], entry["outcome"], entry["error"]) == (1, "retried", "boom")
+
+
+async def test_0016_keeps_every_schedule_and_records_runs_from_the_next_slot(
+    tmp_path: Path,
+) -> None:
+    """A schedule's last runs are a nullable column: every schedule is kept
+    as it was, with none recorded, and its next cron run records its job."""
+    from d1queue.core.registry import Registry
+    from d1queue.store.schedules import ScheduleDef, Schedules
+
+    db = populated_v2(tmp_path)
+    db.apply_migrations(up_to(tmp_path, "0014_cancel.sql"))
+    clock = Clock(NOW)
+    reg = Registry()
+
+    async def handler(payload: Any) -> None: ...
+
+    reg.register("m", handler)
+    old = D1Queue(db, clock=clock, registry=reg)
+    await Schedules(old, reg).put(ScheduleDef(id="each", cron="* * * * *", name="m"))
+    before = db.query("SELECT * FROM d1queue_schedules")
+    applied = db.apply_migrations(MIGRATIONS)
+    assert "0016_schedule_runs.sql" in applied
+    assert db.query("SELECT * FROM d1queue_schedules") == [r | {"runs": None} for r in before]
+    clock.advance(60)
+    report = await Schedules(D1Queue(db, clock=clock, registry=reg), reg).run()
+    assert report.enqueued == 1
+    (row,) = db.query("SELECT runs FROM d1queue_schedules")
+    (job,) = db.query("SELECT id FROM d1queue_jobs WHERE name = 'm'")
+    assert [r[1] for r in json.loads(row["runs"])] == [job["id"]]

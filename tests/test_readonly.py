@@ -72,6 +72,7 @@ async def test_the_readonly_token_sees_every_page_without_an_action(
         f"/ui/jobs/{ready}",
         "/ui/failed",
         "/ui/schedules",
+        "/ui/schedules/nightly",
     ):
         seen = await viewer.get(path)
         assert seen.status == 200, path
@@ -102,6 +103,8 @@ async def test_every_action_of_a_readonly_session_is_refused_and_writes_nothing(
         ("/ui/failed/bulk", {"action": "delete", "ids": failed, "confirm": "yes"}),
         ("/ui/failed/bulk", {"action": "retry", "ids": failed, "confirm": "yes"}),
         ("/ui/schedules/nightly/pause", {}),
+        ("/ui/schedules/nightly/run", {"run": "0" * 32}),
+        ("/ui/schedules/nightly/edit", {"cron": "* * * * *", "tz": "UTC", "payload": "1"}),
     ):
         reply = await viewer.post(path, {"csrf": csrf, **form})
         assert reply.status == 403, path
@@ -110,6 +113,7 @@ async def test_every_action_of_a_readonly_session_is_refused_and_writes_nothing(
     assert db.query("SELECT id FROM d1queue_failed_jobs")[0]["id"] == failed
     assert db.query("SELECT id, available_at FROM d1queue_jobs ORDER BY id") == jobs_before
     assert (await service.schedule("nightly"))["paused"] is False
+    assert (await service.schedule("nightly"))["cron"] == "0 3 * * *"
     # Signing in again with the API token gives a session that may act.
     switched = Browser(viewer.board, viewer.clock)
     switched.cookie = viewer.cookie

@@ -609,3 +609,88 @@ def test_a_pushed_job_is_found_by_its_id_its_name_and_a_payload_word(
     page.goto("/ui/search?q=name:example.echo")
     expect(page.get_by_role("region", name="Jobs found").locator("tbody tr")).to_have_count(2)
     assert errors == [], errors
+
+
+def test_the_batches_index_shows_a_failed_batch_as_failed(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    bad, good = workflow_python(
+        ui_host,
+        """
+bad, _ = await q.batch([q.new_job("example.echo", 1, queue="batch"),
+                        q.new_job("example.add", {}, queue="batch")],
+                       on_failure=q.new_job("example.echo", "f", queue="batch"))
+good, _ = await q.batch([q.new_job("example.echo", 2, queue="batch")])
+return [bad, good]
+""",
+    )
+    ui_host.scheduled()
+    page = context.new_page()
+    errors = console_errors(page)
+    sign_in(page)
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Batches").click()
+    expect(page.get_by_role("heading", name="Batches")).to_be_visible()
+    failed = page.get_by_role("row").filter(has=page.get_by_role("link", name=bad))
+    expect(failed.locator(".badge")).to_have_text("failed")
+    expect(failed).to_contain_text("2 of 2 ended: 1 completed, 1 failed, 0 pending")
+    expect(failed).to_contain_text("on_failure: pushed")
+    expect(failed.locator("svg.share rect.f")).to_have_attribute("width", "50.0%")
+    succeeded = page.get_by_role("row").filter(has=page.get_by_role("link", name=good))
+    expect(succeeded.locator(".badge")).to_have_text("succeeded")
+    shot(page, "26-batches")
+    failed.get_by_role("link", name=bad).click()
+    expect(page.locator(".stats .badge")).to_have_text("failed")
+    assert errors == [], errors
+
+
+def test_a_schedule_runs_now_once_and_is_edited(context: BrowserContext, ui_host: Host) -> None:
+    made = ui_host.api(
+        "POST", "/v1/schedules", {"id": "ui.runs", "cron": "0 3 * * *", "name": "example.echo"}
+    )
+    assert made.status in (200, 201), made.text
+    page = context.new_page()
+    errors = console_errors(page)
+    sign_in(page)
+    page.goto("/ui/schedules")
+    page.get_by_role("link", name="ui.runs").click()
+    expect(page.get_by_role("heading", name="Schedule ui.runs")).to_be_visible()
+    expect(page.get_by_text("None yet")).to_be_visible()
+    form = page.locator('form[action="/ui/schedules/ui.runs/run"]')
+    sent = {
+        name: form.locator(f'input[name="{name}"]').get_attribute("value") or ""
+        for name in ("csrf", "run", "back")
+    }
+    form.get_by_role("button", name="Run now").click()
+    expect(page.get_by_text("The schedule's job was pushed now")).to_be_visible()
+    runs = page.get_by_role("table", name="Last runs, newest first")
+    expect(runs.locator("tbody tr")).to_have_count(1)
+    expect(runs).to_contain_text(sent["run"])
+    expect(runs).not_to_contain_text("1970")  # its time read as ms, not as 1.79e12 s
+    assert ui_host.api("GET", f"/v1/jobs/{sent['run']}").status == 200
+    # The same click sent again pushes nothing more.
+    again = page.request.post("/ui/schedules/ui.runs/run", form=sent, max_redirects=0)
+    assert again.status == 303 and "schedule_run_again" in again.headers["location"]
+    page.reload()
+    expect(runs.locator("tbody tr")).to_have_count(1)
+    shot(page, "27-schedule")
+    # A bad cron is a clear error, and nothing is written.
+    page.get_by_label("Cron (5 fields or @daily…)").fill("61 * * * *")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("alert")).to_contain_text("Nothing was changed")
+    assert ui_host.api("GET", "/v1/schedules/ui.runs").json()["cron"] == "0 3 * * *"
+    page.goto("/ui/schedules/ui.runs")
+    page.get_by_label("Cron (5 fields or @daily…)").fill("30 6 * * 1")
+    page.get_by_label("Time zone (IANA)").fill("Europe/Berlin")
+    page.get_by_label("Payload (JSON)").fill('{"to": "edited"}')
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_text("Schedule saved")).to_be_visible()
+    got = ui_host.api("GET", "/v1/schedules/ui.runs").json()
+    assert (got["cron"], got["tz"], got["payload"]) == (
+        "30 6 * * 1",
+        "Europe/Berlin",
+        {"to": "edited"},
+    )
+    assert ui_host.api("DELETE", "/v1/schedules/ui.runs").status == 200
+    # The one error: chromium logs the refused edit's 422 page, as it should.
+    assert [e for e in errors if "status of 422" not in e] == [], errors
+    assert len(errors) == 1, errors

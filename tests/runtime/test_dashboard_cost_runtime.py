@@ -1,8 +1,9 @@
-"""What the dashboard's search reads on Miniflare's D1, which counts rows
-read as D1 does: at 100,000 queued jobs and 5,000 completed ones, a page
-reads at most twice its cap (bounds.SEARCH_ROWS: the matches' read and the
-span's), the same as at 2,000, and a lookup by id a row: no page scans the
-jobs."""
+"""What the dashboard's search and batches index read on Miniflare's D1,
+which counts rows read as D1 does: at 100,000 queued jobs and 5,000
+completed ones, a search page reads at most twice its cap
+(bounds.SEARCH_ROWS: the matches' read and the span's), the same as at
+2,000, and a lookup by id a row: no page scans the jobs. A page of the
+batches index reads two rows a batch listed, at 100 batches or 10,000."""
 
 from __future__ import annotations
 
@@ -75,3 +76,49 @@ def test_a_search_page_reads_its_cap_whatever_the_jobs(clean_host: Host, queued:
     assert live[0] == completed[0] == 2 * SEARCH_ROWS, reads
     assert reads["failed"][0] <= 2, reads  # no failed jobs: next to nothing to read
     assert reads["by_id"][0] <= 2, reads
+
+
+@pytest.mark.parametrize("batches", [100, 10_000])
+def test_the_batches_index_reads_a_page_whatever_the_batches(
+    clean_host: Host, batches: int
+) -> None:
+    """The batches index on Miniflare's D1: a page (the first, and one deep
+    in the list) reads about two rows a batch listed (the batch and its
+    parts), at 100 batches and at 10,000 alike."""
+    reads = hook(
+        clean_host,
+        """
+        from d1queue import D1Queue
+        from d1queue.store.dashboard import PAGE, Store
+
+        async def main(env):
+            for t in ("d1queue_batches", "d1queue_batch_parts"):
+                await env.DB.prepare(f"DELETE FROM {t}").run()
+            walk = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) "
+            await env.DB.prepare(
+                walk + "INSERT INTO d1queue_batches (id, total, pending, completed, failed, "
+                "created_at) SELECT printf('%032d', i), 2, 0, 1, 1, i FROM n"
+            ).bind(VALUES["batches"]).run()
+            await env.DB.prepare(
+                walk + "INSERT INTO d1queue_batch_parts (id, ids) "
+                "SELECT printf('%032d', i), '[]' FROM n"
+            ).bind(VALUES["batches"]).run()
+            queue = D1Queue(env.DB)
+            store = Store(queue)
+            out = []
+            cursor = None
+            for _ in range(2):
+                before = (queue.binding.usage.queries, queue.binding.usage.rows_read)
+                page = await store.batches(cursor)
+                usage = queue.binding.usage
+                out.append([usage.queries - before[0], usage.rows_read - before[1], len(page.rows)])
+                cursor = page.next_cursor
+            return {"pages": out, "page": PAGE, "failed": page.rows[0]["state"]}
+        """,
+        batches=batches,
+    )
+    page = reads["page"]
+    for queries, rows_read, listed in reads["pages"]:
+        assert queries == 1 and listed == page, reads
+        assert rows_read <= 2 * (page + 1), reads
+    assert reads["failed"] == "failed"

@@ -211,6 +211,49 @@ def test_a_cron_run_reads_the_due_schedules_only(fresh: Host) -> None:
     assert drain_reports(fresh, 0)
 
 
+def test_recording_a_schedules_last_runs_costs_the_cron_nothing(fresh: Host) -> None:
+    """Counted by Miniflare's D1: the advance records the job it pushed in
+    the schedule's last runs, and evaluating a schedule whose runs are full
+    (10 kept, the oldest dropped) reads and writes what evaluating one with
+    none recorded does, in as many queries (Schedules.run without the
+    prunes that ride in the cron's read batch, so only the schedules'
+    statements are counted)."""
+    out = fresh.python(
+        """
+        from d1queue import D1Queue, Registry
+        from d1queue.store.schedules import Schedules
+
+        async def main(env):
+            import json, time
+            now = int(time.time() * 1000)
+            minute = now - now % 60000 + 120000
+            full = json.dumps([[minute - 60000 * i, f"old{i}"] for i in range(1, 11)])
+            for id, at, runs in (("rt.full", minute, full), ("rt.none", minute + 60000, None)):
+                await env.DB.prepare(
+                    "INSERT INTO d1queue_schedules (id, cron, tz, name, payload, source, "
+                    "version, next_run_at, created_at, updated_at, runs) VALUES "
+                    "(?1, '0 0 1 1 *', 'UTC', 'example.echo', 'null', 'api', 'v', ?2, 0, 0, ?3)"
+                ).bind(id, at, runs).run()
+            reg = Registry()
+            reports = []
+            for at in (minute, minute + 60000):
+                store = Schedules(D1Queue(env.DB, clock=lambda at=at: at + 400), reg)
+                r = await store.run()
+                reports.append([r.enqueued, r.queries, r.rows_read, r.rows_written, r.error])
+            found = await env.DB.prepare("SELECT id, runs FROM d1queue_schedules ORDER BY id").all()
+            return {"minute": minute, "reports": reports,
+                    "runs": {r.id: json.loads(r.runs) for r in found.results}}
+        """
+    )
+    full, none = out["reports"]
+    assert full == none and full[0] == 1 and full[4] == "", out
+    print("schedules: a run advancing one, its runs full and none recorded", full, none)
+    at, kept = out["minute"], out["runs"]
+    assert len(kept["rt.full"]) == 10 and kept["rt.full"][0][0] == at
+    assert [r[1] for r in kept["rt.full"][1:]] == [f"old{i}" for i in range(1, 10)]
+    assert len(kept["rt.none"]) == 1 and kept["rt.none"][0][0] == at + 60_000
+
+
 def test_a_cron_run_prunes_old_failures_in_its_read_batch(fresh: Host) -> None:
     """Counted by Miniflare's D1: 15 failures older than the default 30 days
     and 3 younger ones. The free plan's cron prunes at most 10 a run, oldest

@@ -198,6 +198,10 @@ entry past it keeps fewer log lines. A job's history is so bounded at
 MAX_RUNS * MAX_RUN_BYTES (120 KiB), far under D1's 2 MB row."""
 MAX_RUNS_BYTES = MAX_RUNS * MAX_RUN_BYTES
 """A job's whole attempt history as stored JSON, at most."""
+SCHEDULE_RUNS_KEPT = 10
+"""A schedule's last runs kept with it (the time and job id of each, about
+60 bytes): the dashboard's "last runs", one bounded column written by the
+statement that advances the schedule."""
 MAX_DEPENDENTS = 100
 """Jobs that may wait for one job (an edge each, written by the pushes that
 name it in `after`): the statement that ends it follows every edge in its

@@ -962,6 +962,51 @@ class Service:
             raise ApiError(404, "not_found", f"no schedule {id!r}")
         return row.as_dict(self.registry)
 
+    async def edit_schedule(self, id: str, cron: Any, tz: Any, payload: Any) -> dict[str, Any]:
+        """Change an API schedule's cron, time zone and payload, keeping its
+        job, queue and catch-up (the dashboard's "Edit"): checked by
+        parse_schedule's rules, as POST /v1/schedules checks them, before
+        anything is written (422 saying which field); a code-declared
+        schedule is a 409 (its code says what it is). Safe to re-send: the
+        same definition writes nothing the second time."""
+        id = check_id(id)
+        row = await self.schedule_store.get(id)
+        if row is None:
+            raise ApiError(404, "not_found", f"no schedule {id!r}")
+        fields: dict[str, Any] = {
+            "id": id,
+            "cron": cron,
+            "tz": tz,
+            "name": row.name,
+            "payload": payload,
+            "catch_up": row.catch_up,
+        }
+        if row.queue:
+            fields["queue"] = row.queue
+        _, out = await self.put_schedule(fields)
+        return out
+
+    async def run_schedule_now(self, id: str, nonce: str) -> dict[str, Any]:
+        """Push schedule `id`'s job once now (the dashboard's "Run now"),
+        with job id `nonce` (a job.new_id the page made: a click sent twice
+        sends the same) marked as the schedule's shard's: sending it again
+        pushes nothing (ShardedSchedules.run_now). {id (the job's), queue,
+        pushed (False: this job id was pushed before)}."""
+        id = check_id(id)
+        found = await self.schedule_store.located(id)
+        if found is None:
+            raise ApiError(404, "not_found", f"no schedule {id!r}")
+        shard, row = found
+        job_id, pushed, queue = await self.schedule_store.run_now(shard, row, nonce)
+        if pushed:
+            await self._pushed(queue, shard)
+        return {"id": job_id, "queue": queue, "pushed": pushed}
+
+    async def schedule_runs(self, ids: list[str]) -> dict[str, list[list[Any]]]:
+        """The last runs of each of `ids`, newest first: [time, job id] or
+        [time, job id, "now"] (pushed by "Run now")."""
+        return await self.schedule_store.runs(ids)
+
     async def delete_schedule(self, id: str) -> dict[str, Any]:
         id = check_id(id)
         outcome = await self.schedule_store.delete(id)

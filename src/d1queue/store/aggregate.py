@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ..core.bounds import page_bytes
 from ..core.flow import Limits
 from ..core.job import QueuedJob
 from ..core.registry import Registry, spec_for
-from ..core.shards import merge_pages
+from ..core.shards import mark_id, merge_pages
 from .admin import Admin, QueueStats
 from .failed import FailedJob, decode_cursor, encode_cursor
 from .flow import BUSIEST_GROUPS, QueueLimits
@@ -184,6 +184,26 @@ class ShardedSchedules:
         pages = await self._each(lambda s: s.page(limit, cursor, share))
         rows, more = merge_pages(_has_more(pages), _schedule_key, limit)
         return rows, (rows[-1].id if more and rows else None)
+
+    async def located(self, id: str) -> tuple[int, Schedule] | None:
+        """Schedule `id` and the shard holding it (one query per shard)."""
+        rows = await self._each(lambda s: s.get(id))
+        return next(((k, r) for k, r in enumerate(rows) if r is not None), None)
+
+    async def runs(self, ids: list[str]) -> dict[str, list[list[Any]]]:
+        """The last runs of each of `ids` (Schedules.runs), over every shard."""
+        out: dict[str, list[list[Any]]] = {}
+        for found in await self._each(lambda s: s.runs(ids)):
+            out.update(found)
+        return out
+
+    async def run_now(self, shard: int, row: Schedule, nonce: str) -> tuple[str, bool, str]:
+        """Schedule `row` (on `shard`) pushed once now (Schedules.run_now),
+        its job's id `nonce` (a job.new_id) marked as the shard's: (job id,
+        pushed by this call, queue)."""
+        job_id = mark_id(nonce, shard)
+        pushed, queue = await self.stores[shard].run_now(row, job_id)
+        return job_id, pushed, queue
 
     async def delete(self, id: str) -> Literal["deleted", "missing", "code"]:
         outcomes = await self._each(lambda s: s.delete(id))

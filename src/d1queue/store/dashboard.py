@@ -2,8 +2,8 @@
 a queue's jobs page by page, failed jobs filtered, "run now", bulk retry or
 delete, the sessions signed out (session.py), and the workflow views: a job
 wherever it is in its life with its dependencies and dependents, a queue's
-completed jobs, a batch's progress (workflows.py), and the search, capped
-in rows read (`search`). Same layer as admin.py:
+completed jobs, a batch's progress (workflows.py), the batches index, and
+the search, capped in rows read (`search`). Same layer as admin.py:
 statements from sql.py, sent through the queue's binding, each page a
 bounded number of round trips.
 """
@@ -26,7 +26,7 @@ from ..core.bounds import (
     page_bytes,
 )
 from ..core.log import get
-from ..core.shards import merge_pages
+from ..core.shards import mark_id, merge_pages
 from . import sql
 from . import stats as counters
 from .admin import Admin
@@ -217,6 +217,33 @@ class BatchPage:
     states: dict[str, str]
 
 
+def batch_row(r: Any) -> dict[str, Any]:
+    """A row of the batches index: BatchState's counters and state, and
+    each callback it was given with whether it was enqueued (fired's bit)."""
+    batch = BatchState.of(r)
+    fired = int(r["fired"])
+    return {
+        **batch.as_dict(),
+        "callbacks": [(kind, bool(fired & bit)) for kind, bit in CALLBACKS if r[f"has_{kind}"]],
+    }
+
+
+def batch_cursor(row: dict[str, Any]) -> str:
+    """The cursor after a batch of the index: its id without the shard's
+    mark (a job.new_id, in creation order on every shard)."""
+    return _BATCH_ID.sub("", str(row["id"]))
+
+
+def _batch_key(row: dict[str, Any]) -> str:
+    """The batches index's order, read reversed: newest first."""
+    return batch_cursor(row)
+
+
+_BATCH_ID = re.compile(r"^s[0-9]+-")
+BATCH_CURSOR = re.compile(r"[0-9a-f]{32}")
+"""A batches index cursor: a job.new_id (a batch id, unmarked)."""
+
+
 def _states(rows: list[Any]) -> dict[str, str]:
     """JOB_STATES' rows by id; a live row wins over a completed one of the
     same id (an id pushed again after its job completed)."""
@@ -366,6 +393,14 @@ class ShardStore:
         results = await self.binding.batch(statements) if statements else []
         states = _states([row for res in results for row in res.rows])
         return BatchPage(batch, page, pages, shown, callbacks, states)
+
+    async def batches(self, cursor: str) -> Page:
+        """A page of this shard's batches, newest first, below `cursor` (an
+        unmarked batch id, or FIRST): one query (sql.LIST_BATCHES)."""
+        mark = mark_id("", self.queue.shard)
+        found = await self.binding.run(sql.LIST_BATCHES, mark + cursor, mark, PAGE + 1)
+        rows = [batch_row(r) for r in found.rows]
+        return first_page(rows, len(rows) > PAGE, batch_cursor)
 
     async def signed_out(self, nonces: list[str]) -> set[str]:
         """Which of these session nonces were signed out: one query, a
@@ -523,6 +558,15 @@ class Store:
     async def batch(self, id: str, page: int = 1) -> BatchPage | None:
         store = self._for(id)
         return None if store is None else await store.batch(id, page)
+
+    async def batches(self, cursor: str | None = None) -> Page:
+        """A page of the batches over every shard, newest first, after
+        `cursor` (batch_cursor's): one query a shard. ValueError for a
+        cursor that is not one."""
+        if cursor and not BATCH_CURSOR.fullmatch(cursor):
+            raise ValueError("the page cursor is not one this dashboard made")
+        pages = await self.shards.each(lambda q: self.stores[q.shard].batches(cursor or FIRST))
+        return merged(pages, _batch_key, batch_cursor, reverse=True)
 
     async def completed(self, queue: str, cursor: str | None = None) -> Page:
         """A page of `queue`'s completed jobs over every shard, newest first."""

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from ..core.bounds import MAX_PAGE_BYTES
+from ..core.bounds import MAX_PAGE_BYTES, SCHEDULE_RUNS_KEPT
 from ..core.flow import declared_windows
 from ..core.job import new_id
 from ..core.log import event, get
@@ -296,6 +296,28 @@ def _sync(declared: list[ScheduleDef], digest: str, now: int) -> list[Statement]
     ]
 
 
+def _runs(text: Any) -> list[list[Any]]:
+    """A schedule's `runs` column as read (NULL: none yet)."""
+    if not text:
+        return []
+    try:
+        runs = json.loads(text)
+    except ValueError:  # written by something else: shown as none
+        return []
+    if not isinstance(runs, list):
+        return []
+    return [
+        [int(r[0]), *r[1:]]
+        for r in runs
+        if isinstance(r, list)
+        and len(r) >= 2
+        and isinstance(r[0], int | float)
+        and not isinstance(r[0], bool)
+        and 0 <= r[0] < 2**53
+        and isinstance(r[1], str)
+    ]
+
+
 class Schedules:
     """The schedules table, through a D1Queue's binding (the driver layer:
     statements from sql.py, counted against the invocation's meter).
@@ -433,11 +455,14 @@ class Schedules:
         # library's defaults (registry.spec_for).
         spec = spec_for(self.registry, str(row["name"]))
         queue, attempts, priority = spec.stored(queue=row["queue"] or None)
+        ran = []
         for slot in plan.slots:
-            run.slots.append(
-                [*read, mark_id(new_id(now), self.shard), slot, queue, attempts, priority]
-            )
-        run.advance.append([*read, plan.next_run_at, plan.slots[-1] if plan.slots else None])
+            job_id = mark_id(new_id(now), self.shard)
+            run.slots.append([*read, job_id, slot, queue, attempts, priority])
+            ran.append([slot, job_id])
+        # The runs it keeps, newest first, written by the advance itself.
+        kept = ran[::-1][:SCHEDULE_RUNS_KEPT]
+        run.advance.append([*read, plan.next_run_at, plan.slots[-1] if plan.slots else None, kept])
 
     # -- the API ---------------------------------------------------------------
 
@@ -483,6 +508,33 @@ class Schedules:
         page, more = sql.bounded_page(found.rows)
         rows = [Schedule.from_row(r) for r in page]
         return rows, (rows[-1].id if more and rows else None)
+
+    async def runs(self, ids: list[str]) -> dict[str, list[list[Any]]]:
+        """The last runs of each of `ids` found here, newest first, each
+        [time, job id] (a third element "now": pushed by "Run now"); a
+        schedule that has not run yet has none. One query, a seek an id."""
+        if not ids:
+            return {}
+        found = await self.binding.run(sql.SCHEDULE_RUNS, json.dumps(ids))
+        return {str(r["id"]): _runs(r["runs"]) for r in found.rows}
+
+    async def run_now(self, row: Schedule, job_id: str) -> tuple[bool, str]:
+        """Push schedule `row`'s job once now, with id `job_id` (the caller's
+        choice, so that sending it again pushes nothing), and record it in
+        the schedule's runs: one batch, one transaction. Returns (pushed by
+        this call, the job's queue). A re-send after a lost reply finds the
+        id in the runs and writes nothing: (False, queue)."""
+        now = self.queue.clock()
+        queue, attempts, priority = spec_for(self.registry, row.name).stored(
+            queue=row.queue or None
+        )
+        pushed, _ = await self.binding.batch(
+            [
+                (sql.SCHEDULE_RUN_NOW_JOB, (row.id, job_id, queue, attempts, priority, now)),
+                (sql.SCHEDULE_RUN_NOW_RECORD, (row.id, job_id, now)),
+            ]
+        )
+        return bool(pushed.changes), queue
 
     async def delete(self, id: str) -> Literal["deleted", "missing", "code"]:
         """Delete API schedule `id`; a code-declared one is not deleted here

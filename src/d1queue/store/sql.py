@@ -17,7 +17,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from ..core.bounds import MAX_ERROR_CHARS, MAX_RUNS, PRIORITY_RANGE
+from ..core.bounds import MAX_ERROR_CHARS, MAX_RUNS, PRIORITY_RANGE, SCHEDULE_RUNS_KEPT
 from ..core.flow import LONGEST_WINDOW_MS, RATE_GUARD_MS
 from ..core.metrics import BUCKETS as METRIC_BUCKETS
 from ..core.metrics import HOUR_MS as METRIC_HOUR_MS
@@ -1135,14 +1135,45 @@ INSERT_SCHEDULED_JOBS = (
     "AND s.paused = 0 ON CONFLICT DO NOTHING"
 )
 
+
+def _runs_kept(entries: str, runs: str) -> str:
+    """A schedule's `runs` (migrations/0016_schedule_runs.sql) with
+    `entries` (an SQL term: a non-empty JSON array of [time, job id, ...],
+    newest first, at most SCHEDULE_RUNS_KEPT) before the runs it held
+    (`runs`, the column as read), cut to the newest SCHEDULE_RUNS_KEPT: the
+    row stays small however long it runs.
+
+    Scalar JSON functions only, no json_each: D1 bills a table-valued
+    function's rows as rows read, so the cron's advance reads no row more
+    than it did. The two arrays are joined as text (both are compact JSON
+    arrays made by JSON functions), then the entries past the kept ones are
+    removed: each '$[K]' path removes the then K+1-th element, and one past
+    the end removes nothing. A `runs` that is not a JSON array (written by
+    something else) is replaced, never an error that would stop the cron's
+    write."""
+    k = SCHEDULE_RUNS_KEPT
+    joined = (
+        f"CASE WHEN {runs} IS NULL THEN {entries} WHEN NOT json_valid({runs}) THEN {entries} "
+        f"WHEN json_type({runs}) != 'array' THEN {entries} "
+        f"WHEN json_array_length({runs}) = 0 THEN {entries} "
+        f"ELSE substr({entries}, 1, length({entries}) - 1) || ',' || substr({runs}, 2) END"
+    )
+    return f"json_remove({joined}, {', '.join([repr(f'$[{k}]')] * k)})"
+
+
 # The advance, after INSERT_SCHEDULED_JOBS in the same batch: ?1 is a JSON
 # array of [schedule id, next_run_at as read, version as read, new
-# next_run_at, last slot enqueued or null]. meta.changes counts the
-# schedules this run won; a loser (or a re-send of a batch that landed)
-# changes nothing.
+# next_run_at, last slot enqueued or null, the slots' [slot, job id] newest
+# first (at most SCHEDULE_RUNS_KEPT)]. meta.changes counts the schedules
+# this run won; a loser (or a re-send of a batch that landed) changes
+# nothing. The runs enqueued join the schedule's `runs` in this statement
+# (_runs_kept): the same row written, no statement more per cron run.
 UPDATE_SCHEDULES_RAN = (
     f"UPDATE d1queue_schedules SET next_run_at = {_slot(3)}, "
-    f"last_run_at = COALESCE({_slot(4)}, last_run_at) "
+    f"last_run_at = COALESCE({_slot(4)}, last_run_at), "
+    "runs = CASE WHEN json_array_length(j.value, '$[5]') > 0 THEN "
+    + _runs_kept("json_extract(j.value, '$[5]')", "d1queue_schedules.runs")
+    + " ELSE d1queue_schedules.runs END "
     "FROM json_each(?1) AS j WHERE d1queue_schedules.id = "
     f"{_slot(0)} AND d1queue_schedules.next_run_at = {_slot(1)} "
     f"AND d1queue_schedules.version = {_slot(2)} AND d1queue_schedules.paused = 0"
@@ -1211,6 +1242,35 @@ PUT_API_SCHEDULE = (
     + ", ".join(f"{f} = excluded.{f}" for f in _DEFINITION)
     + ", next_run_at = excluded.next_run_at, updated_at = excluded.updated_at "
     "WHERE d1queue_schedules.source = 'api' AND d1queue_schedules.version != excluded.version"
+)
+# A schedule's last runs (the dashboard's schedule pages): a primary-key
+# seek an id, 1 row read each. ?1 JSON array of ids
+SCHEDULE_RUNS = (
+    "SELECT id, runs FROM d1queue_schedules WHERE id IN (SELECT value FROM json_each(?1))"
+)
+# "Run now" (the dashboard): the schedule's job pushed once now, with the id
+# the click chose. Safe to re-send: a job id already in the schedule's runs
+# (SCHEDULE_RUN_NOW_RECORD, sent after it in the same transaction) inserts
+# nothing, even once that job completed and left the table; while it is
+# queued its id is a second lock (ON CONFLICT). A primary-key seek of the
+# schedule, 1 row read; the job's row written (and its index entries).
+# ?1 schedule id ?2 job id ?3 queue ?4 max_attempts ?5 priority ?6 now
+_NOT_RUN = "instr(COALESCE({runs}, ''), '\"' || ?2 || '\"') = 0"
+"""The job id ?2 is in none of the runs: its quoted text is not in the
+column (an id is letters, digits and dashes: nothing JSON escapes)."""
+SCHEDULE_RUN_NOW_JOB = (
+    "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
+    "available_at, created_at, band) "
+    "SELECT ?2, ?3, s.name, s.payload, 0, ?4, ?5, ?6, ?6, ?5 FROM d1queue_schedules AS s "
+    f"WHERE s.id = ?1 AND {_NOT_RUN.format(runs='s.runs')} ON CONFLICT DO NOTHING"
+)
+# The run joins the schedule's runs, marked "now"; nothing when its job id
+# is there already (a re-send). 1 row written. ?1 schedule id ?2 job id ?3
+# now (CAST: a JS number arrives as a REAL, which JSON would write as 1.0)
+SCHEDULE_RUN_NOW_RECORD = (
+    "UPDATE d1queue_schedules SET runs = "
+    + _runs_kept("json_array(json_array(CAST(?3 AS INTEGER), ?2, 'now'))", "runs")
+    + f" WHERE id = ?1 AND {_NOT_RUN.format(runs='runs')}"
 )
 # ?1 id
 DELETE_API_SCHEDULE = "DELETE FROM d1queue_schedules WHERE id = ?1 AND source = 'api'"
@@ -1817,6 +1877,21 @@ SELECT_BATCH_VIEW = (
     "FROM d1queue_batches b LEFT JOIN d1queue_batch_parts p ON p.id = b.id WHERE b.id = ?1"
 )
 
+# The batches index (the dashboard's): a shard's batches newest first (a
+# batch id is a job.new_id, which sorts by creation time, behind the
+# shard's mark), each with its counters and which callbacks it was given,
+# after a keyset cursor. A walk of the primary key down from ?1, at most ?3
+# batches, and a primary-key seek of each one's parts: about 2 x ?3 rows
+# read, however many batches are kept. ?1 the id to start below (the
+# shard's mark before the cursor, or before '~' for the first page) ?2 the
+# shard's mark ('' for shard 0: the ids that sort at or after it) ?3 limit
+LIST_BATCHES = (
+    "SELECT b.id, b.total, b.pending, b.completed, b.failed, b.fired, b.created_at, "
+    "b.finished_at, NULL AS ids, p.on_success IS NOT NULL AS has_on_success, "
+    "p.on_failure IS NOT NULL AS has_on_failure, p.on_finish IS NOT NULL AS has_on_finish "
+    "FROM d1queue_batches b LEFT JOIN d1queue_batch_parts p ON p.id = b.id "
+    "WHERE b.id < ?1 AND b.id >= ?2 ORDER BY b.id DESC LIMIT ?3"
+)
 
 # Ending a workflow's job that is deleted next (a failure, or a completion on
 # a queue that keeps no history): its `ended` set in place, which fires the

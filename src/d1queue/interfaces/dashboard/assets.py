@@ -64,6 +64,9 @@ form.inline { display: inline; margin: 0; }
 input[type=text], input[type=password], input[type=search], select { font: inherit;
   padding: .35rem .5rem; border: 1px solid var(--line); border-radius: 6px;
   background: var(--bg); color: var(--fg); min-width: 10rem; max-width: 100%; }
+textarea { font: inherit; font-family: var(--mono, monospace); padding: .35rem .5rem;
+  border: 1px solid var(--line); border-radius: 6px; background: var(--bg); color: var(--fg);
+  width: 100%; max-width: 40rem; display: block; }
 input[type=number] { font: inherit; padding: .35rem .5rem; border: 1px solid var(--line);
   border-radius: 6px; background: var(--bg); color: var(--fg); width: 9rem; max-width: 100%; }
 .field { margin: 0 0 1rem; }

@@ -94,6 +94,7 @@ NAV = (
     ("/ui", "Overview"),
     ("/ui/metrics", "Metrics"),
     ("/ui/failed", "Failed jobs"),
+    ("/ui/batches", "Batches"),
     ("/ui/schedules", "Schedules"),
 )
 

@@ -1,7 +1,8 @@
 """The dashboard's pages and the actions behind their forms: what each
 reads and does. The overview, a queue (and its flow limits), its completed
 jobs, a job (with its dependencies, dependents and batch), a batch, the
-failed jobs, the schedules, the metrics (charts and job names), the search.
+batches index, the failed jobs, the schedules and a schedule (its last runs,
+Run now, Edit), the metrics (charts and job names), the search.
 
 Each handler gets a request the dashboard already admitted (auth.py):
 signed in, and for an action carrying the session's CSRF token. It checks
@@ -17,16 +18,20 @@ scrubbed of them.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from ...core.bounds import STORED_ID_PATTERN, STORED_NAME_RULE, is_stored_name
+from ...core.schedule import DEFAULT_TZ
 from ...store.dashboard import FIRST, PAGE, STATES, Store
 from ..router import Reply
-from ..service import Service
+from ..service import ApiError, Service
 from . import html as h
 from .auth import safe_back
+from .batches import BATCHES, BatchesShown
 from .failed import AGES, FAILED, FailedShown, age_range, confirm_bulk
 from .jobs import (
     BATCH,
@@ -42,8 +47,11 @@ from .metrics import DEFAULT_SORT, METRICS, SORTS, WINDOW_LABELS, MetricsShown
 from .parts import not_found, page, render, with_notice
 from .queues import COMPLETED, OVERVIEW, QUEUE, CompletedShown, OverviewShown, QueueShown
 from .request import Refused, Request, known, redirect
-from .schedules import SCHEDULES, SCHEDULES_PAGE, SchedulesShown
+from .schedules import SCHEDULE, SCHEDULES, SCHEDULES_PAGE, ScheduleShown, SchedulesShown
 from .search import MAX_QUERY, SEARCH, SearchShown, parse
+
+RUN_NONCE = re.compile(r"[0-9a-f]{32}")
+"""A Run now form's job id (job.new_id, made by the page)."""
 
 
 def check_name(kind: str, value: str) -> str:
@@ -221,6 +229,17 @@ class Pages:
             return not_found(request, "Batch", id, BATCH_GONE)
         return page(request, f"Batch {id}", render(BatchShown(request, id, found), BATCH))
 
+    async def batches_page(self, request: Request) -> Reply:
+        """Every batch, newest first, a page at a time after a keyset cursor:
+        one query a shard (sql.LIST_BATCHES), reading about two rows a
+        batch listed, however many batches are kept."""
+        known(request, "cursor")
+        cursor = request.param("cursor")
+        with unreadable_as_400():
+            found = await self.store.batches(cursor or None)
+        shown = BatchesShown(request, cursor, found)
+        return page(request, "Batches", render(shown, BATCHES), current="/ui/batches")
+
     async def cancel(self, request: Request, id: str) -> Reply:
         check_id(id)
         job = await self.service.job(id)  # 404 if gone
@@ -298,8 +317,63 @@ class Pages:
         if cursor is not None:
             check_name("schedule id", cursor)
         found = await self.service.schedules(SCHEDULES_PAGE, cursor)
-        shown = SchedulesShown(request, cursor, found)
+        runs = await self.service.schedule_runs([s["id"] for s in found["schedules"]])
+        shown = SchedulesShown(request, cursor, found, runs)
         return page(request, "Schedules", render(shown, SCHEDULES), current="/ui/schedules")
+
+    async def schedule_page(self, request: Request, id: str) -> Reply:
+        """A schedule, its last runs, Run now, and (an API one's) edit form:
+        two reads, each one query a shard (the schedule, its runs)."""
+        check_name("schedule id", id)
+        known(request)
+        try:
+            schedule = await self.service.schedule(id)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            why = "<strong>There is no such schedule:</strong> it never existed or was deleted."
+            return not_found(request, "Schedule", id, why)
+        runs = (await self.service.schedule_runs([id])).get(id, [])
+        shown = ScheduleShown(request, schedule, runs)
+        return page(request, f"Schedule {id}", render(shown, SCHEDULE), current="/ui/schedules")
+
+    async def run_schedule(self, request: Request, id: str) -> Reply:
+        """Push the schedule's job once now, under the job id the page made
+        (`run`): the same click sent again pushes nothing more."""
+        check_name("schedule id", id)
+        nonce = request.field("run")
+        if not RUN_NONCE.fullmatch(nonce):
+            raise Refused(400, "The Run now form was not one this dashboard made; reload it.")
+        back = safe_back(request.field("back"), f"/ui/schedules/{h.q(id)}", "back")
+        done = await self.service.run_schedule_now(id, nonce)
+        return redirect(
+            with_notice(back, "schedule_run" if done["pushed"] else "schedule_run_again")
+        )
+
+    async def edit_schedule(self, request: Request, id: str) -> Reply:
+        """Change an API schedule's cron, time zone and payload by the API's
+        own rules (Service.edit_schedule): a value they refuse is an error
+        page saying which, and nothing is written. An empty time zone is
+        UTC, as the API's default; an empty payload keeps the payload."""
+        check_name("schedule id", id)
+        cron, tz, text = request.field("cron"), request.field("tz"), request.field("payload")
+        payload: Any
+        if text.strip():
+            try:
+                payload = json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                raise Refused(
+                    422, f"Nothing was changed: the payload is not JSON ({exc})."
+                ) from None
+        else:
+            payload = (await self.service.schedule(id)).get("payload")
+        try:
+            await self.service.edit_schedule(id, cron, tz.strip() or DEFAULT_TZ, payload)
+        except ApiError as exc:
+            if exc.status == 404:
+                raise
+            raise Refused(exc.status, f"Nothing was changed: {exc.message}.") from None
+        return redirect(with_notice(f"/ui/schedules/{h.q(id)}", "schedule_edited"))
 
     async def _set_schedule_paused(self, request: Request, id: str, paused: bool) -> Reply:
         check_name("schedule id", id)

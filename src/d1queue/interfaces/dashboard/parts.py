@@ -178,6 +178,9 @@ NOTICES = {
     "retried": "{n} failed job(s) put back on their queues.",
     "removed": "{n} failed job(s) removed for good.",
     "limits_set": "Limits saved: every drain claims under them from its next claim.",
+    "schedule_run": "The schedule's job was pushed now: the next drain runs it.",
+    "schedule_run_again": "That Run now was done already: nothing more was pushed.",
+    "schedule_edited": "Schedule saved: it runs from its next slot as it now reads.",
 }
 """The messages an action's redirect may ask a page to show (`?notice=`):
 fixed texts, so nothing from the URL is shown as a message."""

@@ -318,10 +318,11 @@ def lines(
 # -- a share bar ---------------------------------------------------------------------
 
 
-def share_bar(id: str, parts: Sequence[tuple[str, int]], total: int) -> str:
+def share_bar(id: str, parts: Sequence[tuple[str, int]], total: int, *, legend: bool = True) -> str:
     """One bar split into `parts` (outcome, count) out of `total`, each with
     its pattern, what is left of `total` as the empty track; a legend in
-    words follows it (a batch's progress)."""
+    words follows it (a batch's progress) unless `legend` is False (a list's
+    row, which says the counts in words beside it)."""
     classes = [OUTCOME_LOOK[name][0] for name, _ in parts]
     x, rects = 0.0, []
     for (_name, n), cls in zip(parts, classes, strict=True):
@@ -339,6 +340,8 @@ def share_bar(id: str, parts: Sequence[tuple[str, int]], total: int) -> str:
         f'<svg class="share" aria-hidden="true" focusable="false">{patterns(id, classes)}'
         f'<rect class="track" width="100%" height="100%"/>{"".join(rects)}</svg>'
     )
+    if not legend:
+        return bar
     left = max(total - sum(n for _, n in parts), 0)
     keys = "".join(
         f'<li><svg class="swatch" viewBox="0 0 12 12" aria-hidden="true" focusable="false">'
