@@ -2086,6 +2086,52 @@ SET_PROGRESS = (
     "AND reserved_at IS NOT NULL AND COALESCE(json_extract(progress, '$.seq') < ?6, 1)"
 )
 
+# -- the dashboard's "Running now" (d1queue/interfaces/dashboard/running.py) --------
+
+_RUNNING_KEY = "queue, available_at, id"
+_RUNNING_READ_COLUMNS = (
+    "queue, available_at, id, name, grp, attempts, max_attempts, reserved_at, locked_until, "
+    "cancel_at, progress"
+)
+# Held: a worker holds it (its lease not ended), or it is marked cancelling
+# (_job_state's `reserved` and `cancelling`). ?5 now
+_RUNNING_HELD = "reserved_at IS NOT NULL AND (locked_until > ?5 OR cancel_at IS NOT NULL)"
+RUNNING_COLUMNS = (
+    "queue, available_at, id, name, grp, attempts, max_attempts, reserved_at, cancel_at, "
+    "json_extract(progress, '$.value') AS progress_value, "
+    "json_extract(progress, '$.note') AS progress_note, "
+    "json_extract(progress, '$.attempt') AS progress_attempt, "
+    "json_extract(progress, '$.at') AS progress_at"
+)
+
+# The jobs in flight across queues, a page at a time, in the key's order
+# (queue, lease end, id) after the cursor (?1 queue, ?2 lease end, ?3 id):
+# the locked band read through the primary key, the cursor's queue from the
+# cursor on, then each later queue's band (the queues found by a walk of
+# the key's first column, about two rows read a queue). The band also holds
+# the jobs waiting out a retry, which are read and passed over, so the read
+# stops at ?4 rows (bounds.RUNNING_ROWS): a page reads at most that many
+# jobs however many wait in the band. Its rows: the held jobs read (at most
+# ?6, `held` 1, the progress report's value, note, attempt and time only,
+# never its log lines), then the last row read (`held` 0), with how many
+# were read (`scanned`): where the next page starts when the cap stopped it.
+# ?1 ?2 ?3 cursor ?4 cap of rows read ?5 now ?6 limit (a page and one)
+RUNNING_NOW = (
+    "WITH RECURSIVE q(name) AS (SELECT MIN(queue) FROM d1queue_jobs WHERE queue > ?1 "
+    "UNION ALL SELECT (SELECT MIN(queue) FROM d1queue_jobs WHERE queue > q.name) FROM q "
+    "WHERE q.name IS NOT NULL), "
+    f"r AS MATERIALIZED (SELECT {_RUNNING_READ_COLUMNS} FROM ("
+    f"SELECT {_RUNNING_READ_COLUMNS} FROM d1queue_jobs WHERE queue = ?1 AND band = {LOCKED_BAND} "
+    "AND available_at >= ?2 AND (available_at > ?2 OR id > ?3) UNION ALL "
+    f"SELECT {_RUNNING_READ_COLUMNS} FROM d1queue_jobs "
+    f"WHERE queue IN (SELECT name FROM q WHERE name IS NOT NULL) AND band = {LOCKED_BAND} "
+    f"ORDER BY {_RUNNING_KEY} LIMIT ?4)) "
+    f"SELECT * FROM (SELECT {RUNNING_COLUMNS}, 1 AS held, 0 AS scanned FROM r "
+    f"WHERE {_RUNNING_HELD} ORDER BY {_RUNNING_KEY} LIMIT ?6) UNION ALL "
+    f"SELECT * FROM (SELECT {RUNNING_COLUMNS}, 0 AS held, (SELECT COUNT(*) FROM r) AS scanned "
+    "FROM r ORDER BY queue DESC, available_at DESC, id DESC LIMIT 1)"
+)
+
 _VERBS = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "REPLACE")
 
 

@@ -93,6 +93,7 @@ def search_form(value: str = "", where: str = "top") -> str:
 NAV = (
     ("/ui", "Overview"),
     ("/ui/metrics", "Metrics"),
+    ("/ui/running", "Running now"),
     ("/ui/failed", "Failed jobs"),
     ("/ui/schedules", "Schedules"),
 )
