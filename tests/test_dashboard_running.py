@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from d1queue import D1Queue
+from d1queue import Config, D1Queue, drain
 from d1queue.core.bounds import RUNNING_ROWS
 from d1queue.core.shards import Routing
 from d1queue.interfaces.dashboard import Dashboard
@@ -264,3 +264,46 @@ async def test_running_now_under_a_prefix(service: Service, clock: Clock) -> Non
     assert f'action="/queue/ui/jobs/{id}/cancel"' in body
     reply = await b.post(f"/queue/ui/jobs/{id}/cancel", {"csrf": b.csrf(), "back": "/ui/running"})
     assert reply.headers["location"] == "/queue/ui/running?notice=cancelling"
+
+
+# -- a job's story on its page ---------------------------------------------------------
+
+TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+async def test_a_job_page_shows_its_trace_id_and_its_running_attempt(
+    browser: Browser, service: Service, clock: Clock
+) -> None:
+    traced = await push(service, "mail", traceparent=TP)
+    plain = await push(service, "mail")
+    await service.queue.reserve_batch("mail", 2)
+    clock.advance(75)  # inside its 90 s lease
+    body = (await browser.get(f"/ui/jobs/{traced}")).body
+    assert "<dt>Trace id</dt>" in body and "4bf92f3577b34da6a3ce929d0e0e4736</span>" in body
+    assert "<dt>Started</dt>" in body and "running for 1 min" in body
+    assert "<dt>Trace id</dt>" not in (await browser.get(f"/ui/jobs/{plain}")).body
+
+
+async def test_a_job_page_links_its_dependencies_and_dependents_both_ways(
+    browser: Browser, service: Service
+) -> None:
+    first = await push(service, "mail")
+    then = str(
+        (await service.dispatch("mail", {"name": "echo", "payload": {}, "after": [first]}))["id"]
+    )
+    body = (await browser.get(f"/ui/jobs/{first}")).body
+    assert "Waited for by" in body and f'href="/ui/jobs/{then}"' in body
+    body = (await browser.get(f"/ui/jobs/{then}")).body
+    assert "Waits for 1 job" in body and f'href="/ui/jobs/{first}"' in body
+
+
+async def test_an_attempts_long_error_is_shown_whole_and_escaped(
+    browser: Browser, service: Service, db: SqliteD1
+) -> None:
+    await service.dispatch("mail", {"name": "boom", "payload": "x" * 300})
+    await drain(service.queue, service.registry, Config(queues=("mail",)))
+    (failed,) = [r["id"] for r in db.query("SELECT id FROM d1queue_failed_jobs")]
+    body = (await browser.get(f"/ui/jobs/{failed}")).body
+    attempts = body[body.index("<h2>Attempts</h2>") :]
+    assert "<pre>failed by the handler: &lt;b&gt;bad&lt;/b&gt; input " + "x" * 300 in attempts
+    assert "<b>bad</b>" not in body

@@ -224,6 +224,7 @@ def job_fields(view: JobView) -> dict[str, Any]:
         "runs": view.runs,
         "progress": view.progress,
         "started_at": view.started_at,
+        "traceparent": job.traceparent,
     }
 
 
