@@ -153,12 +153,14 @@ async def test_a_page_costs_one_query_and_reads_the_band_through_its_key(
     await browser.get("/ui/running")
     assert usage.queries - before == 1 + 1  # the session's point read, then the page's
     assert usage.by_name["RUNNING_NOW"] == 1
-    plan = [
-        str(r["detail"])
-        for r in db.query("EXPLAIN QUERY PLAN " + sql.RUNNING_NOW, "a", 0, "", 10, 0, 51)
-    ]
-    assert sum("USING PRIMARY KEY (queue=? AND band=?" in line for line in plan) == 2, plan
-    assert not any(re.match(r"SCAN d1queue_", line) for line in plan), plan
+    assert usage.by_name["RUNNING_SPAN"] == 1  # in the same batch
+    for statement, args in (
+        (sql.RUNNING_NOW, ("a", 0, "", 10, 0, 51)),
+        (sql.RUNNING_SPAN, ("a", 0, "", 10)),
+    ):
+        plan = [str(r["detail"]) for r in db.query("EXPLAIN QUERY PLAN " + statement, *args)]
+        assert sum("USING PRIMARY KEY (queue=? AND band=?" in line for line in plan) == 2, plan
+        assert not any(re.match(r"SCAN d1queue_", line) for line in plan), plan
 
 
 RETRYING = (
@@ -183,7 +185,7 @@ async def test_at_100_000_retrying_jobs_a_page_reads_its_cap_and_says_so(
     usage = service.queue.binding.usage
     before = usage.queries
     body = (await browser.get("/ui/running")).body
-    assert usage.queries - before == 2  # the session's read and one query
+    assert usage.queries - before == 2  # the session's read and one batch
     assert f"Stopped early: this page read {RUNNING_ROWS:,} jobs" in body
     assert "Next page »" in body
     # A cursor past the retrying jobs reads on to the held one.

@@ -415,17 +415,22 @@ class ShardStore:
         self, after: RunningKey, cap: int
     ) -> tuple[list[dict[str, Any]], RunningKey | None, int]:
         """The jobs held now after `after`, at most PAGE + 1 of them, from at
-        most `cap` rows of the locked band (sql.RUNNING_NOW: one query):
-        the held rows, the key of the last row read (None: none read), and
-        how many were read."""
+        most `cap` rows of the locked band (sql.RUNNING_NOW and its span:
+        one batch): the held rows in key order, the key of the last row
+        read (None: none read), and how many were read."""
         now = self.queue.clock()
-        found = await self.binding.run(sql.RUNNING_NOW, *after, cap, now, PAGE + 1)
-        rows = [dict(r) for r in found.rows]
-        held = [r for r in rows if r["held"]]
-        last = [r for r in rows if not r["held"]]
-        if not last:
+        found, span = await self.binding.batch(
+            [
+                (sql.RUNNING_NOW, (*after, cap, now, PAGE + 1)),
+                (sql.RUNNING_SPAN, (*after, cap)),
+            ]
+        )
+        held = sorted((dict(r) for r in found.rows), key=_running_key)
+        read = span.rows[0]
+        if not read["last"]:
             return held, None, 0
-        return held, _running_key(last[0]), int(last[0]["scanned"])
+        queue, at, id = str(read["last"]).split("\t")
+        return held, (queue, int(at), id), int(read["scanned"])
 
     async def signed_out(self, nonces: list[str]) -> set[str]:
         """Which of these session nonces were signed out: one query, a
@@ -528,7 +533,7 @@ class Store:
     async def running(self, cursor: str | None = None, cap: int = RUNNING_ROWS) -> RunningPage:
         """A page of the jobs running now over every shard, in (queue, lease
         end, id) order after `cursor`: each shard reads at most `cap` rows of
-        its locked band (one query a shard). As the search's pages: the page
+        its locked band (one batch a shard). As the search's pages: the page
         holds the jobs before the lowest key where some shard's read stopped,
         so the next page (after that key) misses none. ValueError for a
         cursor running_cursor did not make."""

@@ -2111,25 +2111,37 @@ RUNNING_COLUMNS = (
 # the key's first column, about two rows read a queue). The band also holds
 # the jobs waiting out a retry, which are read and passed over, so the read
 # stops at ?4 rows (bounds.RUNNING_ROWS): a page reads at most that many
-# jobs however many wait in the band. Its rows: the held jobs read (at most
-# ?6, `held` 1, the progress report's value, note, attempt and time only,
-# never its log lines), then the last row read (`held` 0), with how many
-# were read (`scanned`): where the next page starts when the cap stopped it.
-# ?1 ?2 ?3 cursor ?4 cap of rows read ?5 now ?6 limit (a page and one)
-RUNNING_NOW = (
+# jobs however many wait in the band.
+_QUEUES_AFTER = (
     "WITH RECURSIVE q(name) AS (SELECT MIN(queue) FROM d1queue_jobs WHERE queue > ?1 "
     "UNION ALL SELECT (SELECT MIN(queue) FROM d1queue_jobs WHERE queue > q.name) FROM q "
-    "WHERE q.name IS NOT NULL), "
-    f"r AS MATERIALIZED (SELECT {_RUNNING_READ_COLUMNS} FROM ("
-    f"SELECT {_RUNNING_READ_COLUMNS} FROM d1queue_jobs WHERE queue = ?1 AND band = {LOCKED_BAND} "
-    "AND available_at >= ?2 AND (available_at > ?2 OR id > ?3) UNION ALL "
-    f"SELECT {_RUNNING_READ_COLUMNS} FROM d1queue_jobs "
-    f"WHERE queue IN (SELECT name FROM q WHERE name IS NOT NULL) AND band = {LOCKED_BAND} "
-    f"ORDER BY {_RUNNING_KEY} LIMIT ?4)) "
-    f"SELECT * FROM (SELECT {RUNNING_COLUMNS}, 1 AS held, 0 AS scanned FROM r "
-    f"WHERE {_RUNNING_HELD} ORDER BY {_RUNNING_KEY} LIMIT ?6) UNION ALL "
-    f"SELECT * FROM (SELECT {RUNNING_COLUMNS}, 0 AS held, (SELECT COUNT(*) FROM r) AS scanned "
-    "FROM r ORDER BY queue DESC, available_at DESC, id DESC LIMIT 1)"
+    "WHERE q.name IS NOT NULL) SELECT name FROM q WHERE name IS NOT NULL"
+)
+
+
+def _locked_after(columns: str) -> str:
+    """The capped read of the locked band after the cursor, in key order."""
+    return (
+        f"SELECT {columns} FROM (SELECT {columns} FROM d1queue_jobs WHERE queue = ?1 "
+        f"AND band = {LOCKED_BAND} AND available_at >= ?2 AND (available_at > ?2 OR id > ?3) "
+        f"UNION ALL SELECT {columns} FROM d1queue_jobs WHERE queue IN ({_QUEUES_AFTER}) "
+        f"AND band = {LOCKED_BAND} ORDER BY {_RUNNING_KEY} LIMIT ?4)"
+    )
+
+
+# The held jobs read (at most ?6), with the progress report's value, note,
+# attempt and time only, never its log lines. ?4 cap ?5 now ?6 limit
+RUNNING_NOW = (
+    f"SELECT {RUNNING_COLUMNS} FROM ({_locked_after(_RUNNING_READ_COLUMNS)}) "
+    f"WHERE {_RUNNING_HELD} ORDER BY {_RUNNING_KEY} LIMIT ?6"
+)
+# Where the same read ends, and how many rows it reads (?4: more may
+# follow): its last key as one text, each part sorting as the key does (a
+# tab sorts before every character of a name; the time zero-padded). The
+# key's columns alone: the primary key's entries, no row. ?1 ?2 ?3 ?4
+RUNNING_SPAN = (
+    "SELECT MAX(queue || char(9) || printf('%016d', available_at) || char(9) || id) AS last, "
+    f"COUNT(*) AS scanned FROM ({_locked_after(_RUNNING_KEY)})"
 )
 
 _VERBS = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "REPLACE")

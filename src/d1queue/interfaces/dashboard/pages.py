@@ -195,8 +195,8 @@ class Pages:
     # -- running now ------------------------------------------------------------
 
     async def running_page(self, request: Request) -> Reply:
-        """Every job held now, across queues, a page at a time: one query a
-        shard, reading at most RUNNING_ROWS rows of its locked band."""
+        """Every job held now, across queues, a page at a time: one batch a
+        shard, reading at most RUNNING_ROWS rows of its locked band twice."""
         known(request, "cursor")
         cursor = request.param("cursor")
         with unreadable_as_400():

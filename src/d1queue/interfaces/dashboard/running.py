@@ -6,7 +6,7 @@ button cancelling it (the job page's own action: a held job is marked and
 its drain ends it cancelled).
 
 A page reads at most bounds.RUNNING_ROWS rows of the locked band a shard
-(store/sql.py RUNNING_NOW): jobs waiting out a retry share the band and are
+(store/sql.py RUNNING_NOW and RUNNING_SPAN): jobs waiting out a retry share the band and are
 read and passed over, so with many of them a page may stop before it is
 full, and says so; the next page reads on from there."""
 
