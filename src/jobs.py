@@ -63,13 +63,19 @@ STEPS_MAX_MS = 60_000
 which is http.request's, so the lease already covers it."""
 
 
+STEPS_CANCEL_WATCH_S = 5.0
+"""How often a running example.steps reads whether a cancel marked it (12
+watches in its 65 s, subrequests of their own beside its 20 progress
+writes), so a cancel of a running one ends it within this."""
+
+
 @registry.job(
     "example.steps",
     max_attempts=3,
     timeout_s=65,
     backoff=Backoff(base_s=1),
     subrequests=20,
-    cancel_watch_s=5,
+    cancel_watch_s=STEPS_CANCEL_WATCH_S,
 )
 async def steps(payload: Any, ctx: JobContext) -> dict[str, Any]:
     """Runs `steps` steps of `sleep_ms` each, reporting its progress and
@@ -77,11 +83,12 @@ async def steps(payload: Any, ctx: JobContext) -> dict[str, Any]:
     and kept in its attempt history): `{"steps": n, "sleep_ms": t,
     "fail_at": k?}`. With `fail_at`, step k raises on every attempt but the
     job's last: with its 3 attempts it fails twice, then completes, and its
-    history shows the three. It watches for a cancel every 5 s
-    (`cancel_watch_s`): a cancel of the running job stops it at its step,
-    with a log line saying which. Its progress writes (at most one
-    per two seconds) are the subrequests it declares: past the twentieth,
-    its progress waits for its settle."""
+    history shows the three. Cancelled while it runs, its drain's watch
+    finds the mark within STEPS_CANCEL_WATCH_S and cancels its task, and it
+    ends cancelled, with a log line saying at which step. Its progress
+    writes (at most one per two seconds) are the 20 subrequests it declares
+    besides its watches: past the twentieth, its progress waits for its
+    settle."""
     if not isinstance(payload, dict):
         raise Fail('payload must be an object {"steps": n, "sleep_ms": t, "fail_at": k?}')
     n, sleep_ms, fail_at = payload.get("steps"), payload.get("sleep_ms", 0), payload.get("fail_at")

@@ -52,6 +52,7 @@ async def test_every_page_answers_at_100_000_jobs(browser: Browser, service: Ser
         ("/ui/schedules", None),
         ("/ui/metrics?window=7d", 2),
         ("/ui/search?q=name:echo", 2),
+        ("/ui/running", 2),  # the session, and one query: the locked band
         ("/ui/search?q=b000000000001", 2),  # the oldest job's id: one round trip
         ("/ui/jobs/b000000000001", None),
     ):

@@ -62,6 +62,8 @@ async def test_the_readonly_token_sees_every_page_without_an_action(
 ) -> None:
     (failed,) = await fail_some(service, 1)
     ready = (await service.dispatch("mail", {"name": "echo", "payload": 1}))["id"]
+    running = (await service.dispatch("held", {"name": "echo", "payload": 2}))["id"]
+    await service.queue.reserve_batch("held", 1)
     await service.put_schedule({"id": "nightly", "cron": "0 3 * * *", "name": "echo"})
     admin = await signed_in(board, clock, TOKEN)
     viewer = await signed_in(board, clock, READONLY)
@@ -70,6 +72,8 @@ async def test_the_readonly_token_sees_every_page_without_an_action(
         "/ui/queues/mail",
         f"/ui/jobs/{failed}",
         f"/ui/jobs/{ready}",
+        f"/ui/jobs/{running}",
+        "/ui/running",
         "/ui/failed",
         "/ui/schedules",
         "/ui/schedules/nightly",

@@ -1,9 +1,11 @@
-"""What the dashboard's search and batches index read on Miniflare's D1,
-which counts rows read as D1 does: at 100,000 queued jobs and 5,000
-completed ones, a search page reads at most twice its cap
+"""What the dashboard's search, batches index and Running now read on
+Miniflare's D1, which counts rows read as D1 does: at 100,000 queued jobs
+and 5,000 completed ones, a search page reads at most twice its cap
 (bounds.SEARCH_ROWS: the matches' read and the span's), the same as at
 2,000, and a lookup by id a row: no page scans the jobs. A page of the
-batches index reads two rows a batch listed, at 100 batches or 10,000."""
+batches index reads two rows a batch listed, at 100 batches or 10,000. Nor
+does a page of Running now scan, whatever the jobs waiting out a retry in
+the locked band it reads (bounds.RUNNING_ROWS)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from d1queue.core.bounds import SEARCH_ROWS
+from d1queue.core.bounds import RUNNING_ROWS, SEARCH_ROWS
 
 from .conftest import Host
 from .test_flow_runtime import hook
@@ -122,3 +124,49 @@ def test_the_batches_index_reads_a_page_whatever_the_batches(
         assert queries == 1 and listed == page, reads
         assert rows_read <= 2 * (page + 1), reads
     assert reads["failed"] == "failed"
+
+
+LOCKED_BAND = -1002
+"""sql.LOCKED_BAND: jobs held by a worker, or waiting out a retry."""
+
+
+def _running_reads(host: Host, retrying: int) -> list[int]:
+    """Rows read by the first page of Running now with `retrying` jobs
+    waiting out a retry in the locked band (read and passed over) and one
+    held job after them, and how many rows the page says it read."""
+    return list(
+        hook(
+            host,
+            """
+            from d1queue import D1Queue
+            from d1queue.store.dashboard import Store
+
+            async def main(env):
+                await env.DB.prepare(
+                    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                    "WHERE i < ?1) INSERT INTO d1queue_jobs (queue, band, available_at, "
+                    "locked_until, id, name, payload, attempts, max_attempts, created_at) "
+                    "SELECT 'bulk', ?2, ?3 + i, ?3 + i, printf('r%08d', i), 'example.echo', "
+                    "'{}', 1, 3, 1000 FROM n"
+                ).bind(VALUES["retrying"], VALUES["band"], 10**13).run()
+                queue = D1Queue(env.DB)
+                await queue.dispatch("example.echo", {}, queue="zz")
+                await queue.reserve_batch("zz", 1)
+                before = queue.binding.usage.rows_read
+                page = await Store(queue).running()
+                return [queue.binding.usage.rows_read - before, page.scanned]
+            """,
+            retrying=retrying,
+            band=LOCKED_BAND,
+        )
+    )
+
+
+def test_a_running_now_page_reads_its_cap_whatever_the_jobs(clean_host: Host) -> None:
+    small = _running_reads(clean_host, 2_000)
+    clean_host.reset()
+    large = _running_reads(clean_host, 100_000)
+    assert small[1] == large[1] == RUNNING_ROWS
+    # The same rows read at 2,000 jobs in the band and at 100,000: the cap
+    # twice (the held jobs' read and the span's), and the walk of the queues.
+    assert small[0] == large[0] <= 2 * RUNNING_ROWS + 50, (small, large)

@@ -226,6 +226,12 @@ SEARCH_ROWS = 1_000
 whatever the number of jobs, a search page reads at most twice this a
 shard, and says when it stopped before the end."""
 
+RUNNING_ROWS = 1_000
+"""The jobs of the locked band (held, or waiting out a retry) one page of
+the dashboard's "Running now" reads on each shard, at most (store/sql.py
+RUNNING_NOW): whatever the number of jobs, and says when it stopped before
+the end."""
+
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 """The stored bytes one page of a listing carries, at most: its rows'
 payloads, results and errors added up (a single row past it still makes a

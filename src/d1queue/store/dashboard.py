@@ -2,8 +2,9 @@
 a queue's jobs page by page, failed jobs filtered, "run now", bulk retry or
 delete, the sessions signed out (session.py), and the workflow views: a job
 wherever it is in its life with its dependencies and dependents, a queue's
-completed jobs, a batch's progress (workflows.py), the batches index, and
-the search, capped in rows read (`search`). Same layer as admin.py:
+completed jobs, a batch's progress (workflows.py), the batches index, the
+search, capped in rows read (`search`), and the jobs running now across
+queues, capped the same way (`running`). Same layer as admin.py:
 statements from sql.py, sent through the queue's binding, each page a
 bounded number of round trips.
 """
@@ -20,9 +21,11 @@ from typing import Any, Literal, TypedDict, Unpack
 from ..core.bounds import (
     MAX_PAGE_BYTES,
     PRIORITY_RANGE,
+    RUNNING_ROWS,
     SEARCH_ROWS,
     SIGNOUT_PRUNE,
     STORED_ID_RULE,
+    STORED_NAME_RULE,
     page_bytes,
 )
 from ..core.log import get
@@ -82,6 +85,46 @@ def _search_part(
     if scanned >= cap:
         return hits, str(span["last"]), scanned, True
     return hits, None, scanned, False
+
+
+RunningKey = tuple[str, int, str]
+"""A running job's place in the locked band's order: (queue, lease end, id)."""
+
+RUNNING_START: RunningKey = ("", 0, "")
+"""The cursor before the first page of running jobs: before every queue."""
+
+_RUNNING_CURSOR = re.compile("(" + STORED_NAME_RULE + r")~([0-9]{1,16})~(" + STORED_ID_RULE + ")")
+
+
+def running_cursor(key: RunningKey) -> str:
+    """A running-jobs page's cursor as a URL carries it: `queue~lease end~id`
+    (`~` is in no name or id)."""
+    return f"{key[0]}~{key[1]}~{key[2]}"
+
+
+def read_running_cursor(text: str) -> RunningKey:
+    """The key a cursor names; ValueError for text running_cursor did not make."""
+    m = _RUNNING_CURSOR.fullmatch(text)
+    if m is None:
+        raise ValueError("the page cursor is not one this dashboard made")
+    return (m.group(1), int(m.group(2)), m.group(3))
+
+
+def _running_key(row: dict[str, Any]) -> RunningKey:
+    return (str(row["queue"]), int(row["available_at"]), str(row["id"]))
+
+
+@dataclass
+class RunningPage:
+    """A page of the jobs running now (held by a worker, or marked
+    cancelling), in (queue, lease end, id) order: the cursor of the next
+    page (None: the band was read to its end), how many rows of the locked
+    band it read, and whether it stopped at its cap with rows left."""
+
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+    scanned: int
+    stopped_early: bool
 
 
 PAGE = 50
@@ -181,6 +224,7 @@ def job_fields(view: JobView) -> dict[str, Any]:
         "runs": view.runs,
         "progress": view.progress,
         "started_at": view.started_at,
+        "traceparent": job.traceparent,
     }
 
 
@@ -402,6 +446,27 @@ class ShardStore:
         rows = [batch_row(r) for r in found.rows]
         return first_page(rows, len(rows) > PAGE, batch_cursor)
 
+    async def running(
+        self, after: RunningKey, cap: int
+    ) -> tuple[list[dict[str, Any]], RunningKey | None, int]:
+        """The jobs held now after `after`, at most PAGE + 1 of them, from at
+        most `cap` rows of the locked band (sql.RUNNING_NOW and its span:
+        one batch): the held rows in key order, the key of the last row
+        read (None: none read), and how many were read."""
+        now = self.queue.clock()
+        found, span = await self.binding.batch(
+            [
+                (sql.RUNNING_NOW, (*after, cap, now, PAGE + 1)),
+                (sql.RUNNING_SPAN, (*after, cap)),
+            ]
+        )
+        held = sorted((dict(r) for r in found.rows), key=_running_key)
+        read = span.rows[0]
+        if not read["last"]:
+            return held, None, 0
+        queue, at, id = str(read["last"]).split("\t")
+        return held, (queue, int(at), id), int(read["scanned"])
+
     async def signed_out(self, nonces: list[str]) -> set[str]:
         """Which of these session nonces were signed out: one query, a
         primary-key seek a nonce."""
@@ -498,6 +563,36 @@ class Store:
             next_cursor=edge,
             scanned=sum(n for _, _, n, _ in parts),
             stopped_early=any(stopped for _, _, _, stopped in parts),
+        )
+
+    async def running(self, cursor: str | None = None, cap: int = RUNNING_ROWS) -> RunningPage:
+        """A page of the jobs running now over every shard, in (queue, lease
+        end, id) order after `cursor`: each shard reads at most `cap` rows of
+        its locked band (one batch a shard). As the search's pages: the page
+        holds the jobs before the lowest key where some shard's read stopped,
+        so the next page (after that key) misses none. ValueError for a
+        cursor running_cursor did not make."""
+        after = read_running_cursor(cursor) if cursor else RUNNING_START
+        parts = await self.shards.each(lambda q: self.stores[q.shard].running(after, cap))
+        # Each shard's resume point, and whether its cap (not a full page) set it.
+        resumes: list[tuple[RunningKey, bool]] = []
+        for held, last, scanned in parts:
+            if len(held) > PAGE:
+                resumes.append((_running_key(held[PAGE - 1]), False))
+            elif scanned >= cap and last is not None:
+                resumes.append((last, True))
+        edge, stopped = min(resumes) if resumes else (None, False)
+        rows = sorted(
+            (r for held, _, _ in parts for r in held if edge is None or _running_key(r) <= edge),
+            key=_running_key,
+        )
+        if len(rows) > PAGE:
+            rows, edge, stopped = rows[:PAGE], _running_key(rows[PAGE - 1]), False
+        return RunningPage(
+            rows=rows,
+            next_cursor=running_cursor(edge) if edge is not None else None,
+            scanned=sum(scanned for _, _, scanned in parts),
+            stopped_early=stopped,
         )
 
     async def queue_jobs(

@@ -2161,6 +2161,64 @@ SET_PROGRESS = (
     "AND reserved_at IS NOT NULL AND COALESCE(json_extract(progress, '$.seq') < ?6, 1)"
 )
 
+# -- the dashboard's "Running now" (d1queue/interfaces/dashboard/running.py) --------
+
+_RUNNING_KEY = "queue, available_at, id"
+_RUNNING_READ_COLUMNS = (
+    "queue, available_at, id, name, grp, attempts, max_attempts, reserved_at, locked_until, "
+    "cancel_at, progress"
+)
+# Held: a worker holds it (its lease not ended), or it is marked cancelling
+# (_job_state's `reserved` and `cancelling`). ?5 now
+_RUNNING_HELD = "reserved_at IS NOT NULL AND (locked_until > ?5 OR cancel_at IS NOT NULL)"
+RUNNING_COLUMNS = (
+    "queue, available_at, id, name, grp, attempts, max_attempts, reserved_at, cancel_at, "
+    "json_extract(progress, '$.value') AS progress_value, "
+    "json_extract(progress, '$.note') AS progress_note, "
+    "json_extract(progress, '$.attempt') AS progress_attempt, "
+    "json_extract(progress, '$.at') AS progress_at"
+)
+
+# The jobs in flight across queues, a page at a time, in the key's order
+# (queue, lease end, id) after the cursor (?1 queue, ?2 lease end, ?3 id):
+# the locked band read through the primary key, the cursor's queue from the
+# cursor on, then each later queue's band (the queues found by a walk of
+# the key's first column, about two rows read a queue). The band also holds
+# the jobs waiting out a retry, which are read and passed over, so the read
+# stops at ?4 rows (bounds.RUNNING_ROWS): a page reads at most that many
+# jobs however many wait in the band.
+_QUEUES_AFTER = (
+    "WITH RECURSIVE q(name) AS (SELECT MIN(queue) FROM d1queue_jobs WHERE queue > ?1 "
+    "UNION ALL SELECT (SELECT MIN(queue) FROM d1queue_jobs WHERE queue > q.name) FROM q "
+    "WHERE q.name IS NOT NULL) SELECT name FROM q WHERE name IS NOT NULL"
+)
+
+
+def _locked_after(columns: str) -> str:
+    """The capped read of the locked band after the cursor, in key order."""
+    return (
+        f"SELECT {columns} FROM (SELECT {columns} FROM d1queue_jobs WHERE queue = ?1 "
+        f"AND band = {LOCKED_BAND} AND available_at >= ?2 AND (available_at > ?2 OR id > ?3) "
+        f"UNION ALL SELECT {columns} FROM d1queue_jobs WHERE queue IN ({_QUEUES_AFTER}) "
+        f"AND band = {LOCKED_BAND} ORDER BY {_RUNNING_KEY} LIMIT ?4)"
+    )
+
+
+# The held jobs read (at most ?6), with the progress report's value, note,
+# attempt and time only, never its log lines. ?4 cap ?5 now ?6 limit
+RUNNING_NOW = (
+    f"SELECT {RUNNING_COLUMNS} FROM ({_locked_after(_RUNNING_READ_COLUMNS)}) "
+    f"WHERE {_RUNNING_HELD} ORDER BY {_RUNNING_KEY} LIMIT ?6"
+)
+# Where the same read ends, and how many rows it reads (?4: more may
+# follow): its last key as one text, each part sorting as the key does (a
+# tab sorts before every character of a name; the time zero-padded). The
+# key's columns alone: the primary key's entries, no row. ?1 ?2 ?3 ?4
+RUNNING_SPAN = (
+    "SELECT MAX(queue || char(9) || printf('%016d', available_at) || char(9) || id) AS last, "
+    f"COUNT(*) AS scanned FROM ({_locked_after(_RUNNING_KEY)})"
+)
+
 _VERBS = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "REPLACE")
 
 

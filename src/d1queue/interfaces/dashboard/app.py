@@ -133,6 +133,7 @@ class Dashboard:
                 Route("POST", "/ui/queues/{queue}/limits", pages.set_limits),
                 Route("GET", "/ui/metrics", pages.metrics_page),
                 Route("GET", "/ui/search", pages.search),
+                Route("GET", "/ui/running", pages.running_page),
                 Route("GET", "/ui/jobs/{id}", pages.job_page),
                 Route("POST", "/ui/jobs/{id}/cancel", pages.cancel),
                 Route("POST", "/ui/jobs/{id}/run", pages.run_now),

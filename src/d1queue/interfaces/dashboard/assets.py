@@ -154,9 +154,29 @@ JS = """\
 // selecting many failed jobs. The page works without it.
 (function () {
   "use strict";
-  var REFRESH_MS = 15000;
+  // Refresh every `every` ms while the tab is visible (none while hidden),
+  // unless stopped; both choices kept in localStorage for the next page.
+  var CHOICES = [@CHOICES@];
+  var KEY = "d1queue.refresh";
+  var every = 15000;
   var auto = true;
   var last = Date.now();
+  var timer = null;
+  var live = false;
+
+  function load() {
+    try {
+      var kept = JSON.parse(window.localStorage.getItem(KEY) || "null");
+      if (kept && CHOICES.indexOf(kept.every) >= 0) { every = kept.every; }
+      if (kept && kept.on === false) { auto = false; }
+    } catch (err) { /* storage off or unreadable: the defaults */ }
+  }
+
+  function save() {
+    try {
+      window.localStorage.setItem(KEY, JSON.stringify({ every: every, on: auto }));
+    } catch (err) { /* storage off: the choice lasts this page */ }
+  }
 
   function ago(ms) {
     var s = Math.round((Date.now() - ms) / 1000), future = s < 0;
@@ -215,9 +235,19 @@ JS = """\
     return false;
   }
 
+  function schedule(wait) {
+    if (timer !== null) { clearTimeout(timer); timer = null; }
+    if (!live || !auto || document.hidden) { return; }
+    timer = setTimeout(function () {
+      timer = null;
+      refresh().then(function () { schedule(every); });
+    }, Math.max(0, wait));
+  }
+
   function refresh() {
-    if (!auto || document.hidden || busy()) { return; }
-    fetch(location.href, { credentials: "same-origin", headers: { "x-d1queue-refresh": "1" } })
+    if (!auto || document.hidden || busy()) { return Promise.resolve(); }
+    var sent = { credentials: "same-origin", headers: { "x-d1queue-refresh": "1" } };
+    return fetch(location.href, sent)
       .then(function (r) {
         if (r.redirected || r.status === 401) { throw new Error("signed out"); }
         if (!r.ok) { throw new Error("HTTP " + r.status); }
@@ -256,37 +286,78 @@ JS = """\
       });
   }
 
+  function said() {
+    return auto ? "Auto-refresh every " + every / 1000 + " s" : "Auto-refresh is off";
+  }
+
+  function showControl() {
+    var t = document.getElementById("refresh-toggle");
+    if (t) {
+      t.setAttribute("aria-pressed", String(auto));
+      t.textContent = auto ? "Stop auto-refresh" : "Start auto-refresh";
+    }
+    var pick = document.getElementById("refresh-every");
+    if (pick) { pick.value = String(every); }
+  }
+
   document.addEventListener("click", function (e) {
     var t = e.target.closest("#refresh-toggle");
     if (!t) { return; }
     auto = !auto;
-    t.setAttribute("aria-pressed", String(auto));
-    t.textContent = auto ? "Stop auto-refresh" : "Start auto-refresh";
-    status(auto ? "Auto-refresh every 15 s" : "Auto-refresh is off");
-    if (auto) { refresh(); }
+    save();
+    showControl();
+    status(said());
+    if (auto) { refresh().then(function () { schedule(every); }); } else { schedule(0); }
+  });
+
+  document.addEventListener("change", function (e) {
+    if (e.target.id !== "refresh-every") { return; }
+    var ms = Number(e.target.value);
+    if (CHOICES.indexOf(ms) < 0) { return; }
+    every = ms;
+    save();
+    status(said());
+    schedule(every - (Date.now() - last));
   });
 
   document.addEventListener("visibilitychange", function () {
-    if (!document.hidden && Date.now() - last > REFRESH_MS) { refresh(); }
+    if (!live) { return; }
+    if (document.hidden) {
+      schedule(0);  // clears the timer: nothing is fetched while hidden
+      if (auto) { status("Paused while the tab is hidden"); }
+    } else if (auto) {
+      status(said());
+      schedule(every - (Date.now() - last));  // at once when overdue
+    }
   });
 
   document.addEventListener("DOMContentLoaded", function () {
-    var live = document.querySelector("[data-live]");
+    live = !!document.querySelector("[data-live]");
     var panel = document.getElementById("refresh");
     if (panel) { panel.hidden = !live; }
+    load();
+    showControl();
     relTimes(document);
     selection();
     if (live) {
-      setInterval(refresh, REFRESH_MS);
+      status(said());
+      schedule(every);
       setInterval(function () {
         relTimes(document);
-        if (auto) { status("Updated " + ago(last)); }
+        if (auto && !document.hidden && Date.now() - last > 1000) {
+          status("Updated " + ago(last) + " (every " + every / 1000 + " s)");
+        }
       }, 5000);
     }
   });
 })();
 """
 
+
+REFRESH_EVERY_S = (2, 5, 15, 30, 60)
+"""The live pages' refresh intervals the header offers (html.frame) and the
+script accepts (its CHOICES, in ms); 15 s unless the browser kept another."""
+JS = JS.replace("@CHOICES@", ", ".join(str(s * 1000) for s in REFRESH_EVERY_S))
 
 ICON = (
     '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from ..router import path_segment
-from .assets import CSS_PATH, ICON_PATH, JS_PATH
+from .assets import CSS_PATH, ICON_PATH, JS_PATH, REFRESH_EVERY_S
 
 
 def e(value: object) -> str:
@@ -93,10 +93,14 @@ def search_form(value: str = "", where: str = "top") -> str:
 NAV = (
     ("/ui", "Overview"),
     ("/ui/metrics", "Metrics"),
+    ("/ui/running", "Running now"),
     ("/ui/failed", "Failed jobs"),
     ("/ui/batches", "Batches"),
     ("/ui/schedules", "Schedules"),
 )
+
+
+REFRESH_CHOICES = options(((str(s * 1000), f"every {s} s") for s in REFRESH_EVERY_S), "15000")
 
 
 def frame(
@@ -123,6 +127,8 @@ def frame(
             )
             + '<span class="refresh" id="refresh" hidden>'
             '<span id="refresh-status">Auto-refresh every 15 s</span>'
+            '<label for="refresh-every" class="visually-hidden">Refresh every</label>'
+            f'<select id="refresh-every" title="Refresh every">{REFRESH_CHOICES}</select>'
             '<button type="button" id="refresh-toggle" aria-pressed="true">'
             "Stop auto-refresh</button></span>"
             f'<form method="post" action="/ui/signout" class="inline">{hidden("csrf", csrf)}'

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.job import trace_fields
 from ...store.dashboard import BATCH_PAGE, BatchPage, Links, job_fields
 from ...store.failed import FailedJob
 from ...store.workflows import JobView
@@ -30,7 +31,6 @@ from .parts import (
     nav,
     notice,
     props,
-    short,
     stats,
     table,
 )
@@ -68,6 +68,7 @@ def shown_fields(found: JobView | FailedJob) -> dict[str, Any]:
         "runs": found.runs,
         "progress": found.runs[-1].get("progress") if found.runs else None,
         "started_at": None,
+        "traceparent": None,  # kept on the failed row for a retry; not read here
     }
 
 
@@ -138,6 +139,9 @@ def _when(shown: JobShown) -> list[tuple[str, str]]:
         return [("Completed at", h.when(job.get("completed_at"), now))]
     label = "May start at" if shown.state == "waiting" else "Available at"
     out = [(label, h.when(job.get("available_at"), now))]
+    if job.get("started_at"):  # its running attempt's claim
+        ran = h.age(max(0, now - int(job["started_at"])) / 1000)
+        out.append(("Started", f"{h.when(job['started_at'], now)} · running for {ran}"))
     if job.get("reserved_until"):
         out.append(("Lease ends", h.when(job["reserved_until"], now)))
     if job.get("unique_key"):
@@ -165,6 +169,15 @@ def job_props(shown: JobShown) -> str:
     ]
     if job["batch"]:
         items.append(("Batch", job_link(job["batch"], "/ui/batches/")))
+    trace = trace_fields(job.get("traceparent"))
+    if trace:
+        items.append(
+            (
+                "Trace id",
+                f'<span class="mono" title="{h.e(job["traceparent"])}">'
+                f"{h.e(trace['trace_id'])}</span>",
+            )
+        )
     if job["after"] and not shown.failed:  # a failure's row does not keep the flag
         items.append(("Ignores failed dependencies", "yes" if job["ignore_failed"] else "no"))
     return props(items)
@@ -261,7 +274,7 @@ def job_progress(shown: JobShown) -> str:
         f"{h.e(progress.get('attempt'))}, "
         f"{h.when(progress.get('at'), shown.request.now_ms)})</span></p>",
     ]
-    logs = progress.get("logs") if shown.state == "reserved" else None
+    logs = progress.get("logs") if shown.state in ("reserved", "cancelling") else None
     if logs:
         parts.append(_log_lines(logs, job["payload"]))
     return "".join(parts)
@@ -270,6 +283,22 @@ def job_progress(shown: JobShown) -> str:
 def _log_lines(lines: list[dict[str, Any]], payload: Any) -> str:
     text = "\n".join(f"{x.get('level', '')}: {x.get('message', '')}" for x in lines)
     return f"<pre>{h.e(scrub(text, payload))}</pre>"
+
+
+RUN_ERROR_SHOWN = 2_000
+"""Characters of an attempt's error its row shows in full (beyond: cut,
+saying how much was left out)."""
+
+
+def _run_error(error: str | None, payload: Any) -> str:
+    """An attempt's error, scrubbed of its payload's secrets: on one line
+    when short, else whole (up to RUN_ERROR_SHOWN) in a block."""
+    text = scrub(error, payload)
+    if not text:
+        return ""
+    if len(text) <= 120 and "\n" not in text:
+        return h.e(text)
+    return f"<pre>{h.e(cut(text, RUN_ERROR_SHOWN))}</pre>"
 
 
 def job_runs(shown: JobShown) -> str:
@@ -284,7 +313,7 @@ def job_runs(shown: JobShown) -> str:
         Column("Started", lambda r: h.when(r.get("started_at"), now)),
         Column("Ran", lambda r: f"{h.e(r.get('duration_ms'))} ms", "num"),
         Column("Outcome", lambda r: h.e(r.get("outcome"))),
-        Column("Error", lambda r: h.e(short(scrub(r.get("error"), payload)))),
+        Column("Error", lambda r: _run_error(r.get("error"), payload)),
         Column(
             "Log",
             lambda r: _log_lines(r["logs"], payload) if r.get("logs") else "",

@@ -2,7 +2,8 @@
 reads and does. The overview, a queue (and its flow limits), its completed
 jobs, a job (with its dependencies, dependents and batch), a batch, the
 batches index, the failed jobs, the schedules and a schedule (its last runs,
-Run now, Edit), the metrics (charts and job names), the search.
+Run now, Edit), the metrics (charts and job names), the search, the jobs
+running now.
 
 Each handler gets a request the dashboard already admitted (auth.py):
 signed in, and for an action carrying the session's CSRF token. It checks
@@ -47,6 +48,7 @@ from .metrics import DEFAULT_SORT, METRICS, SORTS, WINDOW_LABELS, MetricsShown
 from .parts import not_found, page, render, with_notice
 from .queues import COMPLETED, OVERVIEW, QUEUE, CompletedShown, OverviewShown, QueueShown
 from .request import Refused, Request, known, redirect
+from .running import RUNNING, RunningShown
 from .schedules import SCHEDULE, SCHEDULES, SCHEDULES_PAGE, ScheduleShown, SchedulesShown
 from .search import MAX_QUERY, SEARCH, SearchShown, parse
 
@@ -198,6 +200,18 @@ class Pages:
         shown = SearchShown(request, q, query, cursor, found)
         return page(request, "Search", render(shown, SEARCH))
 
+    # -- running now ------------------------------------------------------------
+
+    async def running_page(self, request: Request) -> Reply:
+        """Every job held now, across queues, a page at a time: one batch a
+        shard, reading at most RUNNING_ROWS rows of its locked band twice."""
+        known(request, "cursor")
+        cursor = request.param("cursor")
+        with unreadable_as_400():
+            found = await self.store.running(cursor or None)
+        shown = RunningShown(request, cursor, found)
+        return page(request, "Running now", render(shown, RUNNING), current="/ui/running")
+
     # -- a job ------------------------------------------------------------------
 
     async def job_page(self, request: Request, id: str) -> Reply:
@@ -243,10 +257,12 @@ class Pages:
     async def cancel(self, request: Request, id: str) -> Reply:
         check_id(id)
         job = await self.service.job(id)  # 404 if gone
+        # Back where the button was (Running now), else the job's queue.
+        back = safe_back(request.field("back"), f"/ui/queues/{h.q(job['queue'])}", "back")
         # A job a worker took meanwhile is marked, and its drain ends it.
         done = await self.service.cancel(id)  # 409 if it ended meanwhile
         notice = "cancelled" if done["cancelled"] else "cancelling"
-        return redirect(with_notice(f"/ui/queues/{h.q(job['queue'])}", notice))
+        return redirect(with_notice(back, notice))
 
     async def run_now(self, request: Request, id: str) -> Reply:
         check_id(id)

@@ -93,7 +93,8 @@ HELP = (
     "<code>name:mail.send</code>, <code>state:delayed</code>, <code>group:acct-7</code>, "
     "<code>batch:&lt;id&gt;</code>. <code>state:completed</code> searches the completed jobs "
     "kept, <code>state:failed</code> the failed jobs, any other the queued ones (but those a "
-    "worker holds now or that wait out a retry: their queue's page lists them). Each page "
+    "worker holds now or that wait out a retry: Running now lists the held ones, their "
+    "queue's page all of them). Each page "
     f"reads at most {SEARCH_ROWS:,} jobs a database and says when it stopped early.</p>"
 )
 
@@ -152,8 +153,8 @@ def search_results(shown: SearchShown) -> str:
     found = shown.found
     assert found is not None
     held = (
-        '<p class="notice" role="status">Jobs a worker holds now are not searched: each '
-        "queue's page lists its reserved jobs.</p>"
+        '<p class="notice" role="status">Jobs a worker holds now are not searched: '
+        '<a href="/ui/running">Running now</a> lists them.</p>'
         if shown.query.fields.get("state") == "reserved"
         else ""
     )
