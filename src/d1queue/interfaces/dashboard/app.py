@@ -57,6 +57,7 @@ from ..service import UNAVAILABLE_RETRY_AFTER_S, ApiError, Service
 from . import html as h
 from .assets import ASSETS
 from .auth import Auth
+from .bulk import BulkPages
 from .pages import Pages
 from .request import Refused, Request, html_page
 from .session import is_local
@@ -118,7 +119,8 @@ class Dashboard:
         self.store = Store(service.queue, service.shards)
         self.auth = Auth(token, self.store, self.guard, readonly_token)
         self.pages = Pages(service, self.store)
-        auth, pages = self.auth, self.pages
+        self.bulk = BulkPages(self.store)
+        auth, pages, bulk = self.auth, self.pages, self.bulk
         self.router = Router(
             (
                 *(Route("GET", path, self._asset, public=True) for path in ASSETS),
@@ -139,6 +141,9 @@ class Dashboard:
                 Route("GET", "/ui/batches/{id}", pages.batch_page),
                 Route("GET", "/ui/failed", pages.failed_page),
                 Route("POST", "/ui/failed/bulk", pages.bulk),
+                Route("POST", "/ui/bulk", bulk.confirm),
+                Route("POST", "/ui/bulk/step", bulk.step),
+                Route("GET", "/ui/audit", bulk.audit),
                 Route("GET", "/ui/schedules", pages.schedules_page),
                 Route("POST", "/ui/schedules/{id}/pause", pages.pause_schedule),
                 Route("POST", "/ui/schedules/{id}/resume", pages.resume_schedule),

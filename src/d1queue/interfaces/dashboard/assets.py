@@ -265,7 +265,18 @@ JS = """\
 
   document.addEventListener("visibilitychange", function () {
     if (!document.hidden && Date.now() - last > REFRESH_MS) { refresh(); }
+    carryOn();
   });
+
+  // A bulk action's next step (its "Continue" form), sent while the tab is
+  // visible; each step is safe to send again, and the button stays there.
+  var sent = false;
+  function carryOn() {
+    var form = document.querySelector("form[data-continue]");
+    if (!form || sent || document.hidden) { return; }
+    sent = true;
+    setTimeout(function () { form.submit(); }, 300);
+  }
 
   document.addEventListener("DOMContentLoaded", function () {
     var live = document.querySelector("[data-live]");
@@ -273,6 +284,7 @@ JS = """\
     if (panel) { panel.hidden = !live; }
     relTimes(document);
     selection();
+    carryOn();
     if (live) {
       setInterval(refresh, REFRESH_MS);
       setInterval(function () {

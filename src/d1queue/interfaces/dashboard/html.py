@@ -95,6 +95,7 @@ NAV = (
     ("/ui/metrics", "Metrics"),
     ("/ui/failed", "Failed jobs"),
     ("/ui/schedules", "Schedules"),
+    ("/ui/audit", "Audit"),
 )
 
 

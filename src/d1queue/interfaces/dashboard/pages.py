@@ -27,6 +27,7 @@ from ..router import Reply
 from ..service import Service
 from . import html as h
 from .auth import safe_back
+from .bulk import completed_bulk, failed_bulk, queue_bulk, search_bulk
 from .failed import AGES, FAILED, FailedShown, age_range, confirm_bulk
 from .jobs import (
     BATCH,
@@ -98,7 +99,7 @@ class Pages:
             jobs = await self.store.queue_jobs(queue, state=state, name=name, cursor=cursor or None)
         flow = await self.service.limits(queue)  # one round trip (a shard each)
         shown = QueueShown(request, queue, state, name, cursor, stats, jobs, flow)
-        return page(request, f"Queue {queue}", render(shown, QUEUE))
+        return page(request, f"Queue {queue}", render(shown, (*QUEUE, queue_bulk)))
 
     async def completed_page(self, request: Request, queue: str) -> Reply:
         """A queue's completed jobs kept as history, newest first, a page at a
@@ -110,7 +111,9 @@ class Pages:
         with unreadable_as_400():
             jobs = await self.store.completed(queue, cursor or None)
         shown = CompletedShown(request, queue, cursor, jobs, self.service.keeps_history(queue))
-        return page(request, f"Completed jobs of {queue}", render(shown, COMPLETED))
+        return page(
+            request, f"Completed jobs of {queue}", render(shown, (*COMPLETED, completed_bulk))
+        )
 
     async def _set_paused(self, request: Request, queue: str, paused: bool) -> Reply:
         check_name("queue", queue)
@@ -188,7 +191,7 @@ class Pages:
         if q and not query.problem:
             found = await self.store.search(query.source, query.filters(), cursor or FIRST)
         shown = SearchShown(request, q, query, cursor, found)
-        return page(request, "Search", render(shown, SEARCH))
+        return page(request, "Search", render(shown, (*SEARCH, search_bulk)))
 
     # -- a job ------------------------------------------------------------------
 
@@ -266,7 +269,9 @@ class Pages:
                 cursor=cursor or None,
             )
         shown = FailedShown(request, queue, name, error, age, cursor, jobs)
-        return page(request, "Failed jobs", render(shown, FAILED), current="/ui/failed")
+        return page(
+            request, "Failed jobs", render(shown, (*FAILED, failed_bulk)), current="/ui/failed"
+        )
 
     async def bulk(self, request: Request) -> Reply:
         """Retry or delete the selected failed jobs: first a confirmation page
