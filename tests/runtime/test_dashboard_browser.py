@@ -609,3 +609,37 @@ def test_a_pushed_job_is_found_by_its_id_its_name_and_a_payload_word(
     page.goto("/ui/search?q=name:example.echo")
     expect(page.get_by_role("region", name="Jobs found").locator("tbody tr")).to_have_count(2)
     assert errors == [], errors
+
+
+def test_a_bulk_retry_of_a_filter_reports_its_count_and_does_it(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    ids = [
+        ui_host.api(
+            "POST", "/v1/queues/bulkq/jobs", {"name": "example.add", "payload": {"a": "x"}}
+        ).json()["id"]
+        for _ in range(3)
+    ]
+    ui_host.scheduled()  # a bad payload fails for good
+    page = context.new_page()
+    errors = console_errors(page)
+    sign_in(page)
+    page.goto("/ui/failed?queue=bulkq")
+    page.get_by_role("link", name="Bulk actions on every failed job matching this filter").click()
+    expect(page).to_have_url(re.compile(r"/ui/search\?q=state%3Afailed\+queue%3Abulkq$"))
+    expect(page.get_by_role("region", name="Jobs found").locator("tbody tr")).to_have_count(3)
+    page.get_by_role("button", name="Retry all matching…").click()
+    expect(page.get_by_text("Retry 3 failed jobs matching queue:bulkq?")).to_be_visible()
+    shot(page, "27-bulk-confirm")
+    for id in ids:
+        assert ui_host.api("GET", f"/v1/jobs/{id}").json()["state"] == "failed"
+    page.get_by_role("button", name="Retry 3 jobs").click()
+    expect(page.locator("#bulk-done")).to_contain_text("Done: 3 failed jobs retried in total")
+    shot(page, "28-bulk-done")
+    for id in ids:
+        assert ui_host.api("GET", f"/v1/jobs/{id}").json()["state"] == "ready"
+    page.get_by_role("link", name="Audit log").click()
+    audit = page.get_by_role("region", name="Bulk actions")
+    expect(audit.locator("tbody tr").first).to_contain_text("state:failed queue:bulkq")
+    shot(page, "29-audit")
+    assert errors == [], errors

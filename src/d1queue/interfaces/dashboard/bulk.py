@@ -123,19 +123,6 @@ def bulk_form(
     )
 
 
-def bulk_block(request: Request, q: str, back: str, title: str) -> str:
-    """A form acting on everything `q` matches, for a list's page."""
-    buttons = bulk_form(request, q, back)
-    if not buttons:
-        return ""
-    return (
-        f'<section aria-label="{h.e(title)}"><h2>{h.e(title)}</h2>'
-        f'<form method="post" action="/ui/bulk">{csrf_field(request)}{h.hidden("q", q)}'
-        f'{h.hidden("back", back)}<p class="muted">Filter: <code>{h.e(q)}</code></p>'
-        f"{buttons}</form></section>"
-    )
-
-
 def progress(request: Request, run: Run, back: str) -> str:
     """A run as it stands: done so far, or done in total; the next step's form."""
     verb, did = VERBS[run.source, run.action]
@@ -403,9 +390,20 @@ def _q(**words: str) -> str:
     return " ".join([*(f"{k}:{v}" for k, v in words.items() if v), *text.split()])
 
 
+def _to_search(q: str, what: str) -> str:
+    """A list's link to the same filter as a search, where its bulk
+    actions are (on every job matching, or on those ticked)."""
+    href = h.e("/ui/search" + h.qs({"q": q}))
+    return (
+        f'<p class="bulk-link"><a href="{href}">Bulk actions on every {h.e(what)} matching this '
+        f'filter</a> <span class="muted">(as the search <code>{h.e(q)}</code>: the count '
+        "first, then confirm)</span></p>"
+    )
+
+
 def failed_bulk(shown: FailedShown) -> str:
-    """The failed list's "all matching": its filter as a search (the age
-    filter has no search word: then it says so)."""
+    """The failed list's filter as a search (the age filter has no search
+    word: then it says so)."""
     if shown.request.readonly or not shown.jobs.rows:
         return ""
     if shown.age:
@@ -414,21 +412,16 @@ def failed_bulk(shown: FailedShown) -> str:
             "filter (a search has no age).</p>"
         )
     q = _q(state="failed", queue=shown.queue, name=shown.name, text=shown.error)
-    back = "/ui/failed" + h.qs(shown.filters)
-    return bulk_block(shown.request, q, back, "Every failed job matching this filter")
+    return _to_search(q, "failed job")
 
 
 def queue_bulk(shown: QueueShown) -> str:
     if shown.request.readonly or not shown.jobs.rows:
         return ""
-    q = _q(queue=shown.queue, name=shown.name, state=shown.state)
-    back = f"/ui/queues/{h.q(shown.queue)}" + h.qs({"state": shown.state, "name": shown.name})
-    return bulk_block(shown.request, q, back, "Every queued job matching this filter")
+    return _to_search(_q(queue=shown.queue, name=shown.name, state=shown.state), "queued job")
 
 
 def completed_bulk(shown: CompletedShown) -> str:
     if shown.request.readonly or not shown.jobs.rows:
         return ""
-    q = _q(queue=shown.queue, state="completed")
-    back = f"/ui/queues/{h.q(shown.queue)}/completed"
-    return bulk_block(shown.request, q, back, "Every completed job of this queue")
+    return _to_search(_q(queue=shown.queue, state="completed"), "completed job")
