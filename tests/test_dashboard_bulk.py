@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from d1queue import Config, D1Queue, drain
-from d1queue.core.bounds import BULK_COUNT_ROWS
+from d1queue.core.bounds import BULK_COUNT_ROWS, SEARCH_ROWS
+from d1queue.core.shards import Routing
 from d1queue.interfaces.dashboard import Dashboard
 from d1queue.interfaces.service import Service
 from d1queue.interfaces.testing import SqliteD1
 from d1queue.store import sql
-from d1queue.store.bulk import Bulk
+from d1queue.store.bulk import Bulk, Count
 from d1queue.store.dashboard import PAGE, Store
+from d1queue.store.shardset import ShardSet
 
 from .contract import Clock
 from .test_dashboard import TOKEN, Browser, failed_ids, registry
@@ -331,3 +334,114 @@ async def test_works_under_a_prefix(service: Service, clock: Clock, db: SqliteD1
     done = await b.post("/queue/ui/bulk", {"csrf": b.csrf(), **form, "confirm": "yes"})
     assert "Done: 2 failed jobs retried in total" in done.body
     assert failed_ids(db) == set()
+
+
+@pytest.fixture
+def sharded(clock: Clock) -> Iterator[ShardSet]:
+    dbs = []
+    for _ in range(2):
+        d = SqliteD1()
+        d.apply_migrations()
+        dbs.append(d)
+    yield ShardSet([D1Queue(d, clock=clock) for d in dbs], Routing(2))
+    for d in dbs:
+        d.close()
+
+
+def live_ids(shards: ShardSet) -> set[str]:
+    return {
+        str(r["id"])
+        for q in shards.queues
+        for r in q.binding.db.query(f"SELECT id FROM d1queue_jobs WHERE {sql.LIVE}")  # type: ignore[attr-defined]
+    }
+
+
+async def test_over_shards_a_filter_and_a_selection_act_on_each_once(
+    sharded: ShardSet, clock: Clock
+) -> None:
+    ids = []
+    for i in range(2 * PAGE + 10):
+        # Queue "d" lives on shard 0, "q" on shard 1 (Routing(2)).
+        ids.append(str(await sharded.queue(0).dispatch("echo", {"i": i}, queue="dq"[i % 2])))
+        clock.advance(0.001)
+    bulk = Bulk(Store(sharded.home, sharded))
+    count = await bulk.count("live", {"name": "echo"})
+    assert (count.matched, count.capped) == (len(ids), False)
+    run = await bulk.start(
+        "d" * 32,
+        who="full",
+        action="cancel",
+        source="live",
+        filter="name:echo",
+        selected=None,
+        count=count,
+        now=clock(),
+    )
+    steps = 0
+    while not run.finished:
+        steps += 1
+        before = run
+        run = await bulk.step(run, run.step + 1, {"name": "echo"}, clock())
+        # Each step sent again (as the run was before it) does nothing twice.
+        assert await bulk.step(before, before.step + 1, {"name": "echo"}, clock()) == run
+    assert run.done == len(ids) and live_ids(sharded) == set()
+    assert steps == 2 + 2, "each shard's 55 jobs in two steps of at most 50"
+    # The record is on the home shard; the other holds a guard row only.
+    guard = sharded.queues[1].binding.db.query("SELECT who FROM d1queue_audit")  # type: ignore[attr-defined]
+    assert guard == [{"who": ""}]
+    # A selection spanning both shards: a step a shard.
+    picked = [str(await sharded.queue(i).dispatch("echo", {}, queue=("d", "q")[i])) for i in (0, 1)]
+    sel = await bulk.start(
+        "e" * 32,
+        who="full",
+        action="cancel",
+        source="live",
+        filter="",
+        selected=picked,
+        count=Count(2, 2, False),
+        now=clock(),
+    )
+    assert {sharded.for_id(i).shard for i in picked} == {0, 1}  # type: ignore[union-attr]
+    sel = await bulk.step(sel, 1, {}, clock())
+    assert not sel.finished and sel.done == 1 and sel.shard == 1
+    sel = await bulk.step(sel, 2, {}, clock())
+    assert sel.finished and sel.done == 2 and live_ids(sharded) == set()
+    runs, _ = await bulk.audit()
+    assert [r.id for r in runs] == ["e" * 32, "d" * 32]
+
+
+SEED = (
+    "INSERT INTO d1queue_failed_jobs (id, queue, name, payload, error, attempts, max_attempts, "
+    "priority, created_at, failed_at) "
+    "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?1) "
+    "SELECT printf('f%012d', i), 'big', CASE WHEN i % 1000 = 0 THEN 'rare' ELSE 'echo' END, "
+    "'{}', 'boom', 1, 1, 0, i, i FROM c"
+)
+
+
+async def test_at_100_000_failed_jobs_the_count_and_each_step_read_their_caps(
+    db: SqliteD1, clock: Clock
+) -> None:
+    db.query(SEED, 100_000)
+    queue = D1Queue(db, clock=clock)
+    bulk = Bulk(Store(queue))
+    usage = queue.binding.usage
+    read = usage.rows_read
+    count = await bulk.count("failed", {"name": "rare"})
+    assert count.capped and count.matched == BULK_COUNT_ROWS // 1000
+    assert usage.rows_read - read <= BULK_COUNT_ROWS + 1
+    run = await bulk.start(
+        "f" * 32,
+        who="full",
+        action="delete",
+        source="failed",
+        filter="state:failed name:rare",
+        selected=None,
+        count=count,
+        now=clock(),
+    )
+    queries, read = usage.queries, usage.rows_read
+    run = await bulk.step(run, 1, {"name": "rare"}, clock())
+    assert usage.queries - queries == 2, "the search page, then the write batch"
+    assert usage.rows_read - read <= 2 * SEARCH_ROWS + 10 * run.done + 10
+    assert run.done == 1 and not run.finished, "one match in the first 1,000 read"

@@ -2210,10 +2210,12 @@ BULK_PUSH_AGAIN = (
     + " LIMIT 1 ON CONFLICT DO NOTHING"
 )
 # Delete a completed job kept as history, as the cron's prune does: its
-# edges, then its row (through the done index). ?1 id ?2 run ?3 nonce
+# edges (but while a job of its id is queued again, through the id index,
+# whose waiters they may be), then its row (through the done index).
+# ?1 id ?2 run ?3 nonce
 BULK_DELETE_DONE_EDGES = (
     "DELETE FROM d1queue_deps WHERE dep = ?1 AND NOT EXISTS (SELECT 1 FROM d1queue_jobs "
-    f"WHERE id = ?1 AND {LIVE}) AND " + _leased(2)
+    f"WHERE id = ?1 AND {LISTED}) AND " + _leased(2)
 )
 BULK_DELETE_DONE = f"DELETE FROM d1queue_jobs WHERE id = ?1 AND band = {DONE_BAND} AND " + _leased(
     2
