@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from d1queue.core.bounds import SEARCH_ROWS
+from d1queue.core.bounds import BULK_COUNT_ROWS, SEARCH_ROWS
 
 from .conftest import Host
 from .test_flow_runtime import hook
@@ -75,3 +75,39 @@ def test_a_search_page_reads_its_cap_whatever_the_jobs(clean_host: Host, queued:
     assert live[0] == completed[0] == 2 * SEARCH_ROWS, reads
     assert reads["failed"][0] <= 2, reads  # no failed jobs: next to nothing to read
     assert reads["by_id"][0] <= 2, reads
+
+
+def test_a_bulk_actions_count_and_step_read_their_caps_at_100_000_jobs(clean_host: Host) -> None:
+    """A bulk action's confirmation counts at most BULK_COUNT_ROWS jobs a
+    database; each step reads one search page and its jobs by id."""
+    _seed(clean_host, 100_000, 0)
+    reads = hook(
+        clean_host,
+        """
+        from d1queue import D1Queue
+        from d1queue.store.bulk import Bulk
+        from d1queue.store.dashboard import Store
+
+        async def main(env):
+            queue = D1Queue(env.DB)
+            bulk = Bulk(Store(queue))
+            usage = queue.binding.usage
+            filters = {"text": '"i": 100000}'}
+            before = usage.rows_read
+            count = await bulk.count("live", filters)
+            counted = usage.rows_read - before
+            run = await bulk.start("a" * 32, who="full", action="cancel", source="live",
+                                   filter='"i": 100000}', selected=None, count=count, now=1)
+            before, queries = usage.rows_read, usage.queries
+            run = await bulk.step(run, 1, filters, 2)
+            return {"counted": counted, "matched": count.matched, "capped": count.capped,
+                    "step": usage.rows_read - before, "queries": usage.queries - queries,
+                    "done": run.done}
+        """,
+    )
+    assert reads["matched"] == 1 and reads["capped"], reads
+    assert reads["counted"] <= BULK_COUNT_ROWS + 1, reads
+    assert reads["done"] == 1 and reads["queries"] == 2, reads
+    # The search page (its matches and its span: 2 x SEARCH_ROWS), then
+    # the one job by id, its metrics read, and the run's row.
+    assert reads["step"] <= 2 * SEARCH_ROWS + 20, reads
