@@ -278,11 +278,13 @@ async def test_bad_input_is_a_400_and_writes_nothing(
 
 
 async def test_filters_shown_back_are_escaped(browser: Browser, service: Service) -> None:
-    await service.dispatch("mail", {"name": "echo", "payload": {"t": "<i>x</i>"}})
-    nasty = '<script>alert(1)</script>"'
+    nasty = "<script>alert(1)</script>"
+    await service.dispatch("mail", {"name": "echo", "payload": {"t": nasty}})
     asked = await ask(browser, f"queue:mail {nasty}", "cancel:all")
     assert asked.status == 200 and "<script>alert" not in asked.body
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;&quot;" in asked.body
+    assert "Cancel 1 queued job matching queue:mail &lt;script&gt;alert(1)&lt;/script&gt;?" in (
+        asked.body
+    )
     done = await confirm(browser, asked.body)
     assert "<script>alert" not in done.body
     audit = (await browser.get("/ui/audit")).body
@@ -445,3 +447,37 @@ async def test_at_100_000_failed_jobs_the_count_and_each_step_read_their_caps(
     assert usage.queries - queries == 2, "the search page, then the write batch"
     assert usage.rows_read - read <= 2 * SEARCH_ROWS + 10 * run.done + 10
     assert run.done == 1 and not run.finished, "one match in the first 1,000 read"
+
+
+async def test_a_filter_matching_nothing_offers_nothing(browser: Browser, db: SqliteD1) -> None:
+    asked = await ask(browser, "state:failed name:none <b>", "retry:all")
+    assert asked.status == 200 and "No failed job matches “name:none &lt;b&gt;”" in asked.body
+    assert 'name="confirm"' not in asked.body
+
+
+async def test_the_failed_lists_selection_is_in_the_audit_log_once(
+    browser: Browser, service: Service, db: SqliteD1
+) -> None:
+    ids = await fail_some(service, 3)
+    await browser.get("/ui/failed")
+    form = {"csrf": browser.csrf(), "action": "retry", "ids": ids[:2], "back": "/ui/failed"}
+    asked = await browser.post("/ui/failed/bulk", form)
+    run = field_of(asked.body, "run")
+    for _ in range(2):  # the confirmation sent again: one run, done once
+        reply = await browser.post(
+            "/ui/failed/bulk", {**form, "csrf": browser.csrf(), "confirm": "yes", "run": run}
+        )
+        assert reply.headers["location"] == "/ui/failed?notice=retried&n=2"
+    assert failed_ids(db) == {ids[2]}
+    (record,) = db.query("SELECT action, source, selected, done, finished FROM d1queue_audit")
+    assert record["done"] == 2 and record["finished"] == 1 and record["action"] == "retry"
+    bad = await browser.post(
+        "/ui/failed/bulk", {**form, "csrf": browser.csrf(), "confirm": "yes", "run": "x"}
+    )
+    assert bad.status == 400
+
+
+def field_of(body: str, name: str) -> str:
+    m = re.search(rf'name="{name}" value="([^"]*)"', body)
+    assert m, f"no field {name}"
+    return m.group(1)

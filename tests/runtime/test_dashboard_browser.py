@@ -643,3 +643,35 @@ def test_a_bulk_retry_of_a_filter_reports_its_count_and_does_it(
     expect(audit.locator("tbody tr").first).to_contain_text("state:failed queue:bulkq")
     shot(page, "29-audit")
     assert errors == [], errors
+
+
+def test_a_bulk_retry_past_one_step_carries_on_by_itself(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    """120 failed jobs: three steps of at most 50, the next sent by the
+    page's script, then the total."""
+    ui_host.python(
+        """
+        async def main(env):
+            await env.DB.prepare(
+                "INSERT INTO d1queue_failed_jobs (id, queue, name, payload, error, attempts, "
+                "max_attempts, priority, created_at, failed_at) "
+                "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 120) "
+                "SELECT printf('manyfail%04d', i), 'many', 'example.echo', '{}', 'boom', 1, 1, "
+                "0, 1000 + i, 1000 + i FROM c"
+            ).run()
+        """
+    )
+    page = context.new_page()
+    errors = console_errors(page)
+    sign_in(page)
+    page.goto("/ui/search?q=state:failed+queue:many")
+    page.get_by_role("button", name="Retry all matching…").click()
+    expect(page.get_by_text("Retry 120 failed jobs matching queue:many?")).to_be_visible()
+    page.get_by_role("button", name="Retry 120 jobs").click()
+    expect(page.locator("#bulk-done")).to_contain_text(
+        "Done: 120 failed jobs retried in total, in 3 steps", timeout=20_000
+    )
+    assert ui_host.api("GET", "/v1/jobs/manyfail0001").json()["state"] == "ready"
+    assert ui_host.api("GET", "/v1/jobs/manyfail0120").json()["state"] == "ready"
+    assert errors == [], errors

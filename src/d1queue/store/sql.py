@@ -2182,9 +2182,12 @@ BULK_RUN_NOW = RUN_NOW[0] + " AND " + _leased(3)
 # Cancel: counted, ended (a workflow's job), deleted, as Admin.cancel does,
 # but only a job no worker holds (a held one is left to its drain; the
 # count says how many were cancelled). ?1 id [?2 minute] then the run, nonce
+# The count reads the job through the id index only (a job waiting out a
+# retry, in the locked band, is not cancelled by a bulk action: no walk of
+# the locked bands a job).
 BULK_METRICS_CANCELLED = METRICS_CANCELLED.replace(
     "WHERE true ON CONFLICT", f"WHERE {_leased(3)} ON CONFLICT"
-)
+).replace(_CANCELLED_JOB, CANCEL_JOBS[0].replace("DELETE FROM", "SELECT queue, name FROM"))
 BULK_END_CANCELLED = END_CANCELLED[0] + " AND " + _leased(2)
 BULK_CANCEL = CANCEL_JOBS[0] + " AND " + _leased(2)
 # Retry a failure: RETRY_FAILED_INSERT, but an id queued again meanwhile

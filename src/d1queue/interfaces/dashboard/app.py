@@ -57,7 +57,6 @@ from ..service import UNAVAILABLE_RETRY_AFTER_S, ApiError, Service
 from . import html as h
 from .assets import ASSETS
 from .auth import Auth
-from .bulk import BulkPages
 from .pages import Pages
 from .request import Refused, Request, html_page
 from .session import is_local
@@ -119,7 +118,7 @@ class Dashboard:
         self.store = Store(service.queue, service.shards)
         self.auth = Auth(token, self.store, self.guard, readonly_token)
         self.pages = Pages(service, self.store)
-        self.bulk = BulkPages(self.store)
+        self.bulk = self.pages.bulk_pages
         auth, pages, bulk = self.auth, self.pages, self.bulk
         self.router = Router(
             (

@@ -226,6 +226,32 @@ class BulkPages:
         matched, capped = request.field("matched"), request.field("capped")
         if not re.fullmatch(r"[0-9]{1,12}", matched) or capped not in ("0", "1"):
             raise Refused(400, "The confirmation's count is missing or malformed.")
+        count = Count(int(matched), 0, capped == "1")
+        run = await self._start(request, run_id, action, source, q, selected, count)
+        return await self._step(request, run, 1, back)
+
+    async def selection(
+        self, request: Request, run_id: str, action: str, source: str, ids: list[str]
+    ) -> int:
+        """A run on `ids` (at most a page), done to the end: a step a shard
+        holding some of them. Its record says how many it did in total."""
+        run = await self._start(request, run_id, action, source, "", ids, Count(len(ids), 0, False))
+        steps = 0
+        while not run.finished and steps <= len(self.bulk.store.stores):
+            steps += 1
+            run = await self.bulk.step(run, run.step + 1, SearchFilters(), request.now_ms)
+        return run.done
+
+    async def _start(
+        self,
+        request: Request,
+        run_id: str,
+        action: str,
+        source: str,
+        q: str,
+        selected: list[str] | None,
+        count: Count,
+    ) -> Run:
         assert request.session is not None
         run = await self.bulk.start(
             run_id,
@@ -234,7 +260,7 @@ class BulkPages:
             source=source,
             filter="" if selected is not None else q,
             selected=selected,
-            count=Count(int(matched), 0, capped == "1"),
+            count=count,
             now=request.now_ms,
         )
         event(
@@ -248,7 +274,7 @@ class BulkPages:
             selected=len(run.selected or ()),
             matched=run.matched,
         )
-        return await self._step(request, run, 1, back)
+        return run
 
     async def _confirmation(
         self,
@@ -266,6 +292,13 @@ class BulkPages:
             _, _, filters = self._query(q)
             count = await self.bulk.count(source, filters)
         n = count.matched
+        if n == 0 and not count.capped:
+            words = shown_filter(q) or "everything"
+            body = "<h1>Nothing to do</h1>" + empty(
+                f"<strong>No {h.e(KINDS[source])} job matches “{h.e(words)}”.</strong> "
+                f'<a href="{h.e(back)}">Go back</a>.'
+            )
+            return page(request, "Nothing to do", body)
         what = _what(source, action, q, n, selected is not None)
         floor = (
             f'<p class="notice" role="status">Counted in the newest {BULK_COUNT_ROWS:,} jobs read '

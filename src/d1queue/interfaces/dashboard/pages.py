@@ -22,12 +22,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ...core.bounds import STORED_ID_PATTERN, STORED_NAME_RULE, is_stored_name
+from ...store.bulk import RUN_ID, new_run_id
 from ...store.dashboard import FIRST, PAGE, STATES, Store
 from ..router import Reply
 from ..service import Service
 from . import html as h
 from .auth import safe_back
-from .bulk import completed_bulk, failed_bulk, queue_bulk, search_bulk
+from .bulk import BulkPages, completed_bulk, failed_bulk, queue_bulk, search_bulk
 from .failed import AGES, FAILED, FailedShown, age_range, confirm_bulk
 from .jobs import (
     BATCH,
@@ -76,6 +77,7 @@ class Pages:
 
     def __init__(self, service: Service, store: Store) -> None:
         self.service, self.store = service, store
+        self.bulk_pages = BulkPages(store)
 
     # -- the queues -------------------------------------------------------------
 
@@ -289,11 +291,17 @@ class Pages:
         back = safe_back(request.field("back"), "/ui/failed", "back")
         if request.field("confirm") != "yes":
             return page(request, "Confirm", confirm_bulk(request, action, ids, back))
-        if action == "retry":
-            done = await self.store.retry_many(ids)
-            return redirect(with_notice(back, "retried", done))
-        done = await self.store.delete_many(ids)
-        return redirect(with_notice(back, "removed", done))
+        # A bulk action on a selection (bulk.py), in the audit log: the run's
+        # id comes from the confirmation, so the confirmation sent again
+        # finds its run done and does nothing twice (without one, as a form
+        # from before the log sends it, each send is a run of its own).
+        run_id = request.field("run")
+        if run_id and not RUN_ID.fullmatch(run_id):
+            raise Refused(400, "The confirmation's run id is malformed.")
+        done = await self.bulk_pages.selection(
+            request, run_id or new_run_id(), action, "failed", ids
+        )
+        return redirect(with_notice(back, "retried" if action == "retry" else "removed", done))
 
     # -- schedules --------------------------------------------------------------
 
