@@ -17,10 +17,11 @@ from d1queue import Config, D1Queue, drain
 from d1queue.core.bounds import BULK_COUNT_ROWS, SEARCH_ROWS
 from d1queue.core.shards import Routing
 from d1queue.interfaces.dashboard import Dashboard
+from d1queue.interfaces.dashboard.search import parse
 from d1queue.interfaces.service import Service
 from d1queue.interfaces.testing import SqliteD1
 from d1queue.store import sql
-from d1queue.store.bulk import Bulk, Count
+from d1queue.store.bulk import AUDIT_PAGE, Bulk, Count
 from d1queue.store.dashboard import PAGE, Store
 from d1queue.store.shardset import ShardSet
 
@@ -319,6 +320,21 @@ async def test_the_audit_log_pages(browser: Browser, service: Service, db: Sqlit
     page, nxt = await store.audit()
     assert [r.id for r in page] == [f"{i:032x}" for i in (2, 1, 0)] and nxt is None
     assert (await browser.get("/ui/audit?cursor=bad")).status == 400
+    for i in range(3, AUDIT_PAGE + 3):  # a page and three more, the same time for many
+        db.query(
+            "INSERT INTO d1queue_audit (id, at, who, action, source, filter, updated_at) "
+            "VALUES (?1, ?2, 'full', 'delete', 'failed', '', ?2)",
+            f"{i:032x}",
+            1000 + min(i, 10),
+        )
+    first = (await browser.get("/ui/audit")).body
+    older = re.search(r'href="(/ui/audit\?cursor=[^"]+)">Older', first)
+    assert older and first.count("<tr>") == AUDIT_PAGE + 1  # and the header's
+    second = (await browser.get(html.unescape(older.group(1)))).body
+    assert second.count("<tr>") == 3 + 1 and "Older" not in second and "« Newest" in second
+    one, cursor = await store.audit()
+    two, last = await store.audit(cursor)
+    assert last is None and len({r.id for r in one + two}) == len(one + two) == AUDIT_PAGE + 3
 
 
 async def test_works_under_a_prefix(service: Service, clock: Clock, db: SqliteD1) -> None:
@@ -481,3 +497,85 @@ def field_of(body: str, name: str) -> str:
     m = re.search(rf'name="{name}" value="([^"]*)"', body)
     assert m, f"no field {name}"
     return m.group(1)
+
+
+@pytest.mark.parametrize(
+    ("source", "action", "q"),
+    [
+        ("failed", "retry", "state:failed"),
+        ("failed", "delete", "state:failed"),
+        ("completed", "retry", "state:completed"),
+        ("completed", "delete", "state:completed"),
+        ("live", "cancel", "name:echo"),
+        ("live", "run", "name:echo"),
+    ],
+)
+async def test_a_step_re_sent_by_the_binding_after_a_lost_reply_acts_once(
+    service: Service, db: SqliteD1, clock: Clock, source: str, action: str, q: str
+) -> None:
+    await fail_some(service, 3)
+    for i in range(3):
+        await service.dispatch("mail", {"name": "echo", "payload": i, "delay_s": 60})
+    await service.dispatch("done", {"name": "echo", "payload": 0})
+    await drain(service.queue, service.registry, Config(queues=("done",)))
+    bulk = Bulk(Store(service.queue))
+    filters = parse(q).filters()
+    count = await bulk.count(source, filters)
+    run = await bulk.start(
+        "9" * 32,
+        who="full",
+        action=action,
+        source=source,
+        filter=q,
+        selected=None,
+        count=count,
+        now=clock(),
+    )
+    before = db.query(f"SELECT COUNT(*) AS n FROM d1queue_jobs WHERE {sql.LIVE}")[0]["n"]
+    fault = db.lose_reply_when(lambda text: text == sql.AUDIT_DROP_LEASE)
+    run = await bulk.step(run, 1, filters, clock())
+    assert fault.times == 0, "the step's batch committed, its reply lost, and it was re-sent"
+    assert run.finished and run.done == count.matched > 0
+    live = db.query(f"SELECT COUNT(*) AS n FROM d1queue_jobs WHERE {sql.LIVE}")[0]["n"]
+    expected = {
+        ("failed", "retry"): before + 3,
+        ("completed", "retry"): before + 1,
+        ("live", "cancel"): before - 3,
+    }.get((source, action), before)
+    assert live == expected
+    if (source, action) == ("live", "cancel"):
+        cancelled = db.query("SELECT SUM(cancelled) AS n FROM d1queue_metrics WHERE period = 0")
+        assert cancelled[0]["n"] == 3, "each cancel counted once"
+
+
+async def test_the_same_batch_again_pushes_nothing_again_once_the_copy_is_claimed(
+    service: Service, db: SqliteD1, clock: Clock
+) -> None:
+    """The binding's re-send is the same batch, nonce and all: were the
+    pushed-again job claimed meanwhile (out of the id index that refuses a
+    second copy), only the dropped lease stops a second push."""
+    done = (await service.dispatch("done", {"name": "echo", "payload": 0}))["id"]
+    await drain(service.queue, service.registry, Config(queues=("done",)))
+    bulk = Bulk(Store(service.queue))
+    filters = parse("state:completed").filters()
+    run = await bulk.start(
+        "8" * 32,
+        who="full",
+        action="retry",
+        source="completed",
+        filter="state:completed",
+        selected=None,
+        count=await bulk.count("completed", filters),
+        now=clock(),
+    )
+    after = await bulk.step(run, 1, filters, clock(), nonce="same")
+    assert after.done == 1
+    db.query(
+        f"UPDATE d1queue_jobs SET band = ?1, reserved_at = 1 WHERE id = ?2 AND {sql.LIVE}",
+        sql.LOCKED_BAND,
+        done,
+    )
+    again = await bulk.step(run, 1, filters, clock(), nonce="same")
+    assert again.done == 1
+    copies = db.query(f"SELECT COUNT(*) AS n FROM d1queue_jobs WHERE id = ?1 AND {sql.LIVE}", done)
+    assert copies[0]["n"] == 1

@@ -13,8 +13,10 @@ one subrequest) that first takes the step on that shard (sql.AUDIT_TAKE_STEP:
 from an earlier step only, under the request's nonce) and whose every
 write checks the nonce. A step sent again (a lost reply, a second click)
 finds it taken and does nothing twice: it answers the run as the first
-send left it. On a shard other than the home one the step is then recorded
-on the home shard from that shard's guard row, over the step before only.
+send left it. The same batch re-sent by the binding (same nonce) finds
+its lease dropped (sql.AUDIT_DROP_LEASE) and writes nothing either. On a
+shard other than the home one the step is then recorded on the home
+shard from that shard's guard row, over the step before only.
 """
 
 from __future__ import annotations
@@ -258,7 +260,10 @@ class Bulk:
             else:
                 after = (k, FIRST, 1)
         home = k == self.home.queue.shard
-        statements: list[Statement] = [(sql.AUDIT_TAKE_STEP, (run.id, now, n, nonce, *after))]
+        statements: list[Statement] = [
+            (sql.AUDIT_DROP_LEASE, (run.id, n)),
+            (sql.AUDIT_TAKE_STEP, (run.id, now, n, nonce, *after)),
+        ]
         if not home:
             statements.append((sql.PRUNE_AUDIT, (now - AUDIT_KEEP_S * 1000, AUDIT_PRUNE)))
         for id in ids:

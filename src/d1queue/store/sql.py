@@ -2134,6 +2134,13 @@ AUDIT_RUN = "SELECT * FROM d1queue_audit WHERE id = ?1"
 # and changes nothing, so no write of its batch (each checks the nonce,
 # _LEASED) does anything. One row written. ?1 run ?2 now ?3 step ?4 nonce
 # ?5 next shard ?6 next cursor ?7 finished
+# Sent before AUDIT_TAKE_STEP: the lease dropped where the step is taken
+# already. A batch re-sent as it was (the binding's own re-send after a lost
+# reply, the same nonce) so finds no lease of its own, and writes nothing
+# again, whatever happened meanwhile to its jobs (a job pushed again and
+# claimed since is no longer in the id index that would refuse a second
+# copy). One row read, at most one written. ?1 run ?2 step
+AUDIT_DROP_LEASE = "UPDATE d1queue_audit SET lease = NULL WHERE id = ?1 AND step >= ?2"
 AUDIT_TAKE_STEP = (
     "INSERT INTO d1queue_audit (id, at, who, action, source, filter, updated_at, step, lease, "
     "shard, cursor, finished, step_done) VALUES (?1, ?2, '', '', '', '', ?2, ?3, ?4, ?5, ?6, "
