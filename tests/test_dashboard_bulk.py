@@ -579,3 +579,20 @@ async def test_the_same_batch_again_pushes_nothing_again_once_the_copy_is_claime
     assert again.done == 1
     copies = db.query(f"SELECT COUNT(*) AS n FROM d1queue_jobs WHERE id = ?1 AND {sql.LIVE}", done)
     assert copies[0]["n"] == 1
+
+
+async def test_a_run_stopped_midway_goes_on_from_the_audit_page(
+    board: Dashboard, browser: Browser, service: Service, db: SqliteD1, clock: Clock
+) -> None:
+    await fail_some(service, PAGE + 2)
+    asked = await ask(browser, "state:failed", "delete:all")
+    await confirm(browser, asked.body)  # the first step; the tab is closed then
+    audit = (await browser.get("/ui/audit")).body
+    assert "stopped after step 1" in audit and ">Continue</button>" in audit
+    viewer = await signed_in(board, clock, READONLY)
+    seen = (await viewer.get("/ui/audit")).body
+    assert "stopped after step 1" in seen and "<button" not in seen.split("<main", 1)[-1]
+    form = {k: field_of(audit.split("<main", 1)[-1], k) for k in ("run", "step", "back")}
+    done = await browser.post("/ui/bulk/step", {"csrf": browser.csrf(), **form})
+    assert "Done: 52 failed jobs deleted in total, in 2 steps" in done.body
+    assert failed_ids(db) == set()

@@ -89,35 +89,25 @@ def _what(source: str, action: str, filter: str, n: int | None, selected: bool) 
     return h.e(f"{verb} {count} {which}")
 
 
-def bulk_form(
-    request: Request, q: str, back: str, *, all_label: bool = True, selection: bool = False
-) -> str:
-    """The buttons acting on every job `q` matches (and, `selection`, on
-    those ticked in the list inside the same form; the caller wraps it).
-    Nothing for a read-only session."""
-    if request.readonly:
-        return ""
+def bulk_form(request: Request, q: str) -> str:
+    """The buttons acting on the jobs ticked in the results (each check box
+    belongs to the form around them) or on every job `q` matches. Nothing
+    for a read-only session, or for a search that cannot be answered."""
     query = parse(q)
-    if query.problem:
+    if request.readonly or query.problem:
         return ""
-    source = query.source
     buttons = []
-    for action in ACTIONS[source]:
-        verb, _ = VERBS[source, action]
+    for action in ACTIONS[query.source]:
+        verb, _ = VERBS[query.source, action]
         cls = ' class="danger"' if action in ("cancel", "delete") else ""
-        if selection:
-            buttons.append(
-                f'<button type="submit" name="do" value="{action}:selected"{cls} '
-                f"data-needs-selection>{h.e(verb)} selected</button>"
-            )
-        if all_label:
-            buttons.append(
-                f'<button type="submit" name="do" value="{action}:all"{cls}>'
-                f"{h.e(verb)} all matching…</button>"
-            )
+        buttons.append(
+            f'<button type="submit" name="do" value="{action}:selected"{cls} '
+            f"data-needs-selection>{h.e(verb)} selected</button>"
+            f'<button type="submit" name="do" value="{action}:all"{cls}>'
+            f"{h.e(verb)} all matching…</button>"
+        )
     return (
-        f'<div class="actions" aria-label="Bulk actions">'
-        f"{'<span data-selected-count class=muted></span>' if selection else ''}"
+        '<div class="actions"><span data-selected-count class="muted"></span>'
         f'{"".join(buttons)}<span class="muted">(you will be asked to confirm, with the '
         "count)</span></div>"
     )
@@ -147,7 +137,7 @@ def progress(request: Request, run: Run, back: str) -> str:
         f'<p class="notice" role="status" id="bulk-working">Working: {h.e(jobs(run.done, kind))} '
         f"{h.e(did)} so far, in {run.step} step{'s' if run.step != 1 else ''} of at most "
         f"{PAGE} jobs (its confirmation counted {h.e(stated)}). The next step follows by "
-        "itself while this tab is visible.</p>"
+        "itself while this tab is visible; a run stopped here goes on from the Audit page.</p>"
         f'<form method="post" action="/ui/bulk/step" data-continue>{csrf_field(request)}'
         f"{h.hidden('run', run.id)}{h.hidden('step', run.step + 1)}{h.hidden('back', back)}"
         '<div class="actions"><button type="submit" class="primary">Continue</button>'
@@ -175,10 +165,7 @@ def _audit_columns(now: int) -> list[Column[Run]]:
             "num",
         ),
         Column("Done", lambda r: f"{r.done:,}", "num"),
-        Column(
-            "State",
-            lambda r: "finished" if r.finished else f"stopped after step {r.step}",
-        ),
+        Column("State", lambda r: "finished" if r.finished else f"stopped after step {r.step}"),
         Column("Last step", lambda r: h.when(r.updated_at, now), "hide-narrow"),
     ]
 
@@ -382,7 +369,7 @@ class BulkPages:
         if nxt:
             links.append(f'<a href="{h.e("/ui/audit" + h.qs({"cursor": nxt}))}">Older »</a>')
         listing = (
-            _table(runs, request.now_ms)
+            _table(request, runs)
             if runs
             else empty("<strong>No bulk action yet.</strong> Each one is written here.")
         )
@@ -395,8 +382,22 @@ class BulkPages:
         return page(request, "Audit", body, current="/ui/audit")
 
 
-def _table(runs: list[Run], now: int) -> str:
-    return table("Bulk actions", _audit_columns(now), runs)
+def _carry_on(request: Request, run: Run) -> str:
+    """An unfinished run's button sending its next step."""
+    if run.finished or request.readonly:
+        return ""
+    return (
+        f'<form method="post" action="/ui/bulk/step" class="inline">{csrf_field(request)}'
+        f"{h.hidden('run', run.id)}{h.hidden('step', run.step + 1)}"
+        f'{h.hidden("back", "/ui/audit")}<button type="submit">Continue</button></form>'
+    )
+
+
+def _table(request: Request, runs: list[Run]) -> str:
+    columns = _audit_columns(request.now_ms)
+    if not request.readonly:
+        columns.append(Column("", lambda r: _carry_on(request, r)))
+    return table("Bulk actions", columns, runs)
 
 
 # -- the forms on other pages (pages.py adds them to their sections) ------------
@@ -412,7 +413,7 @@ def search_bulk(shown: SearchShown) -> str:
     return (
         f'<section aria-label="Act on jobs found"><form method="post" action="/ui/bulk" '
         f'id="{BULK_FORM}">{csrf_field(shown.request)}{h.hidden("q", shown.q)}'
-        f"{h.hidden('back', back)}{bulk_form(shown.request, shown.q, back, selection=True)}"
+        f"{h.hidden('back', back)}{bulk_form(shown.request, shown.q)}"
         "</form></section>"
     )
 
