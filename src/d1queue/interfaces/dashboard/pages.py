@@ -193,7 +193,7 @@ class Pages:
         if q and not query.problem:
             found = await self.store.search(query.source, query.filters(), cursor or FIRST)
         shown = SearchShown(request, q, query, cursor, found)
-        return page(request, "Search", render(shown, (*SEARCH, search_bulk)))
+        return page(request, "Search", render(shown, (SEARCH[0], search_bulk, *SEARCH[1:])))
 
     # -- a job ------------------------------------------------------------------
 

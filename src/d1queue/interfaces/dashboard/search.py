@@ -12,6 +12,9 @@ a search answers (/ui/search?q=...&cursor=...):
   completed jobs kept, `state:failed` the failed jobs, any other state (or
   none) the queued ones.
 
+Above the results, the bulk actions (bulk.py): on the jobs ticked, or on
+every job the search matches, after a confirmation stating the count.
+
 A page reads at most bounds.SEARCH_ROWS rows a shard (store/sql.py
 SEARCH_LIVE), whatever the number of jobs, and says so when it stopped
 before the end: the next page reads on from there."""
