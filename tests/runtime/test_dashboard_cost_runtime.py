@@ -111,3 +111,67 @@ def test_a_bulk_actions_count_and_step_read_their_caps_at_100_000_jobs(clean_hos
     # The search page (its matches and its span: 2 x SEARCH_ROWS), then
     # the one job by id, its metrics read, and the run's row.
     assert reads["step"] <= 2 * SEARCH_ROWS + 20, reads
+
+
+def test_every_bulk_action_runs_on_d1_and_a_step_sent_again_does_nothing(
+    clean_host: Host,
+) -> None:
+    """Each (kind, action)'s statements as D1 runs them: two jobs each, one
+    step, then the same step sent again (another request's nonce)."""
+    done = hook(
+        clean_host,
+        """
+        from d1queue import D1Queue
+        from d1queue.store.bulk import Bulk
+        from d1queue.store.dashboard import Store
+
+        async def main(env):
+            db = env.DB
+            walk = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2) "
+            cols = ("INSERT INTO d1queue_jobs (queue, band, available_at, id, name, payload, "
+                    "max_attempts, created_at) ")
+            await db.prepare(walk + cols + "SELECT 'late', -1001, 9999999999999, printf('l%d', i), "
+                             "'example.echo', '{}', 3, 1 FROM n").run()
+            await db.prepare(walk + cols + "SELECT 'kept', -1004, 5 + i, printf('c%d', i), "
+                             "'example.echo', '{}', 3, 1 FROM n").run()
+            await db.prepare(walk + "INSERT INTO d1queue_failed_jobs (id, queue, name, payload, "
+                             "error, attempts, max_attempts, priority, created_at, failed_at) "
+                             "SELECT printf('f%d', i), 'bad', 'example.echo', '{}', 'boom', 1, 1, "
+                             "0, 1, 1 FROM n").run()
+            bulk = Bulk(Store(D1Queue(env.DB)))
+            out = {}
+            plan = [("live", "run", {"queue": "late"}), ("completed", "retry", {"queue": "kept"}),
+                    ("completed", "delete", {"queue": "kept"}), ("failed", "retry", {}),
+                    ("live", "cancel", {"queue": "late"})]
+            for i, (source, action, filters) in enumerate(plan):
+                count = await bulk.count(source, filters)
+                run = await bulk.start(f"{i:032x}", who="full", action=action, source=source,
+                                       filter="", selected=None, count=count, now=10)
+                first = await bulk.step(run, 1, filters, 10)
+                again = await bulk.step(run, 1, filters, 11)
+                out[f"{source}.{action}"] = [count.matched, first.done, again.done]
+            # The failed jobs retried are queued now: delete two more failures.
+            await db.prepare(walk + "INSERT INTO d1queue_failed_jobs (id, queue, name, payload, "
+                             "error, attempts, max_attempts, priority, created_at, failed_at) "
+                             "SELECT printf('g%d', i), 'bad', 'example.echo', '{}', 'boom', 1, 1, "
+                             "0, 1, 1 FROM n").run()
+            count = await bulk.count("failed", {})
+            run = await bulk.start("f" * 32, who="full", action="delete", source="failed",
+                                   filter="", selected=None, count=count, now=10)
+            out["failed.delete"] = [count.matched, (await bulk.step(run, 1, {}, 10)).done,
+                                    (await bulk.step(run, 1, {}, 11)).done]
+            rows = await db.prepare("SELECT id, band FROM d1queue_jobs ORDER BY id").all()
+            out["rows"] = [[r["id"], r["band"]] for r in rows.results]
+            return out
+        """,
+    )
+    assert done["live.run"] == [2, 2, 2], done
+    assert done["completed.retry"] == [2, 2, 2], done
+    assert done["completed.delete"] == [2, 2, 2], done
+    assert done["failed.retry"] == [2, 2, 2], done
+    assert done["failed.delete"] == [2, 2, 2], done
+    # Cancelled: the two delayed jobs made due. Left queued, ready: the two
+    # completed jobs pushed again (their completions deleted) and the two
+    # failures retried.
+    assert done["live.cancel"] == [2, 2, 2], done
+    assert done["rows"] == [["c1", 0], ["c2", 0], ["f1", 0], ["f2", 0]], done
