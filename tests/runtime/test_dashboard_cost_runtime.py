@@ -2,7 +2,8 @@
 read as D1 does: at 100,000 queued jobs and 5,000 completed ones, a page
 reads at most twice its cap (bounds.SEARCH_ROWS: the matches' read and the
 span's), the same as at 2,000, and a lookup by id a row: no page scans the
-jobs."""
+jobs. A bulk action's count and steps are capped likewise, and each of its
+actions runs on D1, a step sent again doing nothing twice."""
 
 from __future__ import annotations
 
