@@ -1,7 +1,9 @@
 """The dashboard's pages and the actions behind their forms: what each
 reads and does. The overview, a queue (and its flow limits), its completed
 jobs, a job (with its dependencies, dependents and batch), a batch, the
-failed jobs, the schedules, the metrics (charts and job names), the search.
+failed jobs, the schedules, the metrics (charts and job names), the search;
+the bulk actions and their audit log are bulk.py's (BulkPages), whose
+forms the search and the lists carry.
 
 Each handler gets a request the dashboard already admitted (auth.py):
 signed in, and for an action carrying the session's CSRF token. It checks
