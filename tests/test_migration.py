@@ -12,6 +12,8 @@ from typing import Any
 from d1queue import QueuedJob
 from d1queue.interfaces.testing import MIGRATIONS, SqliteD1
 from d1queue.store import sql
+from d1queue.store.bulk import Bulk
+from d1queue.store.dashboard import Store
 from d1queue.store.queue import D1Queue
 
 from .contract import Clock
@@ -361,6 +363,33 @@ async def test_0013_on_a_0012_schema_keeps_every_row_and_starts_each_history(
     (row,) = db.query("SELECT runs FROM d1queue_jobs WHERE id = ?", job_id)
     (entry,) = json.loads(row["runs"])
     assert (entry["attempt"], entry["outcome"], entry["error"]) == (1, "retried", "boom")
+
+
+async def test_0015_adds_the_audit_log_and_moves_no_row(tmp_path: Path) -> None:
+    """The audit log is a new table: every job and failure stays as it was,
+    and a bulk action then writes its record there."""
+    db = populated_v2(tmp_path)
+    db.apply_migrations(up_to(tmp_path, "0014_cancel.sql"))
+    jobs = {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")}
+    failed = db.query("SELECT * FROM d1queue_failed_jobs")
+    assert db.apply_migrations(up_to(tmp_path, "0015_audit.sql")) == ["0015_audit.sql"]
+    assert {r["id"]: r for r in db.query("SELECT * FROM d1queue_jobs")} == jobs
+    assert db.query("SELECT * FROM d1queue_failed_jobs") == failed
+    assert db.query("SELECT * FROM d1queue_audit") == []
+    db.apply_migrations(MIGRATIONS)  # the later ones, which today's code needs too
+    bulk = Bulk(Store(D1Queue(db, clock=Clock(NOW))))
+    count = await bulk.count("live", {})
+    run = await bulk.start(
+        "7" * 32,
+        who="full",
+        action="run",
+        source="live",
+        filter="",
+        selected=None,
+        count=count,
+        now=NOW,
+    )
+    assert (await bulk.step(run, 1, {}, NOW)).step == 1
 
 
 async def test_0016_keeps_every_schedule_and_records_runs_from_the_next_slot(

@@ -50,6 +50,7 @@ def test_the_driver_ships_its_own_migrations() -> None:
         "0012_metrics.sql",
         "0013_attempt_history.sql",
         "0014_cancel.sql",
+        "0015_audit.sql",
         "0016_schedule_runs.sql",
     ]
     fresh = SqliteD1()

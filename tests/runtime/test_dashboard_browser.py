@@ -694,3 +694,69 @@ def test_a_schedule_runs_now_once_and_is_edited(context: BrowserContext, ui_host
     # The one error: chromium logs the refused edit's 422 page, as it should.
     assert [e for e in errors if "status of 422" not in e] == [], errors
     assert len(errors) == 1, errors
+
+
+def test_a_bulk_retry_of_a_filter_reports_its_count_and_does_it(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    ids = [
+        ui_host.api(
+            "POST", "/v1/queues/bulkq/jobs", {"name": "example.add", "payload": {"a": "x"}}
+        ).json()["id"]
+        for _ in range(3)
+    ]
+    ui_host.scheduled()  # a bad payload fails for good
+    page = context.new_page()
+    errors = console_errors(page)
+    sign_in(page)
+    page.goto("/ui/failed?queue=bulkq")
+    page.get_by_role("link", name="Bulk actions on every failed job matching this filter").click()
+    expect(page).to_have_url(re.compile(r"/ui/search\?q=state%3Afailed\+queue%3Abulkq$"))
+    expect(page.get_by_role("region", name="Jobs found").locator("tbody tr")).to_have_count(3)
+    page.get_by_role("button", name="Retry all matching…").click()
+    expect(page.get_by_text("Retry 3 failed jobs matching queue:bulkq?")).to_be_visible()
+    shot(page, "27-bulk-confirm")
+    for id in ids:
+        assert ui_host.api("GET", f"/v1/jobs/{id}").json()["state"] == "failed"
+    page.get_by_role("button", name="Retry 3 jobs").click()
+    expect(page.locator("#bulk-done")).to_contain_text("Done: 3 failed jobs retried in total")
+    shot(page, "28-bulk-done")
+    for id in ids:
+        assert ui_host.api("GET", f"/v1/jobs/{id}").json()["state"] == "ready"
+    page.get_by_role("link", name="Audit log").click()
+    audit = page.get_by_role("region", name="Bulk actions")
+    expect(audit.locator("tbody tr").first).to_contain_text("state:failed queue:bulkq")
+    shot(page, "29-audit")
+    assert errors == [], errors
+
+
+def test_a_bulk_retry_past_one_step_carries_on_by_itself(
+    context: BrowserContext, ui_host: Host
+) -> None:
+    """120 failed jobs: three steps of at most 50, the next sent by the
+    page's script, then the total."""
+    ui_host.python(
+        """
+        async def main(env):
+            await env.DB.prepare(
+                "INSERT INTO d1queue_failed_jobs (id, queue, name, payload, error, attempts, "
+                "max_attempts, priority, created_at, failed_at) "
+                "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 120) "
+                "SELECT printf('manyfail%04d', i), 'many', 'example.echo', '{}', 'boom', 1, 1, "
+                "0, 1000 + i, 1000 + i FROM c"
+            ).run()
+        """
+    )
+    page = context.new_page()
+    errors = console_errors(page)
+    sign_in(page)
+    page.goto("/ui/search?q=state:failed+queue:many")
+    page.get_by_role("button", name="Retry all matching…").click()
+    expect(page.get_by_text("Retry 120 failed jobs matching queue:many?")).to_be_visible()
+    page.get_by_role("button", name="Retry 120 jobs").click()
+    expect(page.locator("#bulk-done")).to_contain_text(
+        "Done: 120 failed jobs retried in total, in 3 steps", timeout=20_000
+    )
+    assert ui_host.api("GET", "/v1/jobs/manyfail0001").json()["state"] == "ready"
+    assert ui_host.api("GET", "/v1/jobs/manyfail0120").json()["state"] == "ready"
+    assert errors == [], errors

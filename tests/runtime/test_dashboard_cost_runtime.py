@@ -1,11 +1,13 @@
-"""What the dashboard's search, batches index and Running now read on
-Miniflare's D1, which counts rows read as D1 does: at 100,000 queued jobs
-and 5,000 completed ones, a search page reads at most twice its cap
-(bounds.SEARCH_ROWS: the matches' read and the span's), the same as at
+"""What the dashboard's search, batches index, Running now and bulk actions
+read on Miniflare's D1, which counts rows read as D1 does: at 100,000
+queued jobs and 5,000 completed ones, a search page reads at most twice its
+cap (bounds.SEARCH_ROWS: the matches' read and the span's), the same as at
 2,000, and a lookup by id a row: no page scans the jobs. A page of the
 batches index reads two rows a batch listed, at 100 batches or 10,000. Nor
 does a page of Running now scan, whatever the jobs waiting out a retry in
-the locked band it reads (bounds.RUNNING_ROWS)."""
+the locked band it reads (bounds.RUNNING_ROWS). A bulk action's count and
+steps are capped likewise, and each of its actions runs on D1, a step sent
+again doing nothing twice."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from d1queue.core.bounds import RUNNING_ROWS, SEARCH_ROWS
+from d1queue.core.bounds import BULK_COUNT_ROWS, RUNNING_ROWS, SEARCH_ROWS
 
 from .conftest import Host
 from .test_flow_runtime import hook
@@ -170,3 +172,103 @@ def test_a_running_now_page_reads_its_cap_whatever_the_jobs(clean_host: Host) ->
     # The same rows read at 2,000 jobs in the band and at 100,000: the cap
     # twice (the held jobs' read and the span's), and the walk of the queues.
     assert small[0] == large[0] <= 2 * RUNNING_ROWS + 50, (small, large)
+
+
+def test_a_bulk_actions_count_and_step_read_their_caps_at_100_000_jobs(clean_host: Host) -> None:
+    """A bulk action's confirmation counts at most BULK_COUNT_ROWS jobs a
+    database; each step reads one search page and its jobs by id."""
+    _seed(clean_host, 100_000, 0)
+    reads = hook(
+        clean_host,
+        """
+        from d1queue import D1Queue
+        from d1queue.store.bulk import Bulk
+        from d1queue.store.dashboard import Store
+
+        async def main(env):
+            queue = D1Queue(env.DB)
+            bulk = Bulk(Store(queue))
+            usage = queue.binding.usage
+            filters = {"text": '"i": 100000}'}
+            before = usage.rows_read
+            count = await bulk.count("live", filters)
+            counted = usage.rows_read - before
+            run = await bulk.start("a" * 32, who="full", action="cancel", source="live",
+                                   filter='"i": 100000}', selected=None, count=count, now=1)
+            before, queries = usage.rows_read, usage.queries
+            run = await bulk.step(run, 1, filters, 2)
+            return {"counted": counted, "matched": count.matched, "capped": count.capped,
+                    "step": usage.rows_read - before, "queries": usage.queries - queries,
+                    "done": run.done}
+        """,
+    )
+    assert reads["matched"] == 1 and reads["capped"], reads
+    assert reads["counted"] <= BULK_COUNT_ROWS + 1, reads
+    assert reads["done"] == 1 and reads["queries"] == 2, reads
+    # The search page (its matches and its span: 2 x SEARCH_ROWS), then
+    # the one job by id, its metrics read, and the run's row.
+    assert reads["step"] <= 2 * SEARCH_ROWS + 20, reads
+
+
+def test_every_bulk_action_runs_on_d1_and_a_step_sent_again_does_nothing(
+    clean_host: Host,
+) -> None:
+    """Each (kind, action)'s statements as D1 runs them: two jobs each, one
+    step, then the same step sent again (another request's nonce)."""
+    done = hook(
+        clean_host,
+        """
+        from d1queue import D1Queue
+        from d1queue.store.bulk import Bulk
+        from d1queue.store.dashboard import Store
+
+        async def main(env):
+            db = env.DB
+            walk = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2) "
+            cols = ("INSERT INTO d1queue_jobs (queue, band, available_at, id, name, payload, "
+                    "max_attempts, created_at) ")
+            await db.prepare(walk + cols + "SELECT 'late', -1001, 9999999999999, printf('l%d', i), "
+                             "'example.echo', '{}', 3, 1 FROM n").run()
+            await db.prepare(walk + cols + "SELECT 'kept', -1004, 5 + i, printf('c%d', i), "
+                             "'example.echo', '{}', 3, 1 FROM n").run()
+            await db.prepare(walk + "INSERT INTO d1queue_failed_jobs (id, queue, name, payload, "
+                             "error, attempts, max_attempts, priority, created_at, failed_at) "
+                             "SELECT printf('f%d', i), 'bad', 'example.echo', '{}', 'boom', 1, 1, "
+                             "0, 1, 1 FROM n").run()
+            bulk = Bulk(Store(D1Queue(env.DB)))
+            out = {}
+            plan = [("live", "run", {"queue": "late"}), ("completed", "retry", {"queue": "kept"}),
+                    ("completed", "delete", {"queue": "kept"}), ("failed", "retry", {}),
+                    ("live", "cancel", {"queue": "late"})]
+            for i, (source, action, filters) in enumerate(plan):
+                count = await bulk.count(source, filters)
+                run = await bulk.start(f"{i:032x}", who="full", action=action, source=source,
+                                       filter="", selected=None, count=count, now=10)
+                first = await bulk.step(run, 1, filters, 10)
+                again = await bulk.step(run, 1, filters, 11)
+                out[f"{source}.{action}"] = [count.matched, first.done, again.done]
+            # The failed jobs retried are queued now: delete two more failures.
+            await db.prepare(walk + "INSERT INTO d1queue_failed_jobs (id, queue, name, payload, "
+                             "error, attempts, max_attempts, priority, created_at, failed_at) "
+                             "SELECT printf('g%d', i), 'bad', 'example.echo', '{}', 'boom', 1, 1, "
+                             "0, 1, 1 FROM n").run()
+            count = await bulk.count("failed", {})
+            run = await bulk.start("f" * 32, who="full", action="delete", source="failed",
+                                   filter="", selected=None, count=count, now=10)
+            out["failed.delete"] = [count.matched, (await bulk.step(run, 1, {}, 10)).done,
+                                    (await bulk.step(run, 1, {}, 11)).done]
+            rows = await db.prepare("SELECT id, band FROM d1queue_jobs ORDER BY id").all()
+            out["rows"] = [[r["id"], r["band"]] for r in rows.results]
+            return out
+        """,
+    )
+    assert done["live.run"] == [2, 2, 2], done
+    assert done["completed.retry"] == [2, 2, 2], done
+    assert done["completed.delete"] == [2, 2, 2], done
+    assert done["failed.retry"] == [2, 2, 2], done
+    assert done["failed.delete"] == [2, 2, 2], done
+    # Cancelled: the two delayed jobs made due. Left queued, ready: the two
+    # completed jobs pushed again (their completions deleted) and the two
+    # failures retried.
+    assert done["live.cancel"] == [2, 2, 2], done
+    assert done["rows"] == [["c1", 0], ["c2", 0], ["f1", 0], ["f2", 0]], done

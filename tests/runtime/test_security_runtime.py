@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -322,10 +323,20 @@ def guarded_host() -> Iterator[Host]:
 
 
 def test_wrong_tokens_are_limited_by_the_binding(guarded_host: Host) -> None:
-    statuses = [guarded_host.api("GET", "/v1/queues", token=f"wrong-{i}").status for i in range(8)]
+    # The binding counts in fixed 60 s windows: a run that straddles the
+    # end of one starts counting afresh, so it is tried again, once, in
+    # the next window.
+    for attempt in range(2):
+        if attempt or time.time() % 60 > 45:
+            time.sleep(61 - time.time() % 60)  # the next window, from its start
+        replies = [
+            guarded_host.api("GET", "/v1/queues", token=f"wrong-{attempt}-{i}") for i in range(8)
+        ]
+        statuses = [r.status for r in replies]
+        if statuses[:5] == [401] * 5 and set(statuses[5:]) == {429}:
+            break
     assert statuses[:5] == [401] * 5 and set(statuses[5:]) == {429}, statuses
-    limited = guarded_host.api("GET", "/v1/queues", token="wrong-again")
-    assert limited.headers.get("retry-after") == "60"
+    assert {r.headers.get("retry-after") for r in replies[5:]} == {"60"}
     assert guarded_host.api("GET", "/v1/queues", token=TOKEN).status == 200, "the token still works"
 
 

@@ -277,6 +277,20 @@ enough that a sign-out's cost is a constant: the table holds about the
 sign-outs of the last session lifetime (dashboard/session.py SESSION_S),
 never a row per request, and rows are written only by a valid session."""
 
+BULK_COUNT_ROWS = 10_000
+"""The jobs a bulk action's confirmation reads on each shard to count what
+its filter matches, at most (store/sql.py BULK_COUNT_LIVE): past it the
+count is stated as a floor ("at least"), never a full scan. Each step of
+the action then reads at most SEARCH_ROWS a shard, as a search page does."""
+
+AUDIT_KEEP_S = 90 * 86_400
+"""How long the audit log (d1queue_audit) keeps a bulk action's record."""
+
+AUDIT_PRUNE = 10
+"""Records older than AUDIT_KEEP_S each new bulk action deletes, at most,
+in the batch that writes its own (as SIGNOUT_PRUNE): the log holds about
+the actions of the last AUDIT_KEEP_S, at a constant cost an action."""
+
 MAX_JSON_DEPTH = 64
 """Nesting of a request body or payload. Checked before parsing: at a few
 thousand levels Pyodide's parser overflows the JS stack, and the Worker's

@@ -1,10 +1,11 @@
 """What the dashboard reads and does beyond the API's operations (service.py):
-a queue's jobs page by page, failed jobs filtered, "run now", bulk retry or
-delete, the sessions signed out (session.py), and the workflow views: a job
+a queue's jobs page by page, failed jobs filtered, "run now", the sessions
+signed out (session.py), and the workflow views: a job
 wherever it is in its life with its dependencies and dependents, a queue's
 completed jobs, a batch's progress (workflows.py), the batches index, the
-search, capped in rows read (`search`), and the jobs running now across
-queues, capped the same way (`running`). Same layer as admin.py:
+search, capped in rows read (`search`), which the bulk actions (bulk.py)
+act on, and the jobs running now across queues, capped the same way
+(`running`). Same layer as admin.py:
 statements from sql.py, sent through the queue's binding, each page a
 bounded number of round trips.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Unpack
@@ -368,13 +368,6 @@ class ShardStore:
             return "missing"
         return "reserved" if found.rows[0]["reserved_at"] is not None else "ready"
 
-    async def retry_many(self, ids: list[str]) -> int:
-        """FailedJobs.retry_many: one batch, each alone should it fail."""
-        return await self.failed_jobs.retry_many(ids)
-
-    async def delete_many(self, ids: list[str]) -> int:
-        return await self.failed_jobs.delete_many(ids)
-
     async def failed_job(self, id: str) -> FailedJob | None:
         return await self.failed_jobs.get(id)
 
@@ -614,23 +607,6 @@ class Store:
     async def run_now(self, id: str) -> Literal["done", "ready", "reserved", "missing"]:
         store = self._for(id)
         return "missing" if store is None else await store.run_now(id)
-
-    def _by_shard(self, ids: list[str]) -> dict[int, list[str]]:
-        groups: dict[int, list[str]] = defaultdict(list)
-        for id in ids:
-            queue = self.shards.for_id(id)
-            if queue is not None:
-                groups[queue.shard].append(id)
-        return groups
-
-    async def retry_many(self, ids: list[str]) -> int:
-        """Each shard's failed jobs put back in one batch on that shard."""
-        groups = self._by_shard(ids)
-        return sum([await self.stores[k].retry_many(group) for k, group in groups.items()])
-
-    async def delete_many(self, ids: list[str]) -> int:
-        groups = self._by_shard(ids)
-        return sum([await self.stores[k].delete_many(group) for k, group in groups.items()])
 
     async def failed_job(self, id: str) -> FailedJob | None:
         store = self._for(id)

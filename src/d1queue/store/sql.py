@@ -1458,22 +1458,25 @@ def _span(table: str, where: str) -> str:
 
 # Live jobs but those a worker holds or that wait out a retry (the locked
 # band has no id index): through the id index (d1queue_jobs_id, id<?).
-SEARCH_LIVE = _search(
+_LIVE_READ = (
     f"SELECT *, {_job_state('?9')} AS state, available_at AS at, last_error AS err "
     f"FROM d1queue_jobs WHERE id < ?1 AND {LISTED} ORDER BY id DESC LIMIT ?2"
 )
+SEARCH_LIVE = _search(_LIVE_READ)
 SEARCH_LIVE_SPAN = _span("d1queue_jobs", LISTED)
 # Completed jobs kept as history: through the done index (d1queue_jobs_done, id<?).
-SEARCH_COMPLETED = _search(
+_COMPLETED_READ = (
     "SELECT *, 'completed' AS state, available_at AS at, last_error AS err "
     f"FROM d1queue_jobs WHERE id < ?1 AND band = {DONE_BAND} ORDER BY id DESC LIMIT ?2"
 )
+SEARCH_COMPLETED = _search(_COMPLETED_READ)
 SEARCH_COMPLETED_SPAN = _span("d1queue_jobs", f"band = {DONE_BAND}")
 # Failed jobs: their table's primary key (id<?).
-SEARCH_FAILED = _search(
+_FAILED_READ = (
     "SELECT *, 'failed' AS state, failed_at AS at, error AS err "
     "FROM d1queue_failed_jobs WHERE id < ?1 ORDER BY id DESC LIMIT ?2"
 )
+SEARCH_FAILED = _search(_FAILED_READ)
 SEARCH_FAILED_SPAN = _span("d1queue_failed_jobs", "1")
 
 # -- the dashboard's sign-outs (migrations/0008_dashboard_signouts.sql) ---------
@@ -2217,6 +2220,149 @@ RUNNING_NOW = (
 RUNNING_SPAN = (
     "SELECT MAX(queue || char(9) || printf('%016d', available_at) || char(9) || id) AS last, "
     f"COUNT(*) AS scanned FROM ({_locked_after(_RUNNING_KEY)})"
+)
+
+
+# -- the dashboard's bulk actions and audit log (migrations/0015_audit.sql) ----
+
+
+def _count(read: str) -> str:
+    """How many of the rows `read` yields (at most ?2, newest id first,
+    after ?1) match the search's filters (?3 to ?8 as _SEARCH_HIT; ?9 now):
+    a bulk action's confirmation states it. Reads at most ?2 rows of one
+    index, as the search's page does; `scanned` = ?2 says the read stopped
+    before the end, so `matched` is a floor."""
+    return (
+        "SELECT COUNT(*) AS scanned, COALESCE(SUM(CASE WHEN "
+        f"{_SEARCH_HIT} THEN 1 ELSE 0 END), 0) AS matched, ?9 AS now FROM ({read})"
+    )
+
+
+BULK_COUNT_LIVE = _count(_LIVE_READ)
+BULK_COUNT_COMPLETED = _count(_COMPLETED_READ)
+BULK_COUNT_FAILED = _count(_FAILED_READ)
+
+# A run's record, on the home shard, written when its confirmation is sent.
+# `OR IGNORE`: the confirmation re-sent after a lost reply finds its run's
+# row (the run's id is made by the confirmation page) and writes nothing.
+# One row and its `at` index entry written. ?1 run ?2 now ?3 who ?4 action
+# ?5 source ?6 filter ?7 selected (JSON or NULL) ?8 matched ?9 capped
+AUDIT_START = (
+    "INSERT OR IGNORE INTO d1queue_audit (id, at, who, action, source, filter, selected, "
+    "matched, capped, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?2)"
+)
+# Sent with AUDIT_START: at most ?2 runs (and guard rows) older than ?1
+# deleted, oldest first, through the `at` index (reads at most ?2 + 1
+# entries, writes at most ?2 rows). Safe to re-send. ?1 cutoff ?2 limit
+PRUNE_AUDIT = (
+    "DELETE FROM d1queue_audit WHERE id IN (SELECT id FROM d1queue_audit "
+    "WHERE at < ?1 ORDER BY at LIMIT ?2)"
+)
+# A run's row on one shard: a point read. ?1 run
+AUDIT_RUN = "SELECT * FROM d1queue_audit WHERE id = ?1"
+# The first statement of a step's batch on the shard it acts on: the run's
+# row there (the record on the home shard; a guard row, made here, on
+# another) taken to step ?3 under the request's nonce ?4, with where the
+# next step reads (?5 shard ?6 cursor ?7 finished), only from an earlier
+# step: a step sent again (a lost reply, a second click) finds it taken
+# and changes nothing, so no write of its batch (each checks the nonce,
+# _LEASED) does anything. One row written. ?1 run ?2 now ?3 step ?4 nonce
+# ?5 next shard ?6 next cursor ?7 finished
+# Sent before AUDIT_TAKE_STEP: the lease dropped where the step is taken
+# already. A batch re-sent as it was (the binding's own re-send after a lost
+# reply, the same nonce) so finds no lease of its own, and writes nothing
+# again, whatever happened meanwhile to its jobs (a job pushed again and
+# claimed since is no longer in the id index that would refuse a second
+# copy). One row read, at most one written. ?1 run ?2 step
+AUDIT_DROP_LEASE = "UPDATE d1queue_audit SET lease = NULL WHERE id = ?1 AND step >= ?2"
+AUDIT_TAKE_STEP = (
+    "INSERT INTO d1queue_audit (id, at, who, action, source, filter, updated_at, step, lease, "
+    "shard, cursor, finished, step_done) VALUES (?1, ?2, '', '', '', '', ?2, ?3, ?4, ?5, ?6, "
+    "?7, 0) ON CONFLICT (id) DO UPDATE SET step = excluded.step, lease = excluded.lease, "
+    "shard = excluded.shard, cursor = excluded.cursor, finished = excluded.finished, "
+    "step_done = 0, updated_at = excluded.updated_at WHERE d1queue_audit.step < excluded.step"
+)
+# Right after each counted write of a step: what it changed (changes(): the
+# statement before, in the same batch) added to the step's count, under
+# the step's nonce. One row written. ?1 run ?2 nonce
+AUDIT_COUNT = (
+    "UPDATE d1queue_audit SET step_done = step_done + changes() WHERE id = ?1 AND lease = ?2"
+)
+# The step's end on the home shard: the run's total, the one before the
+# step (?3, read at its start) and the step's count, so a copy of the same
+# batch sets the same total. ?1 run ?2 nonce ?3 the total before
+AUDIT_TOTAL = "UPDATE d1queue_audit SET done = ?3 + step_done WHERE id = ?1 AND lease = ?2"
+# A step taken on another shard, recorded on the home shard from that
+# shard's guard row (its count and where the next step reads, as the step
+# that took it wrote them): only over step ?2 - 1, so a re-send records
+# nothing twice. ?1 run ?2 step ?3 total ?4 next shard ?5 next cursor
+# ?6 finished ?7 now
+AUDIT_RECORD_STEP = (
+    "UPDATE d1queue_audit SET step = ?2, done = ?3, shard = ?4, cursor = ?5, finished = ?6, "
+    "updated_at = ?7 WHERE id = ?1 AND step = ?2 - 1"
+)
+# The Audit page: the runs newest first, keyset paged on (at, id) through
+# the `at` index (its entries carry the key). ?1 cursor at ?2 cursor id
+# ?3 limit (a page and one)
+AUDIT_PAGE = (
+    "SELECT * FROM d1queue_audit WHERE who <> '' AND (at < ?1 OR (at = ?1 AND id < ?2)) "
+    "ORDER BY at DESC, id DESC LIMIT ?3"
+)
+
+
+def _leased(run: int) -> str:
+    """A step's write goes ahead only for the request that took the step:
+    its run's row here carries its nonce (?run the run, the next its nonce)."""
+    return f"EXISTS (SELECT 1 FROM d1queue_audit WHERE id = ?{run} AND lease = ?{run + 1})"
+
+
+# Each write of a step is one job's, by id, as the single actions' are,
+# with _leased added. Run now: RUN_NOW's first (the id index; a job waiting
+# out a retry is in no search). ?1 now ?2 id ?3 run ?4 nonce
+BULK_RUN_NOW = RUN_NOW[0] + " AND " + _leased(3)
+# Cancel: counted, ended (a workflow's job), deleted, as Admin.cancel does,
+# but only a job no worker holds (a held one is left to its drain; the
+# count says how many were cancelled). ?1 id [?2 minute] then the run, nonce
+# The count reads the job through the id index only (a job waiting out a
+# retry, in the locked band, is not cancelled by a bulk action: no walk of
+# the locked bands a job).
+BULK_METRICS_CANCELLED = METRICS_CANCELLED.replace(
+    "WHERE true ON CONFLICT", f"WHERE {_leased(3)} ON CONFLICT"
+).replace(_CANCELLED_JOB, CANCEL_JOBS[0].replace("DELETE FROM", "SELECT queue, name FROM"))
+BULK_END_CANCELLED = END_CANCELLED[0] + " AND " + _leased(2)
+BULK_CANCEL = CANCEL_JOBS[0] + " AND " + _leased(2)
+# Retry a failure: RETRY_FAILED_INSERT, but an id queued again meanwhile
+# inserts nothing (rather than failing the step's whole batch), and the
+# failure is deleted only when its insert was done (changes(), the
+# statement before). ?1 now ?2 id ?3 allowances ?4 default ?5 run ?6 nonce
+BULK_RETRY_FAILED = RETRY_FAILED_INSERT + " AND " + _leased(5) + " ON CONFLICT DO NOTHING"
+# ?1 id ?2 run ?3 nonce
+BULK_RETRY_FAILED_DELETE = RETRY_FAILED_DELETE + " AND changes() = 1 AND " + _leased(2)
+BULK_DELETE_FAILED = DELETE_FAILED + " AND " + _leased(2)
+# Push a completed job again: a fresh job of its id, queue, name, payload,
+# priority and group, due now, outside any workflow (no `after`, no batch,
+# no unique key), its attempts from zero; the kept completion stays as
+# history. The done index finds the row (1 read); 2 rows written (the row
+# and its id-index entry). An id queued meanwhile inserts nothing.
+# ?1 now ?2 id ?3 run ?4 nonce
+BULK_PUSH_AGAIN = (
+    "INSERT INTO d1queue_jobs (id, queue, name, payload, attempts, max_attempts, priority, "
+    "available_at, created_at, unique_key, last_error, band, grp, traceparent) "
+    "SELECT id, queue, name, payload, 0, max_attempts, priority, ?1, ?1, NULL, NULL, priority, "
+    f"grp, traceparent FROM d1queue_jobs WHERE id = ?2 AND band = {DONE_BAND} AND "
+    + _leased(3)
+    + " LIMIT 1 ON CONFLICT DO NOTHING"
+)
+# Delete a completed job kept as history, as the cron's prune does: its
+# edges (but while a job of its id is queued again, through the id index,
+# whose waiters they may be), then its row (through the done index).
+# ?1 id ?2 run ?3 nonce
+BULK_DELETE_DONE_EDGES = (
+    "DELETE FROM d1queue_deps WHERE dep = ?1 AND NOT EXISTS (SELECT 1 FROM d1queue_jobs "
+    f"WHERE id = ?1 AND {LISTED}) AND " + _leased(2)
+)
+BULK_DELETE_DONE = f"DELETE FROM d1queue_jobs WHERE id = ?1 AND band = {DONE_BAND} AND " + _leased(
+    2
 )
 
 _VERBS = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "REPLACE")

@@ -118,7 +118,8 @@ class Dashboard:
         self.store = Store(service.queue, service.shards)
         self.auth = Auth(token, self.store, self.guard, readonly_token)
         self.pages = Pages(service, self.store)
-        auth, pages = self.auth, self.pages
+        self.bulk = self.pages.bulk_pages
+        auth, pages, bulk = self.auth, self.pages, self.bulk
         self.router = Router(
             (
                 *(Route("GET", path, self._asset, public=True) for path in ASSETS),
@@ -141,6 +142,9 @@ class Dashboard:
                 Route("GET", "/ui/batches/{id}", pages.batch_page),
                 Route("GET", "/ui/failed", pages.failed_page),
                 Route("POST", "/ui/failed/bulk", pages.bulk),
+                Route("POST", "/ui/bulk", bulk.confirm),
+                Route("POST", "/ui/bulk/step", bulk.step),
+                Route("GET", "/ui/audit", bulk.audit),
                 Route("GET", "/ui/schedules", pages.schedules_page),
                 Route("GET", "/ui/schedules/{id}", pages.schedule_page),
                 Route("POST", "/ui/schedules/{id}/run", pages.run_schedule),

@@ -321,6 +321,7 @@ JS = """\
   });
 
   document.addEventListener("visibilitychange", function () {
+    carryOn();  // a bulk action's next step, whatever the refresh
     if (!live) { return; }
     if (document.hidden) {
       schedule(0);  // clears the timer: nothing is fetched while hidden
@@ -331,6 +332,16 @@ JS = """\
     }
   });
 
+  // A bulk action's next step (its "Continue" form), sent while the tab is
+  // visible; each step is safe to send again, and the button stays there.
+  var sent = false;
+  function carryOn() {
+    var form = document.querySelector("form[data-continue]");
+    if (!form || sent || document.hidden) { return; }
+    sent = true;
+    setTimeout(function () { form.submit(); }, 300);
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     live = !!document.querySelector("[data-live]");
     var panel = document.getElementById("refresh");
@@ -339,6 +350,7 @@ JS = """\
     showControl();
     relTimes(document);
     selection();
+    carryOn();
     if (live) {
       status(said());
       schedule(every);

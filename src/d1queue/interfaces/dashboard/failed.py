@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...store.bulk import new_run_id
 from ...store.dashboard import Page
 from . import html as h
 from .mask import scrub
@@ -148,7 +149,11 @@ def confirm_bulk(request: Request, action: str, ids: list[str], back: str) -> st
     listing = "".join(f'<li class="mono">{h.e(i)}</li>' for i in ids[:10])
     more = f"<li>and {n - 10} more</li>" if n > 10 else ""
     verb = "Retry" if action == "retry" else "Delete"
-    fields = "".join(h.hidden("ids", i) for i in ids) + h.hidden("action", action)
+    fields = (
+        "".join(h.hidden("ids", i) for i in ids)
+        + h.hidden("action", action)
+        + h.hidden("run", new_run_id())
+    )
     submit = f"{verb} {n} job{'s' if n != 1 else ''}"
     cls = "primary" if action == "retry" else "danger"
     return f"<h1>Confirm</h1><p>{h.e(question)}</p><ul>{listing}{more}</ul>" + confirm_form(

@@ -97,6 +97,7 @@ NAV = (
     ("/ui/failed", "Failed jobs"),
     ("/ui/batches", "Batches"),
     ("/ui/schedules", "Schedules"),
+    ("/ui/audit", "Audit"),
 )
 
 

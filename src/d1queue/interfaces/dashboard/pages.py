@@ -3,7 +3,8 @@ reads and does. The overview, a queue (and its flow limits), its completed
 jobs, a job (with its dependencies, dependents and batch), a batch, the
 batches index, the failed jobs, the schedules and a schedule (its last runs,
 Run now, Edit), the metrics (charts and job names), the search, the jobs
-running now.
+running now; the bulk actions and their audit log are bulk.py's
+(BulkPages), whose forms the search and the lists carry.
 
 Each handler gets a request the dashboard already admitted (auth.py):
 signed in, and for an action carrying the session's CSRF token. It checks
@@ -27,12 +28,14 @@ from typing import Any
 
 from ...core.bounds import STORED_ID_PATTERN, STORED_NAME_RULE, is_stored_name
 from ...core.schedule import DEFAULT_TZ
+from ...store.bulk import RUN_ID, new_run_id
 from ...store.dashboard import FIRST, PAGE, STATES, Store
 from ..router import Reply
 from ..service import ApiError, Service
 from . import html as h
 from .auth import safe_back
 from .batches import BATCHES, BatchesShown
+from .bulk import BulkPages, completed_bulk, failed_bulk, queue_bulk, search_bulk
 from .failed import AGES, FAILED, FailedShown, age_range, confirm_bulk
 from .jobs import (
     BATCH,
@@ -85,6 +88,7 @@ class Pages:
 
     def __init__(self, service: Service, store: Store) -> None:
         self.service, self.store = service, store
+        self.bulk_pages = BulkPages(store)
 
     # -- the queues -------------------------------------------------------------
 
@@ -108,7 +112,7 @@ class Pages:
             jobs = await self.store.queue_jobs(queue, state=state, name=name, cursor=cursor or None)
         flow = await self.service.limits(queue)  # one round trip (a shard each)
         shown = QueueShown(request, queue, state, name, cursor, stats, jobs, flow)
-        return page(request, f"Queue {queue}", render(shown, QUEUE))
+        return page(request, f"Queue {queue}", render(shown, (*QUEUE, queue_bulk)))
 
     async def completed_page(self, request: Request, queue: str) -> Reply:
         """A queue's completed jobs kept as history, newest first, a page at a
@@ -120,7 +124,9 @@ class Pages:
         with unreadable_as_400():
             jobs = await self.store.completed(queue, cursor or None)
         shown = CompletedShown(request, queue, cursor, jobs, self.service.keeps_history(queue))
-        return page(request, f"Completed jobs of {queue}", render(shown, COMPLETED))
+        return page(
+            request, f"Completed jobs of {queue}", render(shown, (*COMPLETED, completed_bulk))
+        )
 
     async def _set_paused(self, request: Request, queue: str, paused: bool) -> Reply:
         check_name("queue", queue)
@@ -198,7 +204,7 @@ class Pages:
         if q and not query.problem:
             found = await self.store.search(query.source, query.filters(), cursor or FIRST)
         shown = SearchShown(request, q, query, cursor, found)
-        return page(request, "Search", render(shown, SEARCH))
+        return page(request, "Search", render(shown, (SEARCH[0], search_bulk, *SEARCH[1:])))
 
     # -- running now ------------------------------------------------------------
 
@@ -301,7 +307,9 @@ class Pages:
                 cursor=cursor or None,
             )
         shown = FailedShown(request, queue, name, error, age, cursor, jobs)
-        return page(request, "Failed jobs", render(shown, FAILED), current="/ui/failed")
+        return page(
+            request, "Failed jobs", render(shown, (*FAILED, failed_bulk)), current="/ui/failed"
+        )
 
     async def bulk(self, request: Request) -> Reply:
         """Retry or delete the selected failed jobs: first a confirmation page
@@ -319,11 +327,17 @@ class Pages:
         back = safe_back(request.field("back"), "/ui/failed", "back")
         if request.field("confirm") != "yes":
             return page(request, "Confirm", confirm_bulk(request, action, ids, back))
-        if action == "retry":
-            done = await self.store.retry_many(ids)
-            return redirect(with_notice(back, "retried", done))
-        done = await self.store.delete_many(ids)
-        return redirect(with_notice(back, "removed", done))
+        # A bulk action on a selection (bulk.py), in the audit log: the run's
+        # id comes from the confirmation, so the confirmation sent again
+        # finds its run done and does nothing twice (without one, as a form
+        # from before the log sends it, each send is a run of its own).
+        run_id = request.field("run")
+        if run_id and not RUN_ID.fullmatch(run_id):
+            raise Refused(400, "The confirmation's run id is malformed.")
+        done = await self.bulk_pages.selection(
+            request, run_id or new_run_id(), action, "failed", ids
+        )
+        return redirect(with_notice(back, "retried" if action == "retry" else "removed", done))
 
     # -- schedules --------------------------------------------------------------
 

@@ -12,6 +12,9 @@ a search answers (/ui/search?q=...&cursor=...):
   completed jobs kept, `state:failed` the failed jobs, any other state (or
   none) the queued ones.
 
+Above the results, the bulk actions (bulk.py): on the jobs ticked, or on
+every job the search matches, after a confirmation stating the count.
+
 A page reads at most bounds.SEARCH_ROWS rows a shard (store/sql.py
 SEARCH_LIVE), whatever the number of jobs, and says so when it stopped
 before the end: the next page reads on from there."""
@@ -128,8 +131,22 @@ def _other_sources(shown: SearchShown) -> str:
     return nav(out)
 
 
-def search_columns(now: int) -> list[Column[dict[str, object]]]:
-    return [
+BULK_FORM = "bulk-form"
+"""The id of the form the bulk actions send (bulk.py search_bulk): the
+results' check boxes belong to it wherever it is on the page."""
+
+SELECT_FOUND: Column[dict[str, object]] = Column(
+    '<input type="checkbox" id="select-all" aria-label="Select every job on this page">',
+    lambda r: (
+        f'<input type="checkbox" name="ids" value="{h.e(r["id"])}" form="{BULK_FORM}" '
+        f'data-select aria-label="Select job {h.e(r["id"])}">'
+    ),
+)
+
+
+def search_columns(now: int, selectable: bool = False) -> list[Column[dict[str, object]]]:
+    """The results' columns: a check box each first when they can be acted on."""
+    columns: list[Column[dict[str, object]]] = [
         Column("Job id", lambda r: job_anchor(str(r["id"])), cell_cls="mono"),
         Column("Queue", lambda r: queue_link(str(r["queue"]))),
         Column("Name", lambda r: h.e(r["name"])),
@@ -143,6 +160,7 @@ def search_columns(now: int) -> list[Column[dict[str, object]]]:
         Column("Attempts", lambda r: f"{r['attempts']} / {r['max_attempts']}", "num hide-narrow"),
         Column("At", lambda r: h.when(int(r["at"]), now)),  # type: ignore[call-overload]
     ]
+    return [SELECT_FOUND, *columns] if selectable else columns
 
 
 def search_results(shown: SearchShown) -> str:
@@ -166,7 +184,8 @@ def search_results(shown: SearchShown) -> str:
         else ""
     )
     if found.rows:
-        listing = table("Jobs found", search_columns(shown.request.now_ms), found.rows)
+        selectable = not shown.request.readonly
+        listing = table("Jobs found", search_columns(shown.request.now_ms, selectable), found.rows)
     else:
         listing = empty(
             f"<strong>No job matches “{h.e(shown.q)}” in the {found.scanned:,} read"
