@@ -75,6 +75,10 @@ async def test_it_lists_every_held_job_with_its_progress_and_nothing_else(
     assert ROW_ID.findall(body) == [mail, reports]  # queue order
     assert "acct-7" in body and "1 of 3" in body
     assert "1 min" in body  # running for, since its claim
+    # Which drain holds each: its claim's token, shortened.
+    for id in (mail, reports):
+        (row,) = db.query("SELECT reservation FROM d1queue_jobs WHERE id = ?", id)
+        assert f">{row['reservation'][:8]}</span>" in body
     assert "&lt;b&gt;step&lt;/b&gt; 2 of 5" in body and "<b>step" not in body
     forms = re.findall(r'<form method="post" action="/ui/jobs/([^"]+)/cancel"', body)
     assert forms == [mail, reports]

@@ -2169,13 +2169,14 @@ SET_PROGRESS = (
 _RUNNING_KEY = "queue, available_at, id"
 _RUNNING_READ_COLUMNS = (
     "queue, available_at, id, name, grp, attempts, max_attempts, reserved_at, locked_until, "
-    "cancel_at, progress"
+    "cancel_at, progress, reservation"
 )
 # Held: a worker holds it (its lease not ended), or it is marked cancelling
 # (_job_state's `reserved` and `cancelling`). ?5 now
 _RUNNING_HELD = "reserved_at IS NOT NULL AND (locked_until > ?5 OR cancel_at IS NOT NULL)"
 RUNNING_COLUMNS = (
     "queue, available_at, id, name, grp, attempts, max_attempts, reserved_at, cancel_at, "
+    "substr(reservation, 1, 8) AS claim, "
     "json_extract(progress, '$.value') AS progress_value, "
     "json_extract(progress, '$.note') AS progress_note, "
     "json_extract(progress, '$.attempt') AS progress_attempt, "

@@ -87,6 +87,19 @@ def _for(row: dict[str, Any], now: int) -> str:
     return f'<span title="{h.e(h.absolute(int(started)))}">{h.age(seconds)}</span>'
 
 
+def _claim(row: dict[str, Any]) -> str:
+    """Which drain holds it: the first characters of its claim's token,
+    which the jobs one drain claimed in one round share (a drain runs in
+    one invocation: a cron run, a push's short drain or a consumer)."""
+    claim = row.get("claim")
+    if not claim:
+        return '<span class="muted">—</span>'
+    return (
+        f'<span title="the claim it was taken by: jobs claimed together by one drain '
+        f'share it">{h.e(claim)}</span>'
+    )
+
+
 def _cancel(shown: RunningShown, row: dict[str, Any]) -> str:
     if _state(row) == "cancelling":
         return '<span class="muted">Cancel asked: its drain ends it.</span>'
@@ -110,6 +123,7 @@ def running_columns(shown: RunningShown) -> list[Column[dict[str, Any]]]:
         Column("State", lambda r: badge(_state(r))),
         Column("Attempt", lambda r: f"{h.e(r['attempts'])} of {h.e(r['max_attempts'])}", "num"),
         Column("Running for", lambda r: _for(r, now), "num"),
+        Column("Claim", _claim, "hide-narrow", cell_cls="mono"),
         Column("Progress", lambda r: _progress(r, now)),
     ]
     if not shown.request.readonly:
