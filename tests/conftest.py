@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from d1queue import D1Queue
+from d1queue.core.shards import Routing
 from d1queue.interfaces.testing import MIGRATIONS, SqliteD1
+from d1queue.store.shardset import ShardSet
 
 from .contract import Clock
 from .http_server import Server, running_server
@@ -33,6 +35,19 @@ def db() -> Iterator[SqliteD1]:
 @pytest.fixture
 def queue(db: SqliteD1, clock: Clock) -> D1Queue:
     return D1Queue(db, clock=clock)
+
+
+@pytest.fixture
+def sharded(clock: Clock) -> Iterator[ShardSet]:
+    """Two fresh SQLite databases as shards 0 and 1, queues routed by hash."""
+    dbs = []
+    for _ in range(2):
+        d = SqliteD1()
+        d.apply_migrations()
+        dbs.append(d)
+    yield ShardSet([D1Queue(d, clock=clock) for d in dbs], Routing(2))
+    for d in dbs:
+        d.close()
 
 
 @pytest.fixture

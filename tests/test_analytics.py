@@ -11,31 +11,13 @@ from typing import Any
 import pytest
 
 from d1queue import Config, D1Queue, Registry, drain
-from d1queue.core.errors import Fail, Retry
 from d1queue.core.metrics import OTHER, POINT_BLOBS, POINT_DOUBLES, Tally
 from d1queue.features.analytics import ANALYTICS_POINTS, Points
 from d1queue.interfaces.testing import SqliteD1
 from d1queue.store import sql
 
 from .contract import Clock
-
-
-def registry(clock: Clock) -> Registry:
-    reg = Registry()
-
-    @reg.job("ok")
-    async def ok(payload: Any) -> None:
-        clock.advance(payload or 0)  # the handler "runs" this many seconds
-
-    @reg.job("again")
-    async def again(payload: Any) -> None:
-        raise Retry("later", delay_s=600)
-
-    @reg.job("bad")
-    async def bad(payload: Any) -> None:
-        raise Fail("no")
-
-    return reg
+from .test_metrics import registry
 
 
 class Dataset:

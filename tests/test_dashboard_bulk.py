@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from d1queue import Config, D1Queue, drain
 from d1queue.core.bounds import BULK_COUNT_ROWS, SEARCH_ROWS
-from d1queue.core.shards import Routing
 from d1queue.interfaces.dashboard import Dashboard
 from d1queue.interfaces.dashboard.search import parse
 from d1queue.interfaces.service import Service
@@ -352,18 +350,6 @@ async def test_works_under_a_prefix(service: Service, clock: Clock, db: SqliteD1
     done = await b.post("/queue/ui/bulk", {"csrf": b.csrf(), **form, "confirm": "yes"})
     assert "Done: 2 failed jobs retried in total" in done.body
     assert failed_ids(db) == set()
-
-
-@pytest.fixture
-def sharded(clock: Clock) -> Iterator[ShardSet]:
-    dbs = []
-    for _ in range(2):
-        d = SqliteD1()
-        d.apply_migrations()
-        dbs.append(d)
-    yield ShardSet([D1Queue(d, clock=clock) for d in dbs], Routing(2))
-    for d in dbs:
-        d.close()
 
 
 def live_ids(shards: ShardSet) -> set[str]:

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 
 import pytest
 
 from d1queue import Config, D1Queue, drain
 from d1queue.core.bounds import RUNNING_ROWS
-from d1queue.core.shards import Routing
 from d1queue.interfaces.dashboard import Dashboard
 from d1queue.interfaces.service import Service
 from d1queue.interfaces.testing import SqliteD1
@@ -220,18 +218,6 @@ async def test_pages_follow_each_other_through_the_cap(
             break
         cursor = got.next_cursor
     assert sorted(seen) == sorted(ids) and len(seen) == len(set(seen)) and pages > 3
-
-
-@pytest.fixture
-def sharded(clock: Clock) -> Iterator[ShardSet]:
-    dbs = []
-    for _ in range(2):
-        d = SqliteD1()
-        d.apply_migrations()
-        dbs.append(d)
-    yield ShardSet([D1Queue(d, clock=clock) for d in dbs], Routing(2))
-    for d in dbs:
-        d.close()
 
 
 async def test_pages_over_shards_miss_nothing_and_repeat_nothing(

@@ -8,14 +8,12 @@ Every value shown is escaped."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from d1queue import Config, D1Queue, drain
 from d1queue.core.bounds import SEARCH_ROWS
-from d1queue.core.shards import Routing
 from d1queue.interfaces.dashboard import Dashboard
 from d1queue.interfaces.service import Service
 from d1queue.interfaces.testing import SqliteD1
@@ -158,18 +156,6 @@ def test_each_search_reads_through_an_index(db: SqliteD1, source: str) -> None:
     if source != "failed":
         plan = [str(r["detail"]) for r in db.query("EXPLAIN QUERY PLAN " + span, "~", 1)]
         assert any("COVERING INDEX" in line for line in plan), plan
-
-
-@pytest.fixture
-def sharded(clock: Clock) -> Iterator[ShardSet]:
-    dbs = []
-    for _ in range(2):
-        d = SqliteD1()
-        d.apply_migrations()
-        dbs.append(d)
-    yield ShardSet([D1Queue(d, clock=clock) for d in dbs], Routing(2))
-    for d in dbs:
-        d.close()
 
 
 async def test_pages_over_shards_miss_nothing_and_repeat_nothing(
