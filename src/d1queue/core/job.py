@@ -179,6 +179,13 @@ class QueuedJob:
     ms; None: never). Such a job ends cancelled and never runs again."""
 
     @property
+    def wait_ms(self) -> int:
+        """How long it was due before its handler started this attempt, in
+        ms (due: the `available_at` it was claimed at; a clock that ran
+        backwards counts as 0)."""
+        return max(0, self.started_at - self.available_at)
+
+    @property
     def run_ms(self) -> int:
         """How long its handler ran this attempt, in ms (0: none ran here;
         a clock that ran backwards counts as 0)."""

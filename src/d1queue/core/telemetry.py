@@ -98,7 +98,7 @@ def process_fields(outcome: Outcome, mark: Mark) -> dict[str, Any]:
     fields["name"] = job.name
     fields["attempt"] = job.attempts
     fields["outcome"] = OUTCOMES[ending(outcome)] if written else mark
-    fields["wait_ms"] = max(0, job.started_at - job.available_at)
+    fields["wait_ms"] = job.wait_ms
     fields["run_ms"] = job.run_ms
     if job.traceparent is not None:
         fields.update(trace_fields(job.traceparent))

@@ -770,7 +770,7 @@ class Drain:
                     job.queue,
                     job.name,
                     OUTCOMES[ending(outcome)],
-                    max(0, job.started_at - job.available_at),
+                    job.wait_ms,
                     job.run_ms,
                 )
             if action == "complete":
