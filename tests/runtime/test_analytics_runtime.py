@@ -70,7 +70,10 @@ def test_a_cron_drain_writes_one_point_per_queue_name_and_outcome(ae_host: Host)
     )
     since = len(host.output())
     host.scheduled()
-    host.wait_for_output('"d1queue.invocation"', since)
+    # The drain's line is printed when its invocation ends, with that
+    # invocation's own line: a push's line may come after `since` first.
+    host.wait_for_output('"d1queue.drain"', since)
+    host.wait_for_output('"kind":"scheduled"', since)
     (report,) = host.events("d1queue.drain", since)
     assert (report["completed"], report["failed"]) == (3, 1)
     assert report["data_points"] == 2
@@ -96,7 +99,10 @@ def test_without_the_binding_nothing_is_written(clean_host: Host) -> None:
     assert host.api("POST", "/v1/queues/default/jobs", {"name": "example.echo"}).status == 201
     since = len(host.output())
     host.scheduled()
-    host.wait_for_output('"d1queue.invocation"', since)
+    # The drain's line is printed when its invocation ends, with that
+    # invocation's own line: a push's line may come after `since` first.
+    host.wait_for_output('"d1queue.drain"', since)
+    host.wait_for_output('"kind":"scheduled"', since)
     (report,) = host.events("d1queue.drain", since)
     assert report["completed"] == 1 and report["data_points"] == 0
     assert points(host) == []
